@@ -1,0 +1,5 @@
+import sys
+
+from kai_fn.cli import main
+
+sys.exit(main())

@@ -1,0 +1,110 @@
+"""``python -m kai_fn``: plan from files, invoke a running function with a sample event, run the embedded demo."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from kai_fn import settings as settings_mod
+from kai_fn.models import InputError, Runtime, TrainJob, parse
+from kai_fn.patch import MissingReplicatedJob, jobset_patch
+from kai_fn.plan import Plan, plan
+
+EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Unusable input: printed as one line naming the file, line or field path."""
+
+
+def load_document(path: str) -> dict[str, Any]:
+    """One YAML or JSON object from a file, or a UsageError that says where it went wrong."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise UsageError(f"{path}{where}: not valid YAML or JSON: {error.problem}") from None
+    except yaml.YAMLError as error:
+        raise UsageError(f"{path}: not valid YAML or JSON: {error}") from None
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise UsageError(f"{path}: expected exactly one object, found {len(docs)} document(s)")
+    return docs[0]
+
+
+def _read(path: str, model: type[TrainJob] | type[Runtime]) -> Any:
+    try:
+        return parse(model, load_document(path))
+    except InputError as error:
+        raise UsageError(f"{path}: {error}") from None
+
+
+def plan_report(result: Plan, jobset: dict[str, Any] | None) -> dict[str, Any]:
+    report: dict[str, Any] = {"plan": result.summary()}
+    if result.podgroup:
+        report["podGroup"] = result.podgroup
+    if result.pod_templates:
+        report["podTemplates"] = {
+            c.replicated_job: {"labels": c.labels, "annotations": c.annotations} for c in result.pod_templates
+        }
+    if result.jobset_annotations:
+        report["jobSetAnnotations"] = result.jobset_annotations
+    if jobset is not None and result.actionable:
+        report["jobSetPatch"] = jobset_patch(result, jobset)
+    if result.problems:
+        report["problems"] = [str(p) for p in result.problems]
+    return report
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    config = settings_mod.load()
+    job = _read(args.trainjob, TrainJob)
+    runtime = _read(args.runtime, Runtime)
+    jobset = load_document(args.jobset) if args.jobset else None
+    try:
+        result = plan(job, runtime, flavor=args.flavor or config.flavor, default_queue=config.default_queue)
+        report = plan_report(result, jobset)
+    except InputError as error:
+        raise UsageError(f"{args.runtime}: {error}") from None
+    except MissingReplicatedJob as error:
+        raise UsageError(f"{args.jobset}: spec.replicatedJobs has no {error.args[0]!r}, which the runtime has") from None
+    if args.output == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        print(yaml.safe_dump(report, sort_keys=False), end="")
+    return EXIT_BLOCKED if result.blocked else EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m kai_fn", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="print the PodGroup, pod-template changes and JobSet patch for a TrainJob")
+    p.add_argument("--trainjob", required=True, metavar="FILE")
+    p.add_argument("--runtime", required=True, metavar="FILE", help="its TrainingRuntime or ClusterTrainingRuntime")
+    p.add_argument("--jobset", metavar="FILE", help="the live JobSet, to print the JSON Patch for it")
+    p.add_argument("--flavor", choices=["kai", "scheduler-plugins"], help="default: KAI_PODGROUP_FLAVOR or kai")
+    p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    p.set_defaults(func=cmd_plan)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT
+    except settings_mod.SettingsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT

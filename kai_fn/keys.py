@@ -1,0 +1,53 @@
+"""Every label, annotation and API name kai_fn reads or writes, in one place (FACTS.md §1-§2)."""
+
+# Kubeflow Trainer (trainer.kubeflow.org/v1alpha1)
+TRAINER_GROUP = "trainer.kubeflow.org"
+TRAINER_VERSION = "v1alpha1"
+TRAINER_API = f"{TRAINER_GROUP}/{TRAINER_VERSION}"
+TRAINJOB_KIND = "TrainJob"
+TRAINING_RUNTIME = "TrainingRuntime"
+CLUSTER_TRAINING_RUNTIME = "ClusterTrainingRuntime"
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+ANCESTOR_TRAINER = "trainer"
+NODE = "node"  # the trainer replicatedJob and its container
+LAUNCHER = "launcher"
+TRAINER_MANAGER = "trainer.kubeflow.org/trainjob-controller"
+
+# JobSet
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+JOBSET_KIND = "JobSet"
+
+# KAI Scheduler
+KAI_GROUP = "scheduling.run.ai"
+KAI_PODGROUP_API = f"{KAI_GROUP}/v2alpha2"
+KAI_QUEUE_API = f"{KAI_GROUP}/v2"
+KAI_SCHEDULER_NAME = "kai-scheduler"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
+KAI_POD_GROUP_ANNOTATION = "pod-group-name"
+KAI_SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
+KAI_SKIP_PODGROUPER = "kai.scheduler/skip-podgrouper"
+KAI_PRIORITY_LABEL = "priorityClassName"
+KAI_PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
+KAI_TOPOLOGY = "kai.scheduler/topology"
+KAI_TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"
+KAI_TOPOLOGY_PREFERRED = "kai.scheduler/topology-preferred-placement"
+PREEMPTIBILITY_VALUES = ("preemptible", "non-preemptible")
+
+# scheduler-plugins coscheduling (the shape of Trainer's in-tree plugin)
+SP_GROUP = "scheduling.x-k8s.io"
+SP_PODGROUP_API = f"{SP_GROUP}/v1alpha1"
+SP_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+# Kueue owns admission of a TrainJob labelled with a queue name.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+# kai_fn's own keys
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kai-fn"
+TRAINJOB_NAME_LABEL = "kai-fn/trainjob"
+TRAINJOB_UID_LABEL = "kai-fn/trainjob-uid"
+MARKER_PODGROUP = "kai-fn/podgroup"
+MARKER_SKIPPED = "kai-fn/skipped"
+HOLD_ANNOTATION = "kai-fn/hold"
+FIELD_MANAGER = "kai-fn"
+MIN_RESOURCES_ANNOTATION = "kai-fn/min-resources"

@@ -1,0 +1,129 @@
+"""Trainer's pod-set arithmetic, ported exactly (pkg/runtime/core/trainingruntime.go and the mlPolicy plugins).
+
+One PodSet per replicatedJob, in order. Its count is the Job's parallelism, or for the ``trainer`` ancestor
+``mlPolicy.numNodes``; ``TrainJob.spec.trainer.numNodes`` overrides it (MPI: on the PodSet named ``node``,
+less one when the launcher runs as a node). ``replicas`` is not multiplied in, as upstream.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kai_fn import keys
+from kai_fn.models import Container, MLPolicy, PodSpec, ReplicatedJob, Resources, Runtime, TrainJob
+from kai_fn.quantity import Quantity
+from kai_fn.runtime import replicated_jobs
+
+Requests = dict[str, Quantity]
+
+
+
+def _pod_level(name: str) -> bool:
+    """What pod-level ``resources`` may set (k8s component-helpers IsSupportedPodLevelResource)."""
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
+
+
+@dataclass(frozen=True)
+class PodSet:
+    name: str
+    count: int
+    ancestor: str | None
+    requests: Requests  # one pod's effective requests
+    pod_spec: PodSpec
+    depends_on: tuple[str, ...]
+
+
+def pod_sets(job: TrainJob, runtime: Runtime) -> list[PodSet]:
+    ml = runtime.spec.ml_policy
+    num_nodes = job.spec.trainer.num_nodes if job.spec.trainer else None
+    out = []
+    for rj in replicated_jobs(job, runtime):
+        ancestor = rj.template.metadata.labels.get(keys.ANCESTOR_LABEL)
+        count = _declared_count(rj, ancestor, ml)
+        spec = rj.template.spec.template.spec
+        if ancestor == keys.ANCESTOR_TRAINER and ml is not None and job.spec.trainer and job.spec.trainer.resources_per_node:
+            spec = _with_node_resources(spec, job.spec.trainer.resources_per_node)
+        if num_nodes is not None:
+            if ml is not None and ml.mpi is not None:
+                if rj.name == keys.NODE:
+                    count = max(num_nodes - 1, 1) if ml.mpi.run_launcher_as_node else num_nodes
+            elif ancestor == keys.ANCESTOR_TRAINER:
+                count = num_nodes
+        out.append(PodSet(
+            name=rj.name,
+            count=max(count, 1),
+            ancestor=ancestor,
+            requests=pod_requests(spec),
+            pod_spec=spec,
+            depends_on=tuple(d.name for d in rj.depends_on),
+        ))
+    return out
+
+
+def _declared_count(rj: ReplicatedJob, ancestor: str | None, ml: MLPolicy | None) -> int:
+    if ancestor == keys.ANCESTOR_TRAINER and ml is not None:
+        return 1 if ml.num_nodes is None else ml.num_nodes
+    parallelism = rj.template.spec.parallelism
+    return 1 if parallelism is None else parallelism
+
+
+def _with_node_resources(spec: PodSpec, per_node: Resources) -> PodSpec:
+    """``resourcesPerNode`` merged key by key into the ``node`` container's requests and limits."""
+    containers = []
+    for c in spec.containers:
+        if c.name == keys.NODE:
+            merged = Resources(
+                requests={**c.resources.requests, **per_node.requests},
+                limits={**c.resources.limits, **per_node.limits},
+            )
+            c = c.model_copy(update={"resources": merged})
+        containers.append(c)
+    return spec.model_copy(update={"containers": containers})
+
+
+def pod_requests(spec: PodSpec) -> Requests:
+    """k8s component-helpers ``PodRequests``: requests only, sidecars and init containers, overhead, pod level."""
+    total: Requests = {}
+    for c in spec.containers:
+        _add(total, _requests(c))
+    sidecars: Requests = {}
+    init_peak: Requests = {}
+    for c in spec.init_containers:
+        if c.restart_policy == "Always":
+            _add(total, _requests(c))
+            _add(sidecars, _requests(c))
+            _max(init_peak, sidecars)
+        else:
+            during: Requests = {}
+            _add(during, _requests(c))
+            _add(during, sidecars)
+            _max(init_peak, during)
+    _max(total, init_peak)
+    if spec.resources is not None:
+        for name, value in spec.resources.requests.items():
+            if _pod_level(name):
+                total[name] = Quantity.parse(value)
+    _add(total, {k: Quantity.parse(v) for k, v in spec.overhead.items()})
+    return total
+
+
+def _requests(c: Container) -> Requests:
+    return {k: Quantity.parse(v) for k, v in c.resources.requests.items()}
+
+
+def _add(into: Requests, more: Requests) -> None:
+    for k, q in more.items():
+        into[k] = into[k] + q if k in into else q
+
+
+def _max(into: Requests, other: Requests) -> None:
+    for k, q in other.items():
+        if k not in into or q.value > into[k].value:
+            into[k] = q
+
+
+def total_requests(sets: list[PodSet]) -> Requests:
+    """Σ count × per-pod requests, the format of each sum that of its first term (as Go's Quantity.Add)."""
+    total: Requests = {}
+    for ps in sets:
+        _add(total, {k: q * ps.count for k, q in ps.requests.items()})
+    return total

@@ -1,0 +1,65 @@
+"""Settings from the environment, validated once at start-up; a bad value stops the process with its name."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from kai_fn import validation
+
+Flavor = Literal["kai", "scheduler-plugins"]
+
+
+class SettingsError(SystemExit):
+    """Raised at start-up; its text names the environment variable."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=True, populate_by_name=True)
+
+    default_queue: str = Field("default-queue", alias="KAI_DEFAULT_QUEUE")
+    flavor: Flavor = Field("kai", alias="KAI_PODGROUP_FLAVOR")
+    resume: bool = Field(True, alias="KAI_FN_RESUME")
+    namespaces: Annotated[tuple[str, ...], NoDecode] = Field((), alias="KAI_FN_NAMESPACES")
+    runtime_cache_seconds: float = Field(30.0, ge=0, alias="KAI_FN_RUNTIME_CACHE_SECONDS")
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, alias="KAI_FN_MAX_BODY_BYTES")
+    api_timeout_seconds: float = Field(5.0, gt=0, alias="KAI_FN_API_TIMEOUT_SECONDS")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="KAI_FN_LOG_LEVEL")
+    resync_limit: int = Field(50, ge=1, alias="KAI_FN_RESYNC_LIMIT")
+
+    @field_validator("default_queue")
+    @classmethod
+    def _queue_is_a_label_value(cls, value: str) -> str:
+        problem = validation.label_value(value)
+        if problem or not value:
+            raise ValueError(problem or "must not be empty")
+        return value
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    def watches(self, namespace: str) -> bool:
+        return not self.namespaces or namespace in self.namespaces
+
+
+def load(**overrides: object) -> Settings:
+    """Read the environment (``overrides`` win, by setting name); exit naming the variable on a bad value."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as error:
+        aliases = {name: field.alias for name, field in Settings.model_fields.items()}
+        lines = []
+        for item in error.errors(include_url=False):
+            name = str(item["loc"][0]) if item["loc"] else "?"
+            lines.append(f"invalid setting {aliases.get(name, name)}: {item['msg']} (got {item.get('input')!r})")
+        raise SettingsError("\n".join(lines)) from None
