@@ -56,14 +56,14 @@ def canonical(value: Decimal, fmt: Format = "decimal") -> str:
         return "0"
     sign = "-" if value < 0 else ""
     value = abs(value)
-    if fmt == "binary" and value == value.to_integral_value() and value >= 1024:
+    if fmt == "binary" and value < 1024:
+        fmt = "decimal"  # Go prints small binary values in decimal rather than round them
+    if fmt == "binary" and value == value.to_integral_value():
         whole = int(value)
         for power, suffix in _BINARY:
             if whole % (1024**power) == 0:
                 return f"{sign}{whole // 1024**power}{suffix}"
         return f"{sign}{whole}"
-    if fmt == "binary" and value == value.to_integral_value():
-        return f"{sign}{int(value)}"
     nanos = int((value / _NANO).to_integral_value(rounding=ROUND_CEILING))
     for exponent, suffix in _DECIMAL:
         step = 10 ** (exponent + 9)

@@ -26,7 +26,7 @@ def _schemas() -> dict[tuple[str, str], dict[str, Any]]:
     """(apiVersion, kind) -> openAPIV3Schema, for every served version of every CRD."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for path in sorted(CRDS_DIR.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
             spec = doc["spec"]

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: `./run.sh demo` runs the embedded demo, `./run.sh test` the test suite.
+# Each creates .venv on first use and installs the pinned requirements into it.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+venv() {
+  local stamp=.venv/.requirements.sha
+  local want
+  want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+  if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+  fi
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+    echo "$want" > "$stamp"
+  fi
+}
+
+case "${1:-}" in
+  demo)
+    venv
+    shift
+    exec .venv/bin/python -m kai_fn demo "$@"
+    ;;
+  test)
+    venv
+    shift
+    exec .venv/bin/python -m pytest "$@"
+    ;;
+  *)
+    echo "usage: ./run.sh demo | ./run.sh test [pytest args]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,105 @@
+"""Small constructors for the objects the tests feed the planner, in the upstream wire format."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from kai_fn.models import Runtime, TrainJob, parse
+
+UID = "11111111-2222-4333-8444-555555555555"
+
+
+def container(name: str = "node", requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
+              restart_policy: str | None = None) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": "busybox"}
+    resources = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+    if resources:
+        c["resources"] = resources
+    if restart_policy:
+        c["restartPolicy"] = restart_policy
+    return c
+
+
+def rjob(name: str = "node", *, ancestor: str | None = "trainer", parallelism: int | None = None,
+         containers: list[dict[str, Any]] | None = None, init_containers: list[dict[str, Any]] | None = None,
+         depends_on: list[str] | None = None, scheduler: str | None = "kai-scheduler",
+         pod_spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": containers if containers is not None else [container(name)]}
+    if init_containers:
+        spec["initContainers"] = init_containers
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    spec.update(pod_spec or {})
+    job_spec: dict[str, Any] = {"template": {"spec": spec}}
+    if parallelism is not None:
+        job_spec["parallelism"] = parallelism
+    out: dict[str, Any] = {"name": name, "template": {"spec": job_spec}}
+    if ancestor:
+        out["template"]["metadata"] = {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": ancestor}}
+    if depends_on:
+        out["dependsOn"] = [{"name": d, "status": "Complete"} for d in depends_on]
+    return out
+
+
+def runtime(*jobs: dict[str, Any], kind: str = "ClusterTrainingRuntime", name: str = "rt",
+            labels: dict[str, str] | None = None, ml_policy: dict[str, Any] | None = None,
+            pod_group_policy: dict[str, Any] | None = None, namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"kai.scheduler/queue": "rt-queue"} if labels is None else labels}
+    if namespace:
+        meta["namespace"] = namespace
+    spec: dict[str, Any] = {"template": {"spec": {"replicatedJobs": list(jobs) or [rjob()]}}}
+    if ml_policy is not None:
+        spec["mlPolicy"] = ml_policy
+    if pod_group_policy is not None:
+        spec["podGroupPolicy"] = pod_group_policy
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind, "metadata": meta, "spec": spec}
+
+
+def trainjob(*, name: str = "job", namespace: str = "ns", uid: str = UID, labels: dict[str, str] | None = None,
+             annotations: dict[str, str] | None = None, num_nodes: int | None = None,
+             resources_per_node: dict[str, Any] | None = None, runtime_kind: str | None = None,
+             runtime_name: str = "rt", suspend: bool | None = True, **spec: Any) -> dict[str, Any]:
+    ref: dict[str, Any] = {"name": runtime_name}
+    if runtime_kind:
+        ref["kind"] = runtime_kind
+    body: dict[str, Any] = {"runtimeRef": ref, **spec}
+    trainer: dict[str, Any] = {}
+    if num_nodes is not None:
+        trainer["numNodes"] = num_nodes
+    if resources_per_node is not None:
+        trainer["resourcesPerNode"] = resources_per_node
+    if trainer:
+        body["trainer"] = trainer
+    if suspend is not None:
+        body["suspend"] = suspend
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": meta, "spec": body}
+
+
+def jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool = True,
+               uid: str = "99999999-8888-4777-8666-555555555555") -> dict[str, Any]:
+    """The JobSet Trainer would make: the runtime's template, named like the TrainJob, owned by it."""
+    spec = copy.deepcopy(rt["spec"]["template"]["spec"])
+    spec["suspend"] = suspend
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": job["metadata"]["name"],
+            "namespace": job["metadata"]["namespace"],
+            "uid": uid,
+            "ownerReferences": [{
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": job["metadata"]["name"],
+                "uid": job["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True,
+            }],
+        },
+        "spec": spec,
+    }
+
+
+def typed(job: dict[str, Any], rt: dict[str, Any]) -> tuple[TrainJob, Runtime]:
+    return parse(TrainJob, job), parse(Runtime, rt)

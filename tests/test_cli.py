@@ -1,0 +1,95 @@
+"""``python -m kai_fn plan``: exit 0 planned, 1 blocked, 2 unusable input with one line naming the problem."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.builders import rjob, runtime, trainjob
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "samples"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kai_fn", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_plan_of_the_samples_prints_podgroup_templates_and_patch():
+    out = run("plan", "--trainjob", "samples/trainjob.yaml", "--runtime", "samples/clustertrainingruntime.yaml",
+              "--jobset", "samples/jobset.yaml", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["plan"]["minMember"] == 4
+    assert report["plan"]["minResources"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"}
+    assert report["podGroup"]["spec"] == {"queue": "team-a", "minMember": 4}
+    assert report["podTemplates"]["node"]["annotations"]["pod-group-name"] == report["podGroup"]["metadata"]["name"]
+    assert report["jobSetPatch"][0]["op"] == "test"
+
+
+def test_plan_prints_yaml_by_default_and_honours_the_flavor_flag():
+    out = run("plan", "--trainjob", "samples/trainjob.yaml", "--runtime", "samples/clustertrainingruntime.yaml",
+              "--flavor", "scheduler-plugins")
+    assert out.returncode == 0, out.stderr
+    report = yaml.safe_load(out.stdout)
+    assert report["podGroup"]["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
+    assert report["podGroup"]["spec"]["minResources"]["nvidia.com/gpu"] == "8"
+
+
+def test_blocked_plan_exits_1_and_names_the_problem(tmp_path):
+    job = write(tmp_path, "job.yaml", yaml.safe_dump(trainjob()))
+    rt = write(tmp_path, "rt.yaml", yaml.safe_dump(runtime(rjob(scheduler=None))))
+    out = run("plan", "--trainjob", job, "--runtime", rt)
+    assert out.returncode == 1
+    assert "pods would not be scheduled by KAI" in out.stdout
+
+
+def test_out_of_scope_is_a_plan_not_an_error(tmp_path):
+    job = write(tmp_path, "job.yaml", yaml.safe_dump(trainjob()))
+    rt = write(tmp_path, "rt.yaml", yaml.safe_dump(runtime(labels={})))
+    out = run("plan", "--trainjob", job, "--runtime", rt)
+    assert out.returncode == 0
+    assert "ignored" in yaml.safe_load(out.stdout)["plan"]
+
+
+BAD = [
+    pytest.param("job.yaml", None, "cannot read", id="missing-file"),
+    pytest.param("job.yaml", "kind: TrainJob\nspec: [unclosed\n", "job.yaml:3:1: not valid YAML", id="yaml-syntax-with-line"),
+    pytest.param("job.yaml", "- a\n- b\n", "expected exactly one object", id="not-an-object"),
+    pytest.param("job.yaml", "a: 1\n---\nb: 2\n", "expected exactly one object", id="two-documents"),
+    pytest.param("job.yaml", yaml.safe_dump(trainjob(num_nodes=-1)), "spec.trainer.numNodes: must be >= 0",
+                 id="field-path"),
+    pytest.param("job.yaml", yaml.safe_dump({**trainjob(), "kind": "Pod"}), "kind: must be 'TrainJob'", id="wrong-kind"),
+    pytest.param("job.yaml", yaml.safe_dump(trainjob(resources_per_node={"requests": {"cpu": "lots"}})),
+                 "spec.trainer.resourcesPerNode.requests.cpu", id="bad-quantity"),
+]
+
+
+@pytest.mark.parametrize("name, text, message", BAD)
+def test_unusable_input_exits_2_with_one_line_and_no_traceback(tmp_path, name, text, message):
+    job = str(tmp_path / name) if text is None else write(tmp_path, name, text)
+    out = run("plan", "--trainjob", job, "--runtime", "samples/clustertrainingruntime.yaml")
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_invalid_setting_stops_with_its_name(tmp_path):
+    import os
+    env = {**os.environ, "KAI_PODGROUP_FLAVOR": "volcano"}
+    out = run("plan", "--trainjob", "samples/trainjob.yaml", "--runtime", "samples/clustertrainingruntime.yaml", env=env)
+    assert out.returncode == 2
+    assert "KAI_PODGROUP_FLAVOR" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,111 @@
+"""The JobSet JSON Patch: guarded, minimal, schema-valid once applied, and a no-op the second time."""
+from __future__ import annotations
+
+import copy
+
+import jsonpatch
+import pytest
+
+from kai_fn.patch import MissingReplicatedJob, carries, escape, jobset_patch
+from kai_fn.plan import plan
+from tests import crds
+from tests.builders import jobset_for, rjob, runtime, trainjob, typed
+
+STAGED = runtime(rjob("dataset-initializer", ancestor="dataset-initializer"),
+                 rjob("node", depends_on=["dataset-initializer"]), ml_policy={"numNodes": 2, "torch": {}})
+FLAT = runtime(ml_policy={"numNodes": 2, "torch": {}})
+
+
+@pytest.mark.parametrize("rt", [FLAT, STAGED], ids=["flat", "staged"])
+@pytest.mark.parametrize("flavor", ["kai", "scheduler-plugins"])
+def test_patched_jobset_carries_the_plan_fits_the_crd_and_keeps_everything_else(rt, flavor):
+    job = trainjob()
+    result = plan(*typed(job, rt), flavor=flavor)
+    live = jobset_for(job, rt)
+    crds.validate(live)
+    ops = jobset_patch(result, live)
+    patched = jsonpatch.apply_patch(live, ops)
+    crds.validate(patched)
+    for change, rj in zip(result.pod_templates, patched["spec"]["replicatedJobs"], strict=True):
+        meta = rj["template"]["spec"]["template"]["metadata"]
+        assert change.labels.items() <= meta["labels"].items()
+        assert change.annotations.items() <= meta.get("annotations", {}).items()
+    assert result.jobset_annotations.items() <= patched["metadata"].get("annotations", {}).items()
+    # Nothing but the added metadata changed: strip it and the original comes back.
+    for rj, original in zip(patched["spec"]["replicatedJobs"], live["spec"]["replicatedJobs"], strict=True):
+        assert rj["template"]["spec"]["template"]["spec"] == original["template"]["spec"]["template"]["spec"]
+        assert rj["template"]["metadata"] == original["template"]["metadata"]
+    assert patched["spec"]["suspend"] is True
+    assert {k: v for k, v in patched["metadata"].items() if k != "annotations"} == live["metadata"]
+    assert jobset_patch(result, patched) == []
+    assert carries(result, patched) and not carries(result, live)
+    assert jsonpatch.apply_patch(patched, ops) == patched  # applying the same patch twice is a no-op
+
+
+def test_patch_guards_uid_suspension_and_every_index_it_touches():
+    job = trainjob()
+    live = jobset_for(job, STAGED)
+    ops = jobset_patch(plan(*typed(job, STAGED)), live)
+    tests_ops = [op for op in ops if op["op"] == "test"]
+    assert tests_ops == [
+        {"op": "test", "path": "/metadata/uid", "value": live["metadata"]["uid"]},
+        {"op": "test", "path": "/spec/suspend", "value": True},
+        {"op": "test", "path": "/spec/replicatedJobs/0/name", "value": "dataset-initializer"},
+        {"op": "test", "path": "/spec/replicatedJobs/1/name", "value": "node"},
+    ]
+    assert ops[: len(tests_ops)] == tests_ops  # guards come first, so a failed one changes nothing
+
+
+@pytest.mark.parametrize("mutate, why", [
+    (lambda js: js["spec"].__setitem__("suspend", False), "resumed meanwhile"),
+    (lambda js: js["spec"]["replicatedJobs"].reverse(), "reordered"),
+    (lambda js: js["metadata"].__setitem__("uid", "another-jobset"), "replaced by a new JobSet of the same name"),
+])
+def test_a_stale_patch_fails_its_guards_and_changes_nothing(mutate, why):
+    job = trainjob()
+    live = jobset_for(job, STAGED)
+    ops = jobset_patch(plan(*typed(job, STAGED)), live)
+    changed = copy.deepcopy(live)
+    mutate(changed)
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(changed, ops)
+
+
+def test_keys_with_slashes_are_escaped_and_existing_maps_are_extended_not_replaced():
+    job = trainjob()
+    live = jobset_for(job, FLAT)
+    pod_meta = live["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    pod_meta["metadata"] = {"labels": {"team": "vision"}, "annotations": {"owner": "alice"}}
+    live["metadata"]["annotations"] = {"keep": "me"}
+    ops = jobset_patch(plan(*typed(job, FLAT)), live)
+    assert {"op": "add", "path": "/metadata/annotations/kai.scheduler~1skip-podgrouper", "value": "true"} in ops
+    assert {"op": "add", "path": "/spec/replicatedJobs/0/template/spec/template/metadata/labels/kai.scheduler~1queue",
+            "value": "rt-queue"} in ops
+    patched = jsonpatch.apply_patch(live, ops)
+    meta = patched["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]
+    assert meta["labels"]["team"] == "vision" and meta["annotations"]["owner"] == "alice"
+    assert patched["metadata"]["annotations"]["keep"] == "me"
+
+
+def test_a_wrong_value_is_corrected_in_place():
+    job = trainjob(labels={"kai.scheduler/queue": "new-q"})
+    live = jobset_for(job, FLAT)
+    live["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"] = {"labels": {"kai.scheduler/queue": "old"}}
+    ops = jobset_patch(plan(*typed(job, FLAT)), live)
+    assert jsonpatch.apply_patch(live, ops)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"][
+        "labels"]["kai.scheduler/queue"] == "new-q"
+
+
+def test_a_jobset_without_the_runtimes_replicated_job_is_not_patched():
+    job = trainjob()
+    live = jobset_for(job, FLAT)
+    live["spec"]["replicatedJobs"][0]["name"] = "something-else"
+    result = plan(*typed(job, FLAT))
+    with pytest.raises(MissingReplicatedJob):
+        jobset_patch(result, live)
+    assert not carries(result, live)
+
+
+@pytest.mark.parametrize("key, escaped", [("a/b", "a~1b"), ("a~b", "a~0b"), ("~/", "~0~1"), ("plain", "plain")])
+def test_json_pointer_escaping(key, escaped):
+    assert escape(key) == escaped

@@ -1,0 +1,214 @@
+"""The planner: scope, precedence, layout, flavors and problems — each rule a row."""
+from __future__ import annotations
+
+import pytest
+
+from kai_fn.models import InputError
+from kai_fn.plan import plan
+from tests import crds
+from tests.builders import UID, container, rjob, runtime, trainjob, typed
+
+KAI_RUNTIME_POLICY = {"kai": {"queueName": "policy-queue"}}
+
+
+def make(job=None, rt=None, **kw):
+    return plan(*typed(job or trainjob(), rt or runtime()), **kw)
+
+
+SCOPE = [
+    pytest.param(trainjob(), runtime(labels={}, pod_group_policy=KAI_RUNTIME_POLICY), None, id="runtime-kai-policy"),
+    pytest.param(trainjob(labels={"kai.scheduler/queue": "q"}), runtime(labels={}), None, id="trainjob-queue-label"),
+    pytest.param(trainjob(), runtime(labels={"kai.scheduler/queue": "q"}), None, id="runtime-queue-label"),
+    pytest.param(trainjob(), runtime(labels={}), "asks for KAI", id="nothing-asks-for-kai"),
+    pytest.param(trainjob(labels={"kai.scheduler/queue": "q"}),
+                 runtime(pod_group_policy={"coscheduling": {"scheduleTimeoutSeconds": 30}}),
+                 "coscheduling", id="coscheduling-runtime-wins-over-label"),
+    pytest.param(trainjob(labels={"kai.scheduler/queue": "q"}), runtime(pod_group_policy={"volcano": {}}),
+                 "volcano", id="volcano-runtime-wins-over-label"),
+    pytest.param(trainjob(managedBy="kueue.x-k8s.io/multikueue"), runtime(), "managed by kueue.x-k8s.io/multikueue",
+                 id="managed-elsewhere"),
+    pytest.param(trainjob(managedBy="trainer.kubeflow.org/trainjob-controller"), runtime(), None,
+                 id="managed-by-trainer-explicitly"),
+]
+
+
+@pytest.mark.parametrize("job, rt, ignored", SCOPE)
+def test_scope(job, rt, ignored):
+    result = make(job, rt)
+    if ignored is None:
+        assert result.ignored is None and result.actionable
+    else:
+        assert ignored in result.ignored
+        assert result.podgroup is None and not result.pod_templates and not result.problems
+
+
+QUEUE = [
+    pytest.param({"kai.scheduler/queue": "job-q"}, {"kai.scheduler/queue": "rt-q"}, KAI_RUNTIME_POLICY, "job-q",
+                 id="trainjob-label-first"),
+    pytest.param({}, {"kai.scheduler/queue": "rt-q"}, KAI_RUNTIME_POLICY, "policy-queue", id="then-runtime-policy"),
+    pytest.param({}, {"kai.scheduler/queue": "rt-q"}, {"kai": {}}, "rt-q", id="then-runtime-label"),
+    pytest.param({}, {}, {"kai": {}}, "from-settings", id="then-the-setting"),
+]
+
+
+@pytest.mark.parametrize("job_labels, rt_labels, policy, queue", QUEUE)
+def test_queue_precedence(job_labels, rt_labels, policy, queue):
+    result = make(trainjob(labels=job_labels), runtime(labels=rt_labels, pod_group_policy=policy),
+                  default_queue="from-settings")
+    assert result.queue == queue
+    assert result.podgroup["spec"]["queue"] == queue
+    assert all(c.labels["kai.scheduler/queue"] == queue for c in result.pod_templates)
+
+
+def test_flat_kai_podgroup_is_named_owned_labelled_and_fits_the_crd():
+    result = make(trainjob(num_nodes=3), runtime(ml_policy={"torch": {}}))
+    pg = result.podgroup
+    crds.validate(pg)
+    assert pg["apiVersion"] == "scheduling.run.ai/v2alpha2"
+    assert pg["metadata"]["name"] == f"pg-job-{UID}"
+    assert pg["metadata"]["namespace"] == "ns"
+    assert pg["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kai-fn", "kai-fn/trainjob": "job",
+                                        "kai-fn/trainjob-uid": UID}
+    assert pg["metadata"]["ownerReferences"] == [{
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job", "uid": UID,
+        "controller": True, "blockOwnerDeletion": True}]
+    assert pg["spec"] == {"queue": "rt-queue", "minMember": 3}
+    assert result.layout == "flat"
+    assert result.jobset_annotations == {"kai.scheduler/skip-podgrouper": "true"}
+    (change,) = result.pod_templates
+    assert change.annotations == {"pod-group-name": f"pg-job-{UID}"}
+    assert change.labels == {"kai.scheduler/queue": "rt-queue"}
+
+
+def test_depends_on_gives_one_subgroup_per_replicated_job_and_labels_pods_with_it():
+    rt = runtime(rjob("dataset-initializer", ancestor="dataset-initializer"),
+                 rjob("model-initializer", ancestor="model-initializer"),
+                 rjob("node", depends_on=["dataset-initializer", "model-initializer"]),
+                 ml_policy={"numNodes": 30, "torch": {}})
+    result = make(trainjob(), rt)
+    crds.validate(result.podgroup)
+    spec = result.podgroup["spec"]
+    assert result.layout == "staged"
+    assert "minMember" not in spec  # KAI's webhook: minMember and minSubGroup are mutually exclusive
+    assert spec["minSubGroup"] == 1
+    assert spec["subGroups"] == [{"name": "dataset-initializer", "minMember": 1},
+                                 {"name": "model-initializer", "minMember": 1}, {"name": "node", "minMember": 30}]
+    assert result.min_member == 32
+    assert {c.replicated_job: c.labels["kai.scheduler/subgroup-name"] for c in result.pod_templates} == {
+        "dataset-initializer": "dataset-initializer", "model-initializer": "model-initializer", "node": "node"}
+
+
+def test_priority_preemptibility_and_topology_reach_the_podgroup():
+    job = trainjob(labels={"priorityClassName": "train-high", "kai.scheduler/preemptibility": "non-preemptible"},
+                   annotations={"kai.scheduler/topology": "cluster-topology",
+                                "kai.scheduler/topology-required-placement": "topology.kubernetes.io/zone",
+                                "kai.scheduler/topology-preferred-placement": "kubernetes.io/hostname"})
+    pg = make(job).podgroup
+    crds.validate(pg)
+    assert pg["spec"]["priorityClassName"] == "train-high"
+    assert pg["spec"]["preemptibility"] == "non-preemptible"
+    assert pg["spec"]["topologyConstraint"] == {"topology": "cluster-topology",
+                                                "requiredTopologyLevel": "topology.kubernetes.io/zone",
+                                                "preferredTopologyLevel": "kubernetes.io/hostname"}
+
+
+def test_priority_falls_back_to_the_trainer_pod_template():
+    rt = runtime(rjob("init", ancestor="dataset-initializer", pod_spec={"priorityClassName": "init-low"}),
+                 rjob("node", pod_spec={"priorityClassName": "trainer-high"}))
+    assert make(trainjob(), rt).podgroup["spec"]["priorityClassName"] == "trainer-high"
+    job = trainjob(labels={"priorityClassName": "from-label"})
+    assert make(job, rt).podgroup["spec"]["priorityClassName"] == "from-label"
+
+
+def test_schedule_timeout_comes_from_the_policy_with_default_60():
+    assert make(flavor="scheduler-plugins").podgroup["spec"]["scheduleTimeoutSeconds"] == 60
+    rt = runtime(pod_group_policy={"kai": {"scheduleTimeoutSeconds": 120}})
+    assert make(trainjob(), rt, flavor="scheduler-plugins").podgroup["spec"]["scheduleTimeoutSeconds"] == 120
+
+
+def test_scheduler_plugins_flavor_has_upstream_shape_and_fits_the_crd():
+    rt = runtime(rjob("node", containers=[container(requests={"cpu": "500m", "memory": "1Gi"})]),
+                 rjob("launcher", ancestor=None, containers=[container("launcher", requests={"cpu": "250m", "memory": "512Mi"})]),
+                 ml_policy={"numNodes": 2, "torch": {}})
+    result = make(trainjob(), rt, flavor="scheduler-plugins")
+    pg = result.podgroup
+    crds.validate(pg)
+    assert pg["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
+    assert pg["metadata"]["name"] == "job"
+    assert pg["spec"] == {"minMember": 3, "minResources": {"cpu": "1250m", "memory": "2560Mi"},
+                          "scheduleTimeoutSeconds": 60}
+    assert pg["metadata"]["ownerReferences"][0]["controller"] is True
+    assert [c.labels for c in result.pod_templates] == [{"scheduling.x-k8s.io/pod-group": "job"}] * 2
+    assert result.jobset_annotations == {}
+
+
+def test_kai_plan_reports_min_resources_it_cannot_write_into_the_spec():
+    rt = runtime(rjob(containers=[container(requests={"cpu": "2", "nvidia.com/gpu": "1"})]), ml_policy={"numNodes": 4})
+    result = make(trainjob(), rt)
+    assert result.min_resources == {"cpu": "8", "nvidia.com/gpu": "4"}
+    assert "minResources" not in result.podgroup["spec"]
+    assert result.summary()["minResources"] == {"cpu": "8", "nvidia.com/gpu": "4"}
+
+
+PROBLEMS = [
+    pytest.param(trainjob(labels={"kai.scheduler/queue": "bad queue!"}), runtime(), {}, "kai.scheduler/queue",
+                 id="queue-not-a-label-value"),
+    pytest.param(trainjob(labels={"kai.scheduler/queue": "q" * 64}), runtime(), {}, "longer than 63",
+                 id="queue-too-long-is-not-truncated"),
+    pytest.param(trainjob(labels={"kai.scheduler/preemptibility": "sometimes"}), runtime(), {}, "preemptibility",
+                 id="preemptibility-unknown"),
+    pytest.param(trainjob(labels={"priorityClassName": "High_Priority"}), runtime(), {}, "priorityClassName",
+                 id="priority-class-not-a-name"),
+    pytest.param(trainjob(annotations={"kai.scheduler/topology-required-placement": "zone"}), runtime(), {},
+                 "needs kai.scheduler/topology", id="topology-level-without-topology"),
+    pytest.param(trainjob(), runtime(rjob(scheduler=None)), {}, "pods would not be scheduled by KAI",
+                 id="scheduler-name-unset"),
+    pytest.param(trainjob(), runtime(rjob(scheduler="default-scheduler")), {}, "pods would not be scheduled by KAI",
+                 id="scheduler-name-other"),
+    pytest.param(trainjob(), runtime(rjob("Init_Job", ancestor=None), rjob("node", depends_on=["Init_Job"])), {},
+                 "subgroup", id="subgroup-name-not-a-dns-label"),
+    pytest.param(trainjob(name="n" * 64), runtime(), {"flavor": "scheduler-plugins"}, "pod-group label",
+                 id="trainjob-name-too-long-for-the-pod-label"),
+    pytest.param(trainjob(), runtime(rjob(containers=[container(requests={"cpu": "-1"})])), {}, "negative",
+                 id="negative-request"),
+]
+
+
+@pytest.mark.parametrize("job, rt, kw, needle", PROBLEMS)
+def test_invalid_values_block_the_plan_with_a_named_problem(job, rt, kw, needle):
+    result = make(job, rt, **kw)
+    assert result.blocked
+    assert result.podgroup is None and result.pod_templates == () and result.jobset_annotations == {}
+    assert any(needle in str(p) for p in result.problems), [str(p) for p in result.problems]
+
+
+def test_empty_runtime_blocks():
+    rt = runtime()
+    rt["spec"]["template"]["spec"]["replicatedJobs"] = []
+    result = make(trainjob(), rt)
+    assert result.blocked and "no pods" in str(result.problems[0])
+
+
+def test_scheduler_plugins_with_depends_on_warns_but_plans():
+    rt = runtime(rjob("init", ancestor="dataset-initializer"), rjob("node", depends_on=["init"]))
+    result = make(trainjob(), rt, flavor="scheduler-plugins")
+    assert result.actionable and not result.blocked
+    assert [p.blocking for p in result.problems] == [False]
+
+
+@pytest.mark.parametrize("ref, message", [
+    ({"name": "rt", "kind": "Deployment"}, "spec.runtimeRef.kind"),
+    ({"name": "rt", "apiGroup": "example.com"}, "spec.runtimeRef.apiGroup"),
+])
+def test_unsupported_runtime_refs_are_input_errors(ref, message):
+    job = trainjob()
+    job["spec"]["runtimeRef"] = ref
+    with pytest.raises(InputError, match=message):
+        make(job, runtime())
+
+
+def test_a_runtime_other_than_the_named_one_is_refused():
+    with pytest.raises(InputError, match="names ClusterTrainingRuntime rt"):
+        make(trainjob(), runtime(name="other"))
+    with pytest.raises(InputError, match="names TrainingRuntime"):
+        make(trainjob(runtime_kind="TrainingRuntime"), runtime())
