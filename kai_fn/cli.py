@@ -95,7 +95,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flavor", choices=["kai", "scheduler-plugins"], help="default: KAI_PODGROUP_FLAVOR or kai")
     p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
     p.set_defaults(func=cmd_plan)
+
+    i = sub.add_parser("invoke", help="POST a sample event in binary mode to a running function")
+    i.add_argument("sample", metavar="SAMPLE", help="a file from samples/events")
+    i.add_argument("--url", default="http://127.0.0.1:8080", help="default: %(default)s")
+    i.set_defaults(func=cmd_invoke)
+
+    d = sub.add_parser("demo", help="emulated cluster + real function server + the sample events")
+    d.set_defaults(func=cmd_demo)
     return parser
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    from kai_fn.invoke import SampleError, load_sample, post
+
+    try:
+        sample = load_sample(args.sample)
+    except SampleError as error:
+        raise UsageError(str(error)) from None
+    try:
+        answer = post(args.url, sample)
+    except OSError as error:
+        raise UsageError(f"{args.url}: no answer: {getattr(error, 'reason', error)}") from None
+    print(f"HTTP {answer.status}")
+    for key in ("Retry-After", "X-Kai-Fn-Outcome"):
+        if key in answer.headers:
+            print(f"{key}: {answer.headers[key]}")
+    if answer.body:
+        print(answer.body.rstrip())
+    return EXIT_OK if answer.status < 300 else EXIT_BLOCKED
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from kai_fn.demo import run
+
+    return run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

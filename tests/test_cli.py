@@ -27,8 +27,8 @@ def write(tmp_path: Path, name: str, text: str) -> str:
 
 
 def test_plan_of_the_samples_prints_podgroup_templates_and_patch():
-    out = run("plan", "--trainjob", "samples/trainjob.yaml", "--runtime", "samples/clustertrainingruntime.yaml",
-              "--jobset", "samples/jobset.yaml", "-o", "json")
+    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
+              "--jobset", "samples/cluster/jobset-llama-finetune.yaml", "-o", "json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["plan"]["minMember"] == 4
@@ -39,7 +39,7 @@ def test_plan_of_the_samples_prints_podgroup_templates_and_patch():
 
 
 def test_plan_prints_yaml_by_default_and_honours_the_flavor_flag():
-    out = run("plan", "--trainjob", "samples/trainjob.yaml", "--runtime", "samples/clustertrainingruntime.yaml",
+    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
               "--flavor", "scheduler-plugins")
     assert out.returncode == 0, out.stderr
     report = yaml.safe_load(out.stdout)
@@ -79,7 +79,7 @@ BAD = [
 @pytest.mark.parametrize("name, text, message", BAD)
 def test_unusable_input_exits_2_with_one_line_and_no_traceback(tmp_path, name, text, message):
     job = str(tmp_path / name) if text is None else write(tmp_path, name, text)
-    out = run("plan", "--trainjob", job, "--runtime", "samples/clustertrainingruntime.yaml")
+    out = run("plan", "--trainjob", job, "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml")
     assert out.returncode == 2
     assert out.stdout == ""
     lines = out.stderr.strip().splitlines()
@@ -90,6 +90,6 @@ def test_unusable_input_exits_2_with_one_line_and_no_traceback(tmp_path, name, t
 def test_invalid_setting_stops_with_its_name(tmp_path):
     import os
     env = {**os.environ, "KAI_PODGROUP_FLAVOR": "volcano"}
-    out = run("plan", "--trainjob", "samples/trainjob.yaml", "--runtime", "samples/clustertrainingruntime.yaml", env=env)
+    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", env=env)
     assert out.returncode == 2
     assert "KAI_PODGROUP_FLAVOR" in out.stderr and "Traceback" not in out.stderr

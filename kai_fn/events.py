@@ -1,0 +1,128 @@
+"""CloudEvents in: what an ApiServerSource (or the resync PingSource) delivered, checked and typed.
+
+Anything malformed raises :class:`BadEvent` before a single API call is made; deletes and other kinds or
+types are :class:`Ignored`, so the sender gets a 2xx and stops retrying them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+from cloudevents.exceptions import GenericException
+from cloudevents.http import from_http
+
+from kai_fn import keys, validation
+
+PREFIX = "dev.knative.apiserver."
+PING = "dev.knative.sources.ping"
+
+
+class BadEvent(ValueError):
+    """Not a usable event: answered 400 with this one-line reason."""
+
+
+@dataclass(frozen=True)
+class TrainJobEvent:
+    id: str
+    type: str
+    mode: Literal["resource", "ref"]
+    namespace: str
+    name: str
+    uid: str | None = None  # ref mode carries none
+    object: dict[str, Any] | None = None  # resource mode: the TrainJob as the watch saw it
+
+
+@dataclass(frozen=True)
+class Resync:
+    id: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Ignored:
+    id: str
+    type: str
+    reason: str
+
+
+Event = TrainJobEvent | Resync | Ignored
+
+
+def parse(headers: Mapping[str, str], body: bytes) -> Event:
+    try:
+        event = from_http(dict(headers), body, data_unmarshaller=lambda raw: raw)
+    except GenericException as error:
+        raise BadEvent(f"not a CloudEvent: {_first_line(error)}") from None
+    except (ValueError, TypeError, AttributeError) as error:
+        raise BadEvent(f"not a CloudEvent: {_first_line(error)}") from None
+    attrs = event.get_attributes()
+    ce_id, ce_type = str(attrs.get("id", "")), str(attrs.get("type", ""))
+    if not ce_id or not ce_type:
+        raise BadEvent("CloudEvent lacks id or type")
+
+    if ce_type == PING:
+        return Resync(ce_id, ce_type)
+    if not ce_type.startswith(PREFIX):
+        return Ignored(ce_id, ce_type, f"event type {ce_type} is not from an ApiServerSource")
+    mode, _, action = ce_type[len(PREFIX):].partition(".")
+    if mode not in ("resource", "ref") or action not in ("add", "update", "delete"):
+        return Ignored(ce_id, ce_type, f"event type {ce_type} is not handled")
+
+    data = _json_object(event.get_data())
+    kind = attrs.get("kind") or data.get("kind")
+    if kind != keys.TRAINJOB_KIND:
+        return Ignored(ce_id, ce_type, f"kind {kind!r} is not {keys.TRAINJOB_KIND}")
+    if action == "delete":
+        return Ignored(ce_id, ce_type, "a deleted TrainJob needs nothing: its PodGroup goes with it (ownerReference)")
+
+    if data.get("kind") != keys.TRAINJOB_KIND:
+        raise BadEvent(f"data.kind: must be {keys.TRAINJOB_KIND}, got {data.get('kind')!r}")
+    if data.get("apiVersion") != keys.TRAINER_API:
+        raise BadEvent(f"data.apiVersion: must be {keys.TRAINER_API}, got {data.get('apiVersion')!r}")
+    if mode == "ref":
+        return TrainJobEvent(ce_id, ce_type, "ref", _name(data, "namespace", "data"), _name(data, "name", "data"))
+    meta = data.get("metadata")
+    if not isinstance(meta, dict):
+        raise BadEvent("data.metadata: must be an object")
+    return TrainJobEvent(
+        ce_id, ce_type, "resource",
+        namespace=_name(meta, "namespace", "data.metadata"),
+        name=_name(meta, "name", "data.metadata"),
+        uid=_name(meta, "uid", "data.metadata"),
+        object=data,
+    )
+
+
+def _json_object(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, (bytes, bytearray)):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadEvent("data: not UTF-8") from None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise BadEvent(f"data: not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+    if not isinstance(raw, dict):
+        raise BadEvent(f"data: must be a JSON object, got {type(raw).__name__ if raw is not None else 'nothing'}")
+    return raw
+
+
+_SYNTAX = {"namespace": validation.dns_label, "name": validation.dns_subdomain}
+
+
+def _name(obj: dict[str, Any], key: str, where: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadEvent(f"{where}.{key}: must be a non-empty string, got {value!r}")
+    check = _SYNTAX.get(key)
+    if check and (why := check(value)):
+        raise BadEvent(f"{where}.{key}: {why}")
+    return value
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:200]

@@ -1,0 +1,85 @@
+"""The HTTP contract: a CloudEvent in, a status code out, one JSON log line per delivery.
+
+This is an ``@functions_framework.http`` function rather than ``cloud_event``, because only then does it
+choose the status: 2xx with an empty body when done (a Broker turns a non-empty non-CloudEvent body into a
+redelivery), 503 + Retry-After when a retry can help (a direct sink does not retry 500), 400 for a bad event,
+413 for an oversized body.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import flask
+
+from kai_fn import events, reconcile
+from kai_fn.cluster import Cluster, Transient
+from kai_fn.report import configure_logging, log
+from kai_fn.settings import Settings, load
+
+RETRY_AFTER_SECONDS = 2
+
+
+class App:
+    """Settings and the one API client of this process, both made at start-up so a bad one stops it there."""
+
+    def __init__(self, settings: Settings | None = None, cluster: Cluster | None = None) -> None:
+        self.settings = settings or load()
+        configure_logging(self.settings.log_level)
+        self.cluster = cluster or Cluster.from_settings(self.settings)
+
+    def __call__(self, request: flask.Request) -> flask.Response:
+        if request.method in ("GET", "HEAD"):
+            return flask.Response("ok\n", 200, mimetype="text/plain")
+        if request.method != "POST":
+            return _answer(405, f"{request.method} is not accepted; POST a CloudEvent")
+        started = time.perf_counter()
+        fields: dict[str, Any] = {}
+        status, reason = self.deliver(request, fields)
+        fields |= {"status": status, "reason": reason, "ms": round((time.perf_counter() - started) * 1000, 1)}
+        level = logging.WARNING if status >= 500 else logging.INFO
+        log.log(level, "event", extra={"fields": fields})
+        if status < 300:
+            response = flask.Response(b"", status)
+            response.headers["X-Kai-Fn-Outcome"] = fields.get("outcome", "")
+            return response
+        response = _answer(status, reason)
+        if status == 503:
+            response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+
+    def deliver(self, request: flask.Request, fields: dict[str, Any]) -> tuple[int, str]:
+        limit = self.settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return 413, f"body of {request.content_length} bytes is over KAI_FN_MAX_BODY_BYTES ({limit})"
+        body = request.stream.read(limit + 1)
+        if len(body) > limit:
+            return 413, f"body is over KAI_FN_MAX_BODY_BYTES ({limit})"
+        try:
+            event = events.parse(request.headers, body)
+        except events.BadEvent as error:
+            fields["outcome"] = "bad"
+            return 400, str(error)
+        fields |= {"type": event.type, "id": event.id}
+        if isinstance(event, events.Ignored):
+            fields["outcome"] = "ignored"
+            return 200, event.reason
+        session = self.cluster.session()
+        try:
+            if isinstance(event, events.Resync):
+                outcome = reconcile.resync(session, self.settings)
+            else:
+                fields |= {"namespace": event.namespace, "name": event.name, "uid": event.uid, "mode": event.mode}
+                outcome = reconcile.reconcile(event, session, self.settings)
+        except (Transient, reconcile.Retry) as error:
+            fields |= {"outcome": "retry", "api_calls": session.calls}
+            return 503, str(error)
+        fields |= {"outcome": outcome.result, "api_calls": session.calls, "uid": outcome.uid or fields.get("uid")}
+        if outcome.podgroup:
+            fields["podgroup"] = outcome.podgroup
+        return 200, outcome.reason
+
+
+def _answer(status: int, reason: str) -> flask.Response:
+    return flask.Response(reason.replace("\n", " ")[:500] + "\n", status, mimetype="text/plain")

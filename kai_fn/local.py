@@ -1,0 +1,76 @@
+"""The function as a real local process: ``functions-framework`` serving ``main.py`` on a loopback port.
+
+Used by the demo, the tests and the benchmarks, so all of them exercise the same server Knative runs.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Self
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def functions_framework_command(port: int, source: Path = REPO / "main.py", target: str = "handle") -> list[str]:
+    exe = shutil.which("functions-framework", path=str(Path(sys.executable).parent)) or shutil.which("functions-framework")
+    base = [exe] if exe else [sys.executable, "-m", "functions_framework"]
+    return [*base, "--source", str(source), "--target", target, "--signature-type", "http",
+            "--host", "127.0.0.1", "--port", str(port)]
+
+
+class FunctionProcess:
+    """Start with ``env`` (e.g. KUBECONFIG and KAI_* settings) added to this process's environment."""
+
+    def __init__(self, env: dict[str, str], *, log: IO[bytes] | int | None = subprocess.DEVNULL,
+                 source: Path = REPO / "main.py", target: str = "handle", threads: int = 8) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "THREADS": str(threads), "PYTHONUNBUFFERED": "1", **env}
+        self.command = functions_framework_command(self.port, source, target)
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    def start(self, ready_timeout: float = 60.0) -> Self:
+        self.started_at = time.perf_counter()
+        self.proc = subprocess.Popen(self.command, env=self.env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the function exited with {self.proc.returncode} before it answered")
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:
+                    if response.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"the function did not answer on {self.url} within {ready_timeout}s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

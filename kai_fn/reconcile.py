@@ -1,0 +1,201 @@
+"""From one TrainJob to its gang: PodGroup first, then the JobSet's pod templates, then release.
+
+Order is the safety property: a pod template never names a PodGroup that does not exist, and the TrainJob
+is released only once its JobSet carries the changes. Every step is idempotent, so duplicates, retries and
+concurrent deliveries are harmless; and a JobSet that already carries the plan means the work was done,
+so a stale event re-reads the TrainJob instead of acting on its old copy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kai_fn import keys, report
+from kai_fn.cluster import Gone, Session, TestFailed
+from kai_fn.events import TrainJobEvent
+from kai_fn.models import InputError, Runtime, TrainJob, parse
+from kai_fn.patch import MissingReplicatedJob, carries, jobset_patch
+from kai_fn.plan import Plan, plan
+from kai_fn.runtime import target
+from kai_fn.settings import Settings
+
+Result = Literal["done", "skipped", "ignored", "blocked", "retry"]
+_PATCH_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: Result
+    reason: str
+    namespace: str | None = None
+    name: str | None = None
+    uid: str | None = None
+    podgroup: str | None = None
+
+
+class Retry(Exception):
+    """The work cannot be done yet; the sender should redeliver (503)."""
+
+
+def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
+    if not settings.watches(event.namespace):
+        return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", event.namespace, event.name, event.uid)
+    obj = event.object
+    if obj is None:
+        obj = session.trainjob(event.namespace, event.name)
+        if obj is None:
+            return Outcome("ignored", "the TrainJob no longer exists", event.namespace, event.name)
+    return Reconciler(session, settings, obj).run()
+
+
+def resync(session: Session, settings: Settings) -> Outcome:
+    """Reconcile suspended TrainJobs that no event brought us (the source replays nothing after a restart)."""
+    waiting = [
+        o for o in session.list_trainjobs()
+        if o.get("spec", {}).get("suspend") is True
+        and not _marked(o)
+        and not o.get("metadata", {}).get("deletionTimestamp")
+        and settings.watches(o.get("metadata", {}).get("namespace", ""))
+    ]
+    waiting.sort(key=lambda o: o.get("metadata", {}).get("creationTimestamp") or "")
+    tally: dict[str, int] = {}
+    for obj in waiting[: settings.resync_limit]:
+        try:
+            result = Reconciler(session, settings, obj).run().result
+        except Retry:
+            result = "retry"
+        tally[result] = tally.get(result, 0) + 1
+    left = max(len(waiting) - settings.resync_limit, 0)
+    summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "nothing to do"
+    return Outcome("done", f"resync: {len(waiting)} waiting; {summary}" + (f"; {left} left for the next run" if left else ""))
+
+
+def _marked(obj: dict[str, Any]) -> bool:
+    notes = obj.get("metadata", {}).get("annotations") or {}
+    return keys.MARKER_PODGROUP in notes or keys.MARKER_SKIPPED in notes
+
+
+class Reconciler:
+    """One TrainJob's pass; each method is one step, and returns the Outcome when the pass ends there."""
+
+    def __init__(self, session: Session, settings: Settings, obj: dict[str, Any]) -> None:
+        self.session, self.settings, self.obj = session, settings, obj
+        meta = obj.get("metadata", {})
+        self.namespace, self.name, self.uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+
+    def outcome(self, result: Result, reason: str, podgroup: str | None = None) -> Outcome:
+        return Outcome(result, reason, self.namespace, self.name, self.uid, podgroup)
+
+    def warn(self, reason: str, message: str, result: Result = "blocked") -> Outcome:
+        self.session.create_event(self.namespace, report.event_body(self.obj, reason, message, warning=True))
+        return self.outcome(result, f"{reason}: {message}")
+
+    def run(self) -> Outcome:
+        notes = self.obj.get("metadata", {}).get("annotations") or {}
+        if keys.MARKER_PODGROUP in notes:
+            return self.outcome("skipped", "already gang-scheduled", notes[keys.MARKER_PODGROUP])
+        if keys.MARKER_SKIPPED in notes:
+            return self.outcome("skipped", f"skipped earlier ({notes[keys.MARKER_SKIPPED]})")
+        if self.obj.get("metadata", {}).get("deletionTimestamp"):
+            return self.outcome("ignored", "the TrainJob is being deleted")
+        try:
+            job = parse(TrainJob, self.obj)
+            where = target(job)
+        except InputError as error:
+            return self.warn(report.INVALID_TRAINJOB, str(error))
+        raw = self.session.runtime(where)
+        if raw is None:
+            return self.warn(report.RUNTIME_NOT_FOUND, f"{where} does not exist; a retry cannot help until it does",
+                             result="ignored")
+        try:
+            result = plan(job, parse(Runtime, raw), flavor=self.settings.flavor,
+                          default_queue=self.settings.default_queue)
+        except InputError as error:
+            return self.warn(report.INVALID_RUNTIME, f"{where}: {error}")
+        if result.ignored:
+            return self.outcome("ignored", result.ignored)
+        if result.blocked:
+            return self.warn(report.PLAN_BLOCKED, "; ".join(str(p) for p in result.problems))
+        return self.apply(job, result)
+
+    def apply(self, job: TrainJob, result: Plan) -> Outcome:
+        jobset = self.live_jobset()
+        for _ in range(_PATCH_ATTEMPTS):
+            if carries(result, jobset):
+                return self.after_earlier_work(result)
+            if jobset.get("spec", {}).get("suspend") is not True:
+                return self.too_late()
+            try:
+                ops = jobset_patch(result, jobset)
+            except MissingReplicatedJob as missing:
+                return self.warn(report.JOBSET_MISMATCH,
+                                 f"JobSet {self.name} has no replicatedJob {missing.args[0]!r}, which the runtime has")
+            created = self.session.create_podgroup(result.podgroup)
+            try:
+                self.session.patch_jobset(self.namespace, self.name, ops)
+            except TestFailed:
+                jobset = self.live_jobset()  # resumed, replaced or reordered meanwhile: decide again
+                continue
+            return self.release(self.obj, result, created)
+        raise Retry("the JobSet kept changing under the patch")
+
+    def live_jobset(self) -> dict[str, Any]:
+        jobset = self.session.jobset(self.namespace, self.name)
+        if jobset is None:
+            raise Retry("JobSet not created yet")
+        owners = jobset.get("metadata", {}).get("ownerReferences") or []
+        if not any(o.get("uid") == self.uid and o.get("controller") for o in owners):
+            raise Retry("the JobSet of that name belongs to another TrainJob (being replaced)")
+        return jobset
+
+    def after_earlier_work(self, result: Plan) -> Outcome:
+        """The JobSet carries the plan, so the PodGroup exists: only the TrainJob may still need its marker."""
+        fresh = self.session.trainjob(self.namespace, self.name)
+        if fresh is None or fresh.get("metadata", {}).get("uid") != self.uid:
+            return self.outcome("ignored", "the TrainJob no longer exists")
+        notes = fresh.get("metadata", {}).get("annotations") or {}
+        if keys.MARKER_PODGROUP in notes:
+            return self.outcome("skipped", "duplicate: already gang-scheduled", notes[keys.MARKER_PODGROUP])
+        return self.release(fresh, result, created=False)
+
+    def too_late(self) -> Outcome:
+        try:
+            self.session.patch_trainjob(self.namespace, self.name,
+                                        {"metadata": {"annotations": {keys.MARKER_SKIPPED: "running"}}})
+        except Gone:
+            return self.outcome("ignored", "the TrainJob no longer exists")
+        return self.warn(
+            report.TOO_LATE,
+            "its JobSet is already running, so its pods cannot join a gang (pod templates are immutable once "
+            "resumed); submit TrainJobs with spec.suspend: true and kai_fn releases them",
+            result="skipped",
+        )
+
+    def release(self, obj: dict[str, Any], result: Plan, created: bool) -> Outcome:
+        hold = self.hold_reason(obj)
+        merge: dict[str, Any] = {"metadata": {"annotations": {keys.MARKER_PODGROUP: result.podgroup_name}}}
+        if hold is None and obj.get("spec", {}).get("suspend") is True:
+            merge["spec"] = {"suspend": False}
+        try:
+            self.session.patch_trainjob(self.namespace, self.name, merge)
+        except Gone:
+            return self.outcome("ignored", "the TrainJob no longer exists")
+        resources = ",".join(f"{k}={v}" for k, v in result.min_resources.items()) or "none"
+        message = (
+            f"PodGroup {result.podgroup_name} {'created' if created else 'in place'}: minMember {result.min_member}"
+            f"{' in ' + str(len(result.pod_sets)) + ' subgroups' if result.layout == 'staged' else ''}, "
+            f"queue {result.queue or 'n/a'}, minResources {resources}; "
+            + (f"left suspended: {hold}" if hold else "released")
+        )
+        self.session.create_event(self.namespace, report.event_body(obj, report.GANG_SCHEDULED, message, warning=False))
+        return self.outcome("done", message, result.podgroup_name)
+
+    def hold_reason(self, obj: dict[str, Any]) -> str | None:
+        meta = obj.get("metadata", {})
+        if keys.KUEUE_QUEUE_LABEL in (meta.get("labels") or {}):
+            return f"Kueue admits it ({keys.KUEUE_QUEUE_LABEL})"
+        if (meta.get("annotations") or {}).get(keys.HOLD_ANNOTATION) == "true":
+            return f"{keys.HOLD_ANNOTATION} is true"
+        if not self.settings.resume:
+            return "KAI_FN_RESUME is false"
+        return None

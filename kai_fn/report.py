@@ -1,0 +1,71 @@
+"""What kai_fn tells people: Kubernetes Events on the TrainJob, and one JSON log line per delivery."""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import socket
+import sys
+from typing import Any
+
+from kai_fn import keys
+
+log = logging.getLogger("kai_fn")
+_INSTANCE = socket.gethostname()
+
+# Warning reasons, each explained in the README's troubleshooting table.
+RUNTIME_NOT_FOUND = "RuntimeNotFound"
+INVALID_RUNTIME = "InvalidRuntime"
+INVALID_TRAINJOB = "InvalidTrainJob"
+PLAN_BLOCKED = "PlanBlocked"
+JOBSET_MISMATCH = "JobSetMismatch"
+TOO_LATE = "TooLate"
+# Normal
+GANG_SCHEDULED = "GangScheduled"
+
+
+def event_body(trainjob: dict[str, Any], reason: str, message: str, warning: bool) -> dict[str, Any]:
+    """A core/v1 Event on the TrainJob. Its name is derived from what it says, so a duplicate delivery
+    that would say the same thing gets a 409 instead of a second Event."""
+    meta = trainjob["metadata"]
+    digest = hashlib.sha256(f"{meta.get('uid')}|{reason}|{message}".encode()).hexdigest()[:10]
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name'][:200]}.kai-fn.{digest}", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": keys.TRAINER_API,
+            "kind": keys.TRAINJOB_KIND,
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": keys.MANAGED_BY},
+        "reportingComponent": keys.MANAGED_BY,
+        "reportingInstance": _INSTANCE,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {"level": record.levelname.lower(), "msg": record.getMessage()}
+        line.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter())
+    log.handlers[:] = [handler]
+    log.setLevel(level)
+    log.propagate = False

@@ -1,0 +1,11 @@
+"""Knative entry point: ``functions-framework --source main.py --target handle --signature-type http``."""
+import functions_framework
+
+from kai_fn.handler import App
+
+app = App()  # validates the settings now: a bad one stops the process at start-up, naming it
+
+
+@functions_framework.http
+def handle(request):
+    return app(request)
