@@ -1,0 +1,57 @@
+# syntax=docker/dockerfile:1
+#
+# kai-fn image: functions-framework serving main.handle on $PORT (8080).
+#
+#   docker build -t ghcr.io/<you>/kai-fn:<version> .
+#   docker push ghcr.io/<you>/kai-fn:<version>     # then pin the pushed digest
+#                                                  # in knative/base/kustomization.yaml
+#
+# Base image: pin it by digest for reproducible builds. Look the digest up with
+#   docker buildx imagetools inspect python:3.11-slim   (or: crane digest python:3.11-slim)
+# and build with
+#   docker build --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:<that digest> .
+# Both stages must use the same image: the venv links to its interpreter.
+ARG PYTHON_IMAGE=python:3.11-slim
+
+# ---- builder: a virtualenv with the pinned runtime requirements -------------
+FROM ${PYTHON_IMAGE} AS builder
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+# Every requirement ships manylinux wheels for CPython 3.11, so no compiler is
+# needed. Should one ever need building, install build tools in THIS stage only.
+RUN python -m venv /opt/venv
+COPY requirements.txt /tmp/requirements.txt
+RUN /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+
+# ---- final: the venv and the app, nothing else -------------------------------
+FROM ${PYTHON_IMAGE}
+
+# PYTHONDONTWRITEBYTECODE: the root filesystem is read-only at run time (the
+# bytecode is compiled below, at build time). HOME/TMPDIR point at /tmp, the
+# only writable path (an emptyDir in the Knative Service): gunicorn puts its
+# worker heartbeat file in TMPDIR and its control socket under $HOME.
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    TMPDIR=/tmp
+
+COPY --from=builder /opt/venv /opt/venv
+
+WORKDIR /app
+COPY main.py /app/main.py
+COPY kai_fn/ /app/kai_fn/
+RUN python -m compileall -q /app
+
+# Numeric, non-root (nobody-style 65532); matches runAsUser in the Service.
+USER 65532:65532
+
+EXPOSE 8080
+
+# The CLI reads the port from $PORT (click envvar; default 8080), which Knative
+# sets, and the host from $HOST (default 0.0.0.0). Workers/threads come from
+# $WORKERS/$THREADS, set in the Service.
+ENTRYPOINT ["functions-framework", "--source", "main.py", "--target", "handle", "--signature-type", "http"]

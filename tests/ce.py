@@ -1,0 +1,60 @@
+"""CloudEvents as the ApiServerSource adapter sends them (FACTS §4), built with the CloudEvents SDK."""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from cloudevents.conversion import to_binary, to_structured
+from cloudevents.http import CloudEvent
+
+from kai_fn.invoke import Answer, Sample, post
+
+SOURCE = "https://10.96.0.1:443"
+
+
+def _go_case(headers: dict[str, str]) -> dict[str, str]:
+    """The adapter is written in Go: ``Ce-Specversion``, not ``ce-specversion``."""
+    return {"-".join(part.capitalize() for part in k.split("-")): v for k, v in headers.items()}
+
+
+def _event(ce_type: str, namespace: str, name: str, data: Any, event_id: str | None) -> CloudEvent:
+    return CloudEvent({
+        "id": event_id or str(uuid.uuid4()),
+        "type": ce_type,
+        "source": SOURCE,
+        "subject": f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}",
+        "kind": "TrainJob",
+        "apiversion": "trainer.kubeflow.org/v1alpha1",
+        "name": name,
+        "namespace": namespace,
+    }, data)
+
+
+def resource(obj: dict[str, Any], action: str = "add", *, event_id: str | None = None,
+             structured: bool = False) -> Sample:
+    """Resource mode: the data is the whole object as the watch saw it."""
+    meta = obj["metadata"]
+    event = _event(f"dev.knative.apiserver.resource.{action}", meta["namespace"], meta["name"], obj, event_id)
+    return _sample(event, structured)
+
+
+def ref(namespace: str, name: str, action: str = "add", *, event_id: str | None = None,
+        structured: bool = False) -> Sample:
+    """Reference mode (the source's default): kind, namespace, name and apiVersion only."""
+    data = {"kind": "TrainJob", "namespace": namespace, "name": name, "apiVersion": "trainer.kubeflow.org/v1alpha1"}
+    return _sample(_event(f"dev.knative.apiserver.ref.{action}", namespace, name, data, event_id), structured)
+
+
+def ping(event_id: str | None = None) -> Sample:
+    event = CloudEvent({"id": event_id or str(uuid.uuid4()), "type": "dev.knative.sources.ping",
+                        "source": "/apis/v1/namespaces/kai-fn/pingsources/kai-fn-resync"}, {"resync": True})
+    return _sample(event, False)
+
+
+def _sample(event: CloudEvent, structured: bool) -> Sample:
+    headers, body = (to_structured if structured else to_binary)(event)
+    return Sample(event["type"], "", _go_case(dict(headers)), body if isinstance(body, bytes) else body.encode())
+
+
+def send(url: str, sample: Sample, timeout: float = 30.0) -> Answer:
+    return post(url, sample, timeout=timeout)

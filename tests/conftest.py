@@ -1,0 +1,87 @@
+"""Fixtures: the kmock API emulator with CRD validation, and the real function server pointed at it."""
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from kai_fn.emulator import KINDS, Emulator
+from kai_fn.local import REPO, FunctionProcess
+from tests import crds
+
+TRAINER = "trainer.kubeflow.org/v1alpha1"
+JOBSET = "jobset.x-k8s.io/v1alpha2"
+KAI_PG = "scheduling.run.ai/v2alpha2"
+SP_PG = "scheduling.x-k8s.io/v1alpha1"
+
+
+def crd_validator(obj: dict[str, Any]) -> list[str]:
+    """What the API server's CRD validation would say; core kinds (Events) pass."""
+    return crds.errors(obj) if crds.known(obj) else []
+
+
+@pytest.fixture(scope="session")
+def emulator() -> Iterator[Emulator]:
+    with Emulator(validate=crd_validator) as api:
+        yield api
+
+
+@pytest.fixture
+def api(emulator: Emulator) -> Iterator[Emulator]:
+    """The emulator, empty, with no faults and an empty request log."""
+    _wipe(emulator)
+    yield emulator
+    emulator.faults = None
+    _wipe(emulator)
+
+
+def _wipe(api: Emulator) -> None:
+    api.faults = None
+    for (api_version, kind), info in KINDS.items():
+        for obj in api.list(api_version, kind):
+            api.delete(api_version, kind, obj["metadata"].get("namespace") if info.namespaced else None,
+                       obj["metadata"]["name"])
+    api.reset_calls()
+
+
+class Functions:
+    """Real function servers, one per distinct setting set, started once per session."""
+
+    def __init__(self, emulator: Emulator) -> None:
+        self.emulator = emulator
+        self.running: dict[tuple[tuple[str, str], ...], FunctionProcess] = {}
+
+    def __call__(self, **settings: str) -> FunctionProcess:
+        env = {"KAI_FN_RUNTIME_CACHE_SECONDS": "0", "KAI_FN_API_TIMEOUT_SECONDS": "1", **settings}
+        key = tuple(sorted(env.items()))
+        if key not in self.running:
+            self.running[key] = FunctionProcess({"KUBECONFIG": self.emulator.kubeconfig, **env}).start()
+        return self.running[key]
+
+    def stop(self) -> None:
+        for proc in self.running.values():
+            proc.stop()
+
+
+@pytest.fixture(scope="session")
+def functions(emulator: Emulator) -> Iterator[Functions]:
+    servers = Functions(emulator)
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture
+def function(functions: Functions, api: Emulator) -> FunctionProcess:
+    """The function with default settings (but no runtime cache and a 1 s API timeout), on an empty cluster."""
+    return functions()
+
+
+def sample_object(name: str) -> dict[str, Any]:
+    return yaml.safe_load((REPO / "samples" / "cluster" / f"{name}.yaml").read_text())
+
+
+def seed(api: Emulator, *objects: dict[str, Any]) -> list[dict[str, Any]]:
+    return [api.put(copy.deepcopy(o)) for o in objects]
