@@ -187,7 +187,8 @@ class Reconciler:
             f"queue {result.queue or 'n/a'}, minResources {resources}; "
             + (f"left suspended: {hold}" if hold else "released")
         )
-        self.session.create_event(self.namespace, report.event_body(obj, report.GANG_SCHEDULED, message, warning=False))
+        self.session.create_event(self.namespace, report.event_body(obj, report.GANG_SCHEDULED, message, warning=False,
+                                                                   key=result.podgroup_name))
         return self.outcome("done", message, result.podgroup_name)
 
     def hold_reason(self, obj: dict[str, Any]) -> str | None:

@@ -25,11 +25,11 @@ TOO_LATE = "TooLate"
 GANG_SCHEDULED = "GangScheduled"
 
 
-def event_body(trainjob: dict[str, Any], reason: str, message: str, warning: bool) -> dict[str, Any]:
-    """A core/v1 Event on the TrainJob. Its name is derived from what it says, so a duplicate delivery
-    that would say the same thing gets a 409 instead of a second Event."""
+def event_body(trainjob: dict[str, Any], reason: str, message: str, warning: bool, key: str | None = None) -> dict[str, Any]:
+    """A core/v1 Event on the TrainJob. Its name is derived from ``key`` (default: the message), so a duplicate
+    or concurrent delivery that reports the same thing gets a 409 instead of writing a second Event."""
     meta = trainjob["metadata"]
-    digest = hashlib.sha256(f"{meta.get('uid')}|{reason}|{message}".encode()).hexdigest()[:10]
+    digest = hashlib.sha256(f"{meta.get('uid')}|{reason}|{message if key is None else key}".encode()).hexdigest()[:10]
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",
