@@ -74,8 +74,8 @@ COMMON_TRIPLES = {
     ("jobset.x-k8s.io", "jobsets", "patch"),
     ("", "events", "create"),
 }
-KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", "create"), ("scheduling.run.ai", "podgroups", "get")}
-SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", "create"), ("scheduling.x-k8s.io", "podgroups", "get")}
+KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", "create")}
+SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", "create")}
 FUNCTION_TRIPLES = {
     BASE: COMMON_TRIPLES | KAI_PODGROUPS,
     BROKER: COMMON_TRIPLES | KAI_PODGROUPS,
