@@ -23,8 +23,8 @@ ENV PIP_NO_CACHE_DIR=1 \
 # Every requirement ships manylinux wheels for CPython 3.11, so no compiler is
 # needed. Should one ever need building, install build tools in THIS stage only.
 RUN python -m venv /opt/venv
-COPY requirements.txt /tmp/requirements.txt
-RUN /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+COPY requirements.txt constraints.txt /tmp/
+RUN /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt -c /tmp/constraints.txt
 
 # ---- final: the venv and the app, nothing else -------------------------------
 FROM ${PYTHON_IMAGE}

@@ -7,12 +7,12 @@ cd "$(dirname "$0")"
 venv() {
   local stamp=.venv/.requirements.sha
   local want
-  want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+  want=$(cat requirements.txt requirements-dev.txt constraints.txt | sha256sum | cut -d' ' -f1)
   if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
   fi
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
     echo "$want" > "$stamp"
   fi
 }
