@@ -46,7 +46,10 @@ def _read(path: str, model: type[TrainJob] | type[Runtime]) -> Any:
     try:
         return parse(model, load_document(path))
     except InputError as error:
-        raise UsageError(f"{path}: {error}") from None
+        hint = ""
+        if str(error).startswith("metadata.uid"):
+            hint = " (the PodGroup is named after it: plan the live object, kubectl get trainjob NAME -o yaml)"
+        raise UsageError(f"{path}: {error}{hint}") from None
 
 
 def plan_report(result: Plan, jobset: dict[str, Any] | None) -> dict[str, Any]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
-
 import yaml
 
 from kai_fn.emulator import Call, Emulator
@@ -94,10 +92,3 @@ def run() -> int:
             print(json.dumps(line))
     return 0
 
-
-def summary(api: Emulator) -> dict[str, Any]:
-    """The state the demo ends in, for its test."""
-    return {
-        "podgroups": [pg["metadata"]["name"] for pg in api.list("scheduling.run.ai/v2alpha2", "PodGroup")],
-        "trainjobs": {t["metadata"]["name"]: t for t in api.list(TRAINER, "TrainJob")},
-    }

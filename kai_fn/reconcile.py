@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kai_fn import keys, report
-from kai_fn.cluster import Gone, Session, TestFailed
+from kai_fn.cluster import Gone, Session, TestFailed, Transient
 from kai_fn.events import TrainJobEvent
 from kai_fn.models import InputError, Runtime, TrainJob, parse
 from kai_fn.patch import MissingReplicatedJob, carries, jobset_patch
@@ -62,7 +62,7 @@ def resync(session: Session, settings: Settings) -> Outcome:
     for obj in waiting[: settings.resync_limit]:
         try:
             result = Reconciler(session, settings, obj).run().result
-        except Retry:
+        except (Retry, Transient):
             result = "retry"
         tally[result] = tally.get(result, 0) + 1
     left = max(len(waiting) - settings.resync_limit, 0)
@@ -120,6 +120,7 @@ class Reconciler:
 
     def apply(self, job: TrainJob, result: Plan) -> Outcome:
         jobset = self.live_jobset()
+        created = False
         for _ in range(_PATCH_ATTEMPTS):
             if carries(result, jobset):
                 return self.after_earlier_work(result)
@@ -130,7 +131,7 @@ class Reconciler:
             except MissingReplicatedJob as missing:
                 return self.warn(report.JOBSET_MISMATCH,
                                  f"JobSet {self.name} has no replicatedJob {missing.args[0]!r}, which the runtime has")
-            created = self.session.create_podgroup(result.podgroup)
+            created = self.session.create_podgroup(result.podgroup) or created
             try:
                 self.session.patch_jobset(self.namespace, self.name, ops)
             except TestFailed:

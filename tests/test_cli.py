@@ -93,3 +93,39 @@ def test_invalid_setting_stops_with_its_name(tmp_path):
     out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", env=env)
     assert out.returncode == 2
     assert "KAI_PODGROUP_FLAVOR" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_invoke_posts_a_sample_and_prints_the_answer(api, function):
+    from tests.conftest import sample_object, seed
+    seed(api, sample_object("clustertrainingruntime-torch-kai"), sample_object("trainjob-llama-finetune"),
+         sample_object("jobset-llama-finetune"))
+    out = run("invoke", "samples/events/resource-add.json", "--url", function.url)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[:2] == ["HTTP 200", "X-Kai-Fn-Outcome: done"]
+    bad = run("invoke", "samples/events/malformed-missing-uid.json", "--url", function.url)
+    assert bad.returncode == 1 and "HTTP 400" in bad.stdout and "data.metadata.uid" in bad.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["invoke", "samples/events/nope.json"], "cannot read"),
+    (["invoke", "samples/cluster/queue-team-a.yaml"], "not JSON"),
+    (["invoke", "samples/events/resource-add.json", "--url", "http://127.0.0.1:9"], "no answer"),
+])
+def test_invoke_reports_bad_input_in_one_line(args, message):
+    out = run(*args)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_demo_runs_end_to_end_and_shows_what_changed():
+    out = run("demo")
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    assert "resource-add: a suspended TrainJob in scope is created\n   dev.knative.apiserver.resource.add -> HTTP 200 done" in text
+    assert "the same event again (at-least-once delivery)\n   dev.knative.apiserver.resource.add -> HTTP 200 skipped\n   API calls: 2, writes: 0" in text
+    assert "PodGroup team-a/pg-llama-finetune-6f1c2b9e-3d4a-4e5f-8a7b-9c0d1e2f3a4b: queue team-a, minMember 4" in text
+    assert "minSubGroup 1 of dataset-initializer(1), model-initializer(1), node(3)" in text
+    assert "TrainJob team-a/llama-finetune: suspend=False" in text
+    assert "TrainJob team-a/resnet-eval: suspend=True {}" in text
+    assert "Event Warning TooLate on whisper-asr" in text
+    assert text.count("-> HTTP 400") == 3

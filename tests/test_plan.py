@@ -37,6 +37,7 @@ def test_scope(job, rt, ignored):
     result = make(job, rt)
     if ignored is None:
         assert result.ignored is None and result.actionable
+        crds.validate(result.podgroup)
     else:
         assert ignored in result.ignored
         assert result.podgroup is None and not result.pod_templates and not result.problems
@@ -56,6 +57,7 @@ def test_queue_precedence(job_labels, rt_labels, policy, queue):
     result = make(trainjob(labels=job_labels), runtime(labels=rt_labels, pod_group_policy=policy),
                   default_queue="from-settings")
     assert result.queue == queue
+    crds.validate(result.podgroup)
     assert result.podgroup["spec"]["queue"] == queue
     assert all(c.labels["kai.scheduler/queue"] == queue for c in result.pod_templates)
 
@@ -212,3 +214,31 @@ def test_a_runtime_other_than_the_named_one_is_refused():
         make(trainjob(), runtime(name="other"))
     with pytest.raises(InputError, match="names TrainingRuntime"):
         make(trainjob(runtime_kind="TrainingRuntime"), runtime())
+
+
+V2_0_TRAINJOB = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+    "metadata": {"name": "old", "namespace": "ns", "uid": UID, "labels": {"kai.scheduler/queue": "q"}},
+    "spec": {
+        "runtimeRef": {"name": "rt"},
+        "labels": {"team": "a"}, "annotations": {"x": "y"},
+        "podSpecOverrides": [{"targetJobs": [{"name": "node"}], "nodeSelector": {"gpu": "a100"}}],
+        "trainer": {"numNodes": 2, "numProcPerNode": "auto", "image": "img", "env": [{"name": "A", "value": "1"}]},
+        "managedBy": "trainer.kubeflow.org/trainjob-controller",
+    },
+    "status": {"conditions": [{"type": "Suspended", "status": "True"}]},
+}
+
+
+@pytest.mark.parametrize("job", [
+    pytest.param(V2_0_TRAINJOB, id="v2.0-labels-annotations-podSpecOverrides"),
+    pytest.param({**V2_0_TRAINJOB, "spec": {**V2_0_TRAINJOB["spec"], "podTemplateOverrides": [
+        {"targetJobs": [{"name": "node"}], "spec": {"tolerations": []}}]}}, id="v2.1-podTemplateOverrides"),
+    pytest.param(trainjob(labels={"kai.scheduler/queue": "q"}, num_nodes=2, runtimePatches=[
+        {"manager": "trainer.kubeflow.org/kubeflow-sdk", "time": "2026-01-01T00:00:00Z",
+         "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"a": "b"}}}}}]), id="v2.3-runtimePatches"),
+])
+def test_every_trainer_release_shape_parses_and_plans(job):
+    result = make(job, runtime(ml_policy={"torch": {}}))
+    assert result.actionable and result.min_member == 2
+    crds.validate(result.podgroup)
