@@ -6,11 +6,11 @@ connection errors, and any other refusal, which a later delivery or the resync m
 """
 from __future__ import annotations
 
-import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import kubernetes.config
 import urllib3
@@ -113,7 +113,7 @@ class Session:
             if error.status in (404, 409, 422):
                 raise
             raise Transient(f"API {error.status} {error.reason or ''}".strip()) from None
-        except (urllib3.exceptions.HTTPError, socket.timeout, TimeoutError, ConnectionError, OSError) as error:
+        except (urllib3.exceptions.HTTPError, TimeoutError, ConnectionError, OSError) as error:
             raise Transient(f"API unreachable or too slow: {type(error).__name__}") from None
 
     def _get(self, fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+
 import yaml
 
 from kai_fn.emulator import Call, Emulator

@@ -6,8 +6,9 @@ types are :class:`Ignored`, so the sender gets a 2xx and stops retrying them.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from cloudevents.exceptions import GenericException
 from cloudevents.http import from_http

@@ -57,7 +57,7 @@ def replicated_jobs(job: TrainJob, runtime: Runtime) -> list[ReplicatedJob]:
                 if rj_patch.template:
                     patches.setdefault(rj_patch.name, []).append(rj_patch.template)
     jobs = []
-    for i, rj in enumerate(runtime.spec.template.spec.replicated_jobs):
+    for rj in runtime.spec.template.spec.replicated_jobs:
         if rj.name not in patches:
             jobs.append(rj)
             continue

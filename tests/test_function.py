@@ -1,7 +1,6 @@
 """The function over real HTTP, against the kmock API emulator through the real kubernetes client."""
 from __future__ import annotations
 
-import copy
 import json
 import tempfile
 import threading
