@@ -8,25 +8,22 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-def label_value(value: str) -> str | None:
-    if len(value) > 63:
-        return f"{value!r} is longer than 63 characters, the limit for a label value"
-    if not _LABEL_VALUE.match(value):
-        return f"{value!r} is not a valid label value (alphanumerics, '-', '_', '.', starting and ending alphanumeric)"
+def _check(value: str, limit: int, pattern: re.Pattern[str], what: str, rule: str) -> str | None:
+    if len(value) > limit:
+        return f"{value!r} is longer than {limit} characters, the limit for {what}"
+    if not pattern.match(value):
+        return f"{value!r} is not {what} ({rule})"
     return None
+
+
+def label_value(value: str) -> str | None:
+    return _check(value, 63, _LABEL_VALUE, "a label value",
+                  "alphanumerics, '-', '_', '.', starting and ending alphanumeric")
 
 
 def dns_label(value: str) -> str | None:
-    if len(value) > 63:
-        return f"{value!r} is longer than 63 characters, the limit for a DNS label"
-    if not _DNS_LABEL.match(value):
-        return f"{value!r} is not a DNS label (lower-case alphanumerics and '-')"
-    return None
+    return _check(value, 63, _DNS_LABEL, "a DNS label", "lower-case alphanumerics and '-'")
 
 
 def dns_subdomain(value: str) -> str | None:
-    if len(value) > 253:
-        return f"{value!r} is longer than 253 characters, the limit for an object name"
-    if not _DNS_SUBDOMAIN.match(value):
-        return f"{value!r} is not a valid object name (a DNS subdomain)"
-    return None
+    return _check(value, 253, _DNS_SUBDOMAIN, "an object name", "a DNS subdomain: lower-case alphanumerics, '-', '.'")

@@ -242,3 +242,14 @@ def test_every_trainer_release_shape_parses_and_plans(job):
     result = make(job, runtime(ml_policy={"torch": {}}))
     assert result.actionable and result.min_member == 2
     crds.validate(result.podgroup)
+
+
+@pytest.mark.parametrize("check, value, valid", [
+    ("label_value", "", True), ("label_value", "a.b_c-d", True), ("label_value", "-a", False),
+    ("label_value", "a" * 63, True), ("label_value", "a" * 64, False), ("label_value", "a b", False),
+    ("dns_label", "team-a", True), ("dns_label", "Team", False), ("dns_label", "a.b", False),
+    ("dns_subdomain", "a.b-c", True), ("dns_subdomain", "a_b", False), ("dns_subdomain", "a" * 254, False),
+])
+def test_name_and_label_syntax(check, value, valid):
+    from kai_fn import validation
+    assert (getattr(validation, check)(value) is None) is valid
