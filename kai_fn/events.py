@@ -86,6 +86,10 @@ def parse(headers: Mapping[str, str], body: bytes) -> Event:
     meta = data.get("metadata")
     if not isinstance(meta, dict):
         raise BadEvent("data.metadata: must be an object")
+    for key in ("labels", "annotations"):  # read before any model sees the object: check them here
+        value = meta.get(key)
+        if value is not None and not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+            raise BadEvent(f"data.metadata.{key}: must be a map of strings")
     return TrainJobEvent(
         ce_id, ce_type, "resource",
         namespace=_name(meta, "namespace", "data.metadata"),

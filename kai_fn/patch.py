@@ -1,8 +1,9 @@
 """The RFC 6902 JSON Patch that puts a Plan's pod-template changes on the live JobSet.
 
 A merge patch would replace the whole ``replicatedJobs`` list, so this is a JSON Patch: ``test`` ops pin
-the JobSet's uid, that it is still suspended (the JobSet webhook refuses template changes otherwise) and the
-name at every index it touches; ``add`` ops create what is missing. Nothing to add gives an empty patch.
+the JobSet's uid and the resourceVersion that was read, that it is still suspended (the JobSet webhook refuses
+template changes otherwise) and the name at every index it touches; ``add`` ops create what is missing.
+Nothing to add gives an empty patch.
 """
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ def jobset_patch(plan: Plan, jobset: dict[str, Any]) -> list[Op]:
     if not adds:
         return []
     guards: list[Op] = [{"op": "test", "path": "/metadata/uid", "value": jobset["metadata"]["uid"]}]
+    if rv := jobset["metadata"].get("resourceVersion"):
+        # 'add' replaces a map created since the read (another writer's keys with it): refuse a stale patch.
+        guards.append({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
     guards.append({"op": "test", "path": "/spec/suspend", "value": True})
     guards += [{"op": "test", "path": pointer("spec", "replicatedJobs", i, "name"), "value": jobs[i]["name"]}
                for i in touched]

@@ -37,6 +37,10 @@ class Retry(Exception):
     """The work cannot be done yet; the sender should redeliver (503)."""
 
 
+class TrainJobGone(Exception):
+    """The TrainJob was deleted (or replaced by another of the same name) since the event was emitted."""
+
+
 def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
     if not settings.watches(event.namespace):
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", event.namespace, event.name, event.uid)
@@ -116,7 +120,10 @@ class Reconciler:
             return self.outcome("ignored", result.ignored)
         if result.blocked:
             return self.warn(report.PLAN_BLOCKED, "; ".join(str(p) for p in result.problems))
-        return self.apply(job, result)
+        try:
+            return self.apply(job, result)
+        except TrainJobGone:
+            return self.outcome("ignored", "the TrainJob no longer exists")
 
     def apply(self, job: TrainJob, result: Plan) -> Outcome:
         jobset = self.live_jobset()
@@ -142,12 +149,15 @@ class Reconciler:
 
     def live_jobset(self) -> dict[str, Any]:
         jobset = self.session.jobset(self.namespace, self.name)
+        owners = (jobset or {}).get("metadata", {}).get("ownerReferences") or []
+        if jobset is not None and any(o.get("uid") == self.uid and o.get("controller") for o in owners):
+            return jobset
+        fresh = self.session.trainjob(self.namespace, self.name)
+        if fresh is None or fresh.get("metadata", {}).get("uid") != self.uid:
+            raise TrainJobGone()  # a stale event of a deleted or replaced TrainJob: nothing will come of it
         if jobset is None:
             raise Retry("JobSet not created yet")
-        owners = jobset.get("metadata", {}).get("ownerReferences") or []
-        if not any(o.get("uid") == self.uid and o.get("controller") for o in owners):
-            raise Retry("the JobSet of that name belongs to another TrainJob (being replaced)")
-        return jobset
+        raise Retry("the JobSet of that name belongs to an earlier TrainJob of that name (being replaced)")
 
     def after_earlier_work(self, result: Plan) -> Outcome:
         """The JobSet carries the plan, so the PodGroup exists: only the TrainJob may still need its marker."""

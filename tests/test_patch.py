@@ -109,3 +109,16 @@ def test_a_jobset_without_the_runtimes_replicated_job_is_not_patched():
 @pytest.mark.parametrize("key, escaped", [("a/b", "a~1b"), ("a~b", "a~0b"), ("~/", "~0~1"), ("plain", "plain")])
 def test_json_pointer_escaping(key, escaped):
     assert escape(key) == escaped
+
+
+def test_a_patch_read_at_one_resource_version_fails_on_a_newer_one():
+    """Another writer's map created between the read and the patch must not be replaced by an 'add'."""
+    job = trainjob()
+    live = jobset_for(job, FLAT)
+    live["metadata"]["resourceVersion"] = "41"
+    ops = jobset_patch(plan(*typed(job, FLAT)), live)
+    assert {"op": "test", "path": "/metadata/resourceVersion", "value": "41"} in ops
+    newer = copy.deepcopy(live)
+    newer["metadata"].update(resourceVersion="42", annotations={"example.com/late": "kept"})
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(newer, ops)
