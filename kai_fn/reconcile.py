@@ -132,7 +132,7 @@ class Reconciler:
             if carries(result, jobset):
                 return self.after_earlier_work(result)
             if jobset.get("spec", {}).get("suspend") is not True:
-                return self.too_late()
+                return self.too_late_unless_suspending()
             try:
                 ops = jobset_patch(result, jobset)
             except MissingReplicatedJob as missing:
@@ -169,7 +169,13 @@ class Reconciler:
             return self.outcome("skipped", "duplicate: already gang-scheduled", notes[keys.MARKER_PODGROUP])
         return self.release(fresh, result, created=False)
 
-    def too_late(self) -> Outcome:
+    def too_late_unless_suspending(self) -> Outcome:
+        """A running JobSet is too late, unless its TrainJob was just suspended and Trainer is catching up."""
+        fresh = self.session.trainjob(self.namespace, self.name)
+        if fresh is None or fresh.get("metadata", {}).get("uid") != self.uid:
+            return self.outcome("ignored", "the TrainJob no longer exists")
+        if fresh.get("spec", {}).get("suspend") is True:
+            raise Retry("the TrainJob is suspended but its JobSet not yet")
         try:
             self.session.patch_trainjob(self.namespace, self.name,
                                         {"metadata": {"annotations": {keys.MARKER_SKIPPED: "running"}}})

@@ -128,7 +128,9 @@ def test_missing_jobset_is_503_with_retry_after_then_done_on_redelivery(api, fun
 
 
 def test_running_jobset_is_too_late_marked_and_left_alone(api, function):
-    tj = seed_llama(api)
+    tj = sample_object("trainjob-llama-finetune")
+    tj["spec"]["suspend"] = False
+    tj = seed_llama(api, trainjob=tj)
     js = api.get(JOBSET, "JobSet", NS, NAME)
     js["spec"]["suspend"] = False
     api.put(js)
@@ -412,3 +414,19 @@ def test_one_json_log_line_per_event(api, emulator):
         "type": "dev.knative.apiserver.resource.add", "id": "id-1", "namespace": NS, "name": NAME, "uid": UID,
         "status": 200}
     assert first["api_calls"] == 6 and first["ms"] > 0 and PG in first["reason"]
+
+
+def test_a_suspended_trainjob_whose_jobset_still_runs_is_retried_not_given_up(api, function):
+    """Trainer suspends the JobSet right after the TrainJob; until then the templates cannot change."""
+    tj = seed_llama(api)
+    js = api.get(JOBSET, "JobSet", NS, NAME)
+    js["spec"]["suspend"] = False
+    api.put(js)
+    answer = send(function.url, resource(tj))
+    assert answer.status == 503 and "not yet" in answer.body
+    assert api.writes() == []
+    js = api.get(JOBSET, "JobSet", NS, NAME)
+    js["spec"]["suspend"] = True
+    api.put(js)
+    assert send(function.url, resource(tj)).status == 200
+    assert_done(api)
