@@ -1,0 +1,103 @@
+"""The bare API baseline, run as its own process (as the function's API client is): the ``kubernetes`` client
+configured by :func:`kai_fn.cluster.api_client`, doing the calls kai_fn makes, from ``threads`` threads.
+
+``python -m bench.bare_api SPEC.json`` prints one JSON object. SPEC: ``kubeconfig``, ``threads``, ``seconds``,
+``mix`` (``write``: GET jobset, POST podgroup, PATCH jobset as JSON Patch, PATCH trainjob as merge patch, i.e. a
+new TrainJob's work minus its Event; ``read``: GET jobset, GET trainjob, i.e. a stale duplicate's work),
+``timeout`` and ``jobs`` (``namespace``, ``name``, ``podgroup``, ``ops``, ``merge``, prepared by the caller).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from kubernetes.client.api.custom_objects_api import CustomObjectsApi
+
+from kai_fn import keys
+from kai_fn.cluster import JSON_PATCH, MERGE_PATCH, api_client
+
+JOBSET = keys.JOBSET_API.split("/")
+PODGROUP = keys.KAI_PODGROUP_API.split("/")
+TRAINER = (keys.TRAINER_GROUP, keys.TRAINER_VERSION)
+
+
+def main(spec_path: str) -> int:
+    spec = json.loads(open(spec_path, encoding="utf-8").read())
+    jobs: list[dict[str, Any]] = spec["jobs"]
+    threads, seconds, timeout, mix = int(spec["threads"]), float(spec["seconds"]), float(spec["timeout"]), spec["mix"]
+    client = api_client(spec["kubeconfig"])
+    api = CustomObjectsApi(client)
+    ticket = itertools.count()
+    start = threading.Barrier(threads + 1)
+    go = threading.Event()
+    lock = threading.Lock()
+    totals = {"calls": 0, "units": 0, "errors": 0}
+    deadline = [0.0]
+
+    def write(job: dict[str, Any]) -> int:
+        ns, name = job["namespace"], job["name"]
+        api.get_namespaced_custom_object(*JOBSET, ns, "jobsets", name, _request_timeout=timeout)
+        api.create_namespaced_custom_object(*PODGROUP, ns, "podgroups", job["podgroup"],
+                                            field_manager=keys.FIELD_MANAGER, _request_timeout=timeout)
+        api.patch_namespaced_custom_object(*JOBSET, ns, "jobsets", name, job["ops"], field_manager=keys.FIELD_MANAGER,
+                                           _content_type=JSON_PATCH, _request_timeout=timeout)
+        api.patch_namespaced_custom_object(*TRAINER, ns, "trainjobs", name, job["merge"],
+                                           field_manager=keys.FIELD_MANAGER, _content_type=MERGE_PATCH,
+                                           _request_timeout=timeout)
+        return 4
+
+    def read(job: dict[str, Any]) -> int:
+        ns, name = job["namespace"], job["name"]
+        api.get_namespaced_custom_object(*JOBSET, ns, "jobsets", name, _request_timeout=timeout)
+        api.get_namespaced_custom_object(*TRAINER, ns, "trainjobs", name, _request_timeout=timeout)
+        return 2
+
+    unit = write if mix == "write" else read
+    warm = jobs[0]
+
+    def worker() -> None:
+        calls = units = errors = 0
+        try:  # open this thread's pooled connection before the clock starts
+            api.get_namespaced_custom_object(*JOBSET, warm["namespace"], "jobsets", warm["name"], _request_timeout=timeout)
+        except Exception:
+            pass
+        start.wait()
+        go.wait()
+        while time.perf_counter() < deadline[0]:
+            i = next(ticket)
+            if i >= len(jobs):
+                break
+            try:
+                calls += unit(jobs[i])
+                units += 1
+            except Exception:
+                errors += 1
+        with lock:
+            totals["calls"] += calls
+            totals["units"] += units
+            totals["errors"] += errors
+
+    pool = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    start.wait()  # every thread is connected
+    cpu0 = time.process_time()
+    began = time.perf_counter()
+    deadline[0] = began + seconds
+    go.set()
+    for t in pool:
+        t.join(seconds + timeout * 4 + 5)
+    elapsed = time.perf_counter() - began
+    cpu = time.process_time() - cpu0
+    print(json.dumps({**totals, "threads": threads, "mix": mix, "seconds": round(elapsed, 3),
+                      "calls_per_s": round(totals["calls"] / elapsed, 1) if elapsed > 0 else 0.0,
+                      "client_cpu_ms_per_call": round(cpu * 1000 / totals["calls"], 3) if totals["calls"] else None}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
