@@ -40,7 +40,7 @@ class Gone(Exception):
     """404 on a write: the object was deleted meanwhile."""
 
 
-class TestFailed(Exception):
+class GuardFailed(Exception):
     """422 on a JSON Patch: a guard no longer holds (the JobSet was resumed, replaced or reordered)."""
 
 
@@ -75,6 +75,7 @@ class Cluster:
     runtime_ttl: float
     _runtimes: dict[RuntimeTarget, tuple[float, dict[str, Any]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _fetching: dict[RuntimeTarget, threading.Lock] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: Settings, kubeconfig: str | None = None) -> Cluster:
@@ -89,6 +90,11 @@ class Cluster:
         if hit and hit[0] > time.monotonic():
             return hit[1]
         return None
+
+    def fetch_lock(self, target: RuntimeTarget) -> threading.Lock:
+        """One fetch per runtime at a time: when an entry expires, the events in flight wait for one GET."""
+        with self._lock:
+            return self._fetching.setdefault(target, threading.Lock())
 
     def remember_runtime(self, target: RuntimeTarget, runtime: dict[str, Any]) -> None:
         if self.runtime_ttl > 0:
@@ -132,6 +138,14 @@ class Session:
         """A runtime, from the cache while it is fresh; a missing one is never cached."""
         if (hit := self.cluster.cached_runtime(target)) is not None:
             return hit
+        if self.cluster.runtime_ttl <= 0:
+            return self._fetch_runtime(target)
+        with self.cluster.fetch_lock(target):
+            if (hit := self.cluster.cached_runtime(target)) is not None:
+                return hit
+            return self._fetch_runtime(target)
+
+    def _fetch_runtime(self, target: RuntimeTarget) -> dict[str, Any] | None:
         if target.namespace:
             found = self._get(self._custom.get_namespaced_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,
                               target.namespace, "trainingruntimes", target.name)
@@ -165,7 +179,7 @@ class Session:
                        field_manager=keys.FIELD_MANAGER, _content_type=JSON_PATCH)
         except ApiException as error:
             if error.status == 422:
-                raise TestFailed(str(error.body)[:200]) from None
+                raise GuardFailed(str(error.body)[:200]) from None
             raise Transient(f"API {error.status} on patch jobset") from None
 
     def patch_trainjob(self, namespace: str, name: str, merge: dict[str, Any]) -> None:

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kai_fn import keys, report
-from kai_fn.cluster import Gone, Session, TestFailed, Transient
+from kai_fn.cluster import Gone, Session, GuardFailed, Transient
 from kai_fn.events import TrainJobEvent
 from kai_fn.models import InputError, Runtime, TrainJob, parse
-from kai_fn.patch import MissingReplicatedJob, carries, jobset_patch
+from kai_fn.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.plan import Plan, plan
 from kai_fn.runtime import target
 from kai_fn.settings import Settings
@@ -129,19 +129,19 @@ class Reconciler:
         jobset = self.live_jobset()
         created = False
         for _ in range(_PATCH_ATTEMPTS):
-            if carries(result, jobset):
-                return self.after_earlier_work(result)
-            if jobset.get("spec", {}).get("suspend") is not True:
-                return self.too_late_unless_suspending()
             try:
                 ops = jobset_patch(result, jobset)
             except MissingReplicatedJob as missing:
                 return self.warn(report.JOBSET_MISMATCH,
                                  f"JobSet {self.name} has no replicatedJob {missing.args[0]!r}, which the runtime has")
+            if not ops:  # the JobSet carries the plan already
+                return self.after_earlier_work(result)
+            if jobset.get("spec", {}).get("suspend") is not True:
+                return self.too_late_unless_suspending()
             created = self.session.create_podgroup(result.podgroup) or created
             try:
                 self.session.patch_jobset(self.namespace, self.name, ops)
-            except TestFailed:
+            except GuardFailed:
                 jobset = self.live_jobset()  # resumed, replaced or reordered meanwhile: decide again
                 continue
             return self.release(self.obj, result, created)

@@ -1,0 +1,72 @@
+"""The API shell: status codes map to outcomes, and the runtime cache fetches once per expiry."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from kai_fn.cluster import Cluster, Gone, GuardFailed, Transient
+from kai_fn.emulator import Fault
+from kai_fn.runtime import RuntimeTarget
+from kai_fn.settings import load
+from tests.conftest import sample_object, seed
+
+RT = RuntimeTarget("ClusterTrainingRuntime", "torch-distributed-kai", None)
+
+
+def cluster(api, **settings) -> Cluster:
+    return Cluster.from_settings(load(**settings), api.kubeconfig)
+
+
+def test_concurrent_cold_cache_lookups_make_one_get(api):
+    seed(api, sample_object("clustertrainingruntime-torch-kai"))
+    shared = cluster(api, KAI_FN_RUNTIME_CACHE_SECONDS=30)
+    barrier = threading.Barrier(8)
+    found = []
+
+    def look():
+        barrier.wait()
+        found.append(shared.session().runtime(RT))
+
+    threads = [threading.Thread(target=look) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(found) == 8 and all(f["metadata"]["name"] == RT.name for f in found)
+    assert [c.resource for c in api.calls] == ["clustertrainingruntimes"]
+
+
+def test_a_missing_runtime_is_not_cached(api):
+    shared = cluster(api, KAI_FN_RUNTIME_CACHE_SECONDS=30)
+    assert shared.session().runtime(RT) is None
+    seed(api, sample_object("clustertrainingruntime-torch-kai"))
+    assert shared.session().runtime(RT)["metadata"]["name"] == RT.name
+
+
+@pytest.mark.parametrize("fault, raised", [
+    (Fault(status=500), Transient), (Fault(status=503), Transient), (Fault(status=429), Transient),
+    (Fault(status=403), Transient), (Fault(hang=1.5), Transient), (Fault(status=422), GuardFailed),
+])
+def test_jobset_patch_failures_map_by_status_code(api, fault, raised):
+    seed(api, sample_object("jobset-llama-finetune"))
+    api.faults = lambda call: fault
+    with pytest.raises(raised):
+        cluster(api, KAI_FN_API_TIMEOUT_SECONDS=1).session().patch_jobset(
+            "team-a", "llama-finetune", [{"op": "test", "path": "/spec/suspend", "value": True}])
+
+
+def test_writes_to_a_deleted_trainjob_are_gone_and_gets_are_none(api):
+    session = cluster(api).session()
+    assert session.trainjob("team-a", "nope") is None and session.jobset("team-a", "nope") is None
+    with pytest.raises(Gone):
+        session.patch_trainjob("team-a", "nope", {"metadata": {"annotations": {"a": "b"}}})
+    assert session.calls == 3
+
+
+def test_an_event_that_cannot_be_written_does_not_fail_the_work(api):
+    session = cluster(api).session()
+    api.faults = lambda call: Fault(status=503)
+    body = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "x", "namespace": "team-a"},
+            "involvedObject": {"kind": "TrainJob", "name": "x", "namespace": "team-a"}, "reason": "R", "message": "m"}
+    assert session.create_event("team-a", body) is False
