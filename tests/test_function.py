@@ -394,7 +394,7 @@ def test_an_invalid_setting_stops_the_server_at_start_up_naming_it(emulator, nam
             proc.start(ready_timeout=60)
         log.seek(0)
         text = log.read().decode()
-    assert f"invalid setting {name}" in text
+    assert f"invalid setting {name}" in text and "Traceback" not in text
 
 
 def test_one_json_log_line_per_event(api, emulator):
@@ -430,3 +430,13 @@ def test_a_suspended_trainjob_whose_jobset_still_runs_is_retried_not_given_up(ap
     api.put(js)
     assert send(function.url, resource(tj)).status == 200
     assert_done(api)
+
+
+def test_without_a_cluster_to_talk_to_the_server_stops_at_start_up_saying_so(tmp_path):
+    with (tmp_path / "log").open("w+b") as log:
+        proc = FunctionProcess({"KUBECONFIG": str(tmp_path / "missing")}, log=log)
+        with pytest.raises(RuntimeError, match="exited"):
+            proc.start(ready_timeout=60)
+        log.seek(0)
+        text = log.read().decode()
+    assert "no Kubernetes API to talk to" in text and "Traceback" not in text
