@@ -1,7 +1,7 @@
 """Cluster access: the official ``kubernetes`` client, one per process, every call bounded by a timeout.
 
-API errors map by status code to a few outcomes the reconciler understands: absent (404), conflict (409),
-a failed JSON Patch ``test`` (422), and :class:`Transient` for what a retry may fix (429, 5xx, timeouts,
+API errors map by status code to a few outcomes the reconciler understands: absent (404), already there
+(409 on create), a failed JSON Patch ``test`` (422), and :class:`Transient` for what a retry may fix (429, 5xx, timeouts,
 connection errors, and any other refusal, which a later delivery or the resync may get past).
 """
 from __future__ import annotations
@@ -30,10 +30,6 @@ MERGE_PATCH = "application/merge-patch+json"
 
 class Transient(Exception):
     """A failure a retry may fix; the function answers 503 with Retry-After."""
-
-
-class Conflict(Exception):
-    """409: the object exists already (create)."""
 
 
 class Gone(Exception):

@@ -10,7 +10,6 @@ CLUSTER_TRAINING_RUNTIME = "ClusterTrainingRuntime"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 ANCESTOR_TRAINER = "trainer"
 NODE = "node"  # the trainer replicatedJob and its container
-LAUNCHER = "launcher"
 TRAINER_MANAGER = "trainer.kubeflow.org/trainjob-controller"
 
 # JobSet
@@ -20,7 +19,6 @@ JOBSET_KIND = "JobSet"
 # KAI Scheduler
 KAI_GROUP = "scheduling.run.ai"
 KAI_PODGROUP_API = f"{KAI_GROUP}/v2alpha2"
-KAI_QUEUE_API = f"{KAI_GROUP}/v2"
 KAI_SCHEDULER_NAME = "kai-scheduler"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
 KAI_POD_GROUP_ANNOTATION = "pod-group-name"

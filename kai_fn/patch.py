@@ -55,14 +55,6 @@ def jobset_patch(plan: Plan, jobset: dict[str, Any]) -> list[Op]:
     return guards + adds
 
 
-def carries(plan: Plan, jobset: dict[str, Any]) -> bool:
-    """Whether the JobSet already has every change of the plan (a duplicate, or a retry of earlier work)."""
-    try:
-        return not jobset_patch(plan, jobset)
-    except MissingReplicatedJob:
-        return False
-
-
 class MissingReplicatedJob(LookupError):
     """The live JobSet lacks a replicatedJob that the runtime has: it is not (yet) the JobSet Trainer makes."""
 

@@ -66,10 +66,6 @@ class Plan:
     def podgroup_name(self) -> str | None:
         return self.podgroup["metadata"]["name"] if self.podgroup else None
 
-    @property
-    def podgroup_api_version(self) -> str:
-        return keys.KAI_PODGROUP_API if self.flavor == "kai" else keys.SP_PODGROUP_API
-
     def summary(self) -> dict[str, Any]:
         """What the plan decided, for the CLI, Events and logs."""
         out: dict[str, Any] = {"trainJob": f"{self.namespace}/{self.trainjob}", "flavor": self.flavor}

@@ -21,7 +21,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import kubernetes_validate
 import pytest
 import yaml
