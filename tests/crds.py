@@ -43,13 +43,17 @@ def known(obj: dict[str, Any]) -> bool:
     return (obj.get("apiVersion"), obj.get("kind")) in _schemas()
 
 
+@functools.cache
+def _validator(key: tuple[str, str]) -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(_schemas()[key])
+
+
 def errors(obj: dict[str, Any]) -> list[str]:
     """Every schema violation of ``obj`` as ``path: message``; empty when it fits."""
     key = (obj.get("apiVersion"), obj.get("kind"))
-    schema = _schemas().get(key)
-    if schema is None:
+    if key not in _schemas():
         return [f"no CRD for apiVersion={key[0]!r} kind={key[1]!r}"]
-    validator = jsonschema.Draft7Validator(schema)
+    validator = _validator(key)
     return [
         f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
         for e in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
