@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kai_fn import keys, report
-from kai_fn.cluster import Gone, Session, GuardFailed, Transient
+from kai_fn.cluster import Gone, GuardFailed, Session, Transient
 from kai_fn.events import TrainJobEvent
 from kai_fn.models import InputError, Runtime, TrainJob, parse
 from kai_fn.patch import MissingReplicatedJob, jobset_patch
@@ -121,11 +121,11 @@ class Reconciler:
         if result.blocked:
             return self.warn(report.PLAN_BLOCKED, "; ".join(str(p) for p in result.problems))
         try:
-            return self.apply(job, result)
-        except TrainJobGone:
+            return self.apply(result)
+        except (TrainJobGone, Gone):
             return self.outcome("ignored", "the TrainJob no longer exists")
 
-    def apply(self, job: TrainJob, result: Plan) -> Outcome:
+    def apply(self, result: Plan) -> Outcome:
         jobset = self.live_jobset()
         created = False
         for _ in range(_PATCH_ATTEMPTS):
@@ -152,18 +152,21 @@ class Reconciler:
         owners = (jobset or {}).get("metadata", {}).get("ownerReferences") or []
         if jobset is not None and any(o.get("uid") == self.uid and o.get("controller") for o in owners):
             return jobset
-        fresh = self.session.trainjob(self.namespace, self.name)
-        if fresh is None or fresh.get("metadata", {}).get("uid") != self.uid:
-            raise TrainJobGone()  # a stale event of a deleted or replaced TrainJob: nothing will come of it
+        self.fresh_trainjob()
         if jobset is None:
             raise Retry("JobSet not created yet")
         raise Retry("the JobSet of that name belongs to an earlier TrainJob of that name (being replaced)")
 
-    def after_earlier_work(self, result: Plan) -> Outcome:
-        """The JobSet carries the plan, so the PodGroup exists: only the TrainJob may still need its marker."""
+    def fresh_trainjob(self) -> dict[str, Any]:
+        """The TrainJob as it is now; TrainJobGone if it was deleted or replaced since the event."""
         fresh = self.session.trainjob(self.namespace, self.name)
         if fresh is None or fresh.get("metadata", {}).get("uid") != self.uid:
-            return self.outcome("ignored", "the TrainJob no longer exists")
+            raise TrainJobGone()
+        return fresh
+
+    def after_earlier_work(self, result: Plan) -> Outcome:
+        """The JobSet carries the plan, so the PodGroup exists: only the TrainJob may still need its marker."""
+        fresh = self.fresh_trainjob()
         notes = fresh.get("metadata", {}).get("annotations") or {}
         if keys.MARKER_PODGROUP in notes:
             return self.outcome("skipped", "duplicate: already gang-scheduled", notes[keys.MARKER_PODGROUP])
@@ -171,16 +174,10 @@ class Reconciler:
 
     def too_late_unless_suspending(self) -> Outcome:
         """A running JobSet is too late, unless its TrainJob was just suspended and Trainer is catching up."""
-        fresh = self.session.trainjob(self.namespace, self.name)
-        if fresh is None or fresh.get("metadata", {}).get("uid") != self.uid:
-            return self.outcome("ignored", "the TrainJob no longer exists")
-        if fresh.get("spec", {}).get("suspend") is True:
+        if self.fresh_trainjob().get("spec", {}).get("suspend") is True:
             raise Retry("the TrainJob is suspended but its JobSet not yet")
-        try:
-            self.session.patch_trainjob(self.namespace, self.name,
-                                        {"metadata": {"annotations": {keys.MARKER_SKIPPED: "running"}}})
-        except Gone:
-            return self.outcome("ignored", "the TrainJob no longer exists")
+        self.session.patch_trainjob(self.namespace, self.name,
+                                    {"metadata": {"annotations": {keys.MARKER_SKIPPED: "running"}}})
         return self.warn(
             report.TOO_LATE,
             "its JobSet is already running, so its pods cannot join a gang (pod templates are immutable once "
@@ -193,10 +190,7 @@ class Reconciler:
         merge: dict[str, Any] = {"metadata": {"annotations": {keys.MARKER_PODGROUP: result.podgroup_name}}}
         if hold is None and obj.get("spec", {}).get("suspend") is True:
             merge["spec"] = {"suspend": False}
-        try:
-            self.session.patch_trainjob(self.namespace, self.name, merge)
-        except Gone:
-            return self.outcome("ignored", "the TrainJob no longer exists")
+        self.session.patch_trainjob(self.namespace, self.name, merge)
         resources = ",".join(f"{k}={v}" for k, v in result.min_resources.items()) or "none"
         message = (
             f"PodGroup {result.podgroup_name} {'created' if created else 'in place'}: minMember {result.min_member}"

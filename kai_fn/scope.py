@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kai_fn import keys, validation
-from kai_fn.models import Runtime, TrainJob
+from kai_fn.models import KaiPolicy, Runtime, TrainJob
 from kai_fn.podsets import PodSet
 
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS = 60
@@ -56,9 +56,13 @@ def out_of_scope(job: TrainJob, runtime: Runtime) -> str | None:
     return f"neither the TrainJob nor {runtime.kind} {runtime.metadata.name} asks for KAI ({keys.KAI_QUEUE_LABEL} label or podGroupPolicy.kai)"
 
 
+def _kai_policy(runtime: Runtime) -> KaiPolicy | None:
+    return runtime.spec.pod_group_policy.kai if runtime.spec.pod_group_policy else None
+
+
 def gang_policy(job: TrainJob, runtime: Runtime, sets: list[PodSet], default_queue: str) -> GangPolicy:
     problems: list[Problem] = []
-    kai = runtime.spec.pod_group_policy.kai if runtime.spec.pod_group_policy else None
+    kai = _kai_policy(runtime)
     queue, source = _queue(job, runtime, default_queue)
     if (why := validation.label_value(queue)) or not queue:
         problems.append(Problem(source, why or "the queue name must not be empty"))
@@ -85,7 +89,7 @@ def gang_policy(job: TrainJob, runtime: Runtime, sets: list[PodSet], default_que
 
 def _queue(job: TrainJob, runtime: Runtime, default_queue: str) -> tuple[str, str]:
     """Highest first: TrainJob label, runtime policy, runtime label, the KAI_DEFAULT_QUEUE setting."""
-    kai = runtime.spec.pod_group_policy.kai if runtime.spec.pod_group_policy else None
+    kai = _kai_policy(runtime)
     if keys.KAI_QUEUE_LABEL in job.metadata.labels:
         return job.metadata.labels[keys.KAI_QUEUE_LABEL], f"TrainJob metadata.labels[{keys.KAI_QUEUE_LABEL}]"
     if kai is not None and kai.queue_name is not None:
