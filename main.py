@@ -1,7 +1,7 @@
 """Knative entry point: ``functions-framework --source main.py --target handle --signature-type http``."""
 import functions_framework
 
-from kai_fn.handler import App
+from kai_fn.function.handler import App
 
 app = App()  # validates the settings now: a bad one stops the process at start-up, naming it
 

@@ -27,12 +27,12 @@ from bench import cloudevent, workload
 from bench.load import LoadResult, drive
 from bench.memory import RssSampler
 from bench.startup import BARE, cold_starts, import_times
-from kai_fn import keys
+from kai_fn.core import keys
+from kai_fn.core.models import Runtime, TrainJob, parse
+from kai_fn.core.patch import jobset_patch
+from kai_fn.core.plan import plan
 from kai_fn.emulator import Emulator
 from kai_fn.local import REPO, FunctionProcess
-from kai_fn.models import Runtime, TrainJob, parse
-from kai_fn.patch import jobset_patch
-from kai_fn.plan import plan
 
 CONCURRENCY = (1, 4, 16)
 SERVER_THREADS = 16

@@ -10,10 +10,10 @@ from typing import Any
 
 import yaml
 
-from kai_fn import settings as settings_mod
-from kai_fn.models import InputError, Runtime, TrainJob, parse
-from kai_fn.patch import MissingReplicatedJob, jobset_patch
-from kai_fn.plan import Plan, plan
+from kai_fn.core.models import InputError, Runtime, TrainJob, parse
+from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
+from kai_fn.core.plan import Plan, plan
+from kai_fn.function import settings as settings_mod
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from kai_fn.models import Runtime, TrainJob, parse
+from kai_fn.core.models import Runtime, TrainJob, parse
 
 UID = "11111111-2222-4333-8444-555555555555"
 

@@ -1043,7 +1043,7 @@ def test_func_yaml_deploys_like_the_kustomize_base():
 
 
 def _settings_module():
-    return pytest.importorskip("kai_fn.settings")
+    return pytest.importorskip("kai_fn.function.settings")
 
 
 def test_manifest_env_covers_exactly_the_function_settings():

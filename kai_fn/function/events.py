@@ -13,7 +13,7 @@ from typing import Any, Literal
 from cloudevents.exceptions import GenericException
 from cloudevents.http import from_http
 
-from kai_fn import keys, validation
+from kai_fn.core import keys, validation
 
 PREFIX = "dev.knative.apiserver."
 PING = "dev.knative.sources.ping"

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kai_fn import keys
-from kai_fn.models import Container, MLPolicy, PodSpec, ReplicatedJob, Resources, Runtime, TrainJob
-from kai_fn.quantity import Quantity
-from kai_fn.runtime import replicated_jobs
+from kai_fn.core import keys
+from kai_fn.core.models import Container, MLPolicy, PodSpec, ReplicatedJob, Resources, Runtime, TrainJob
+from kai_fn.core.quantity import Quantity
+from kai_fn.core.runtime import replicated_jobs
 
 Requests = dict[str, Quantity]
 

@@ -6,8 +6,8 @@ import copy
 import jsonpatch
 import pytest
 
-from kai_fn.patch import MissingReplicatedJob, escape, jobset_patch
-from kai_fn.plan import plan
+from kai_fn.core.patch import MissingReplicatedJob, escape, jobset_patch
+from kai_fn.core.plan import plan
 from tests import crds
 from tests.builders import jobset_for, rjob, runtime, trainjob, typed
 

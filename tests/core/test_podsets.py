@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kai_fn.podsets import pod_sets, total_requests
+from kai_fn.core.podsets import pod_sets, total_requests
 from tests.builders import container, rjob, runtime, trainjob, typed
 
 TORCH = {"numNodes": 2, "torch": {}}

@@ -9,7 +9,7 @@ import socket
 import sys
 from typing import Any
 
-from kai_fn import keys
+from kai_fn.core import keys
 
 log = logging.getLogger("kai_fn")
 _INSTANCE = socket.gethostname()

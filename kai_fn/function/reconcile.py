@@ -10,14 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kai_fn import keys, report
-from kai_fn.cluster import Gone, GuardFailed, Session, Transient
-from kai_fn.events import TrainJobEvent
-from kai_fn.models import InputError, Runtime, TrainJob, parse
-from kai_fn.patch import MissingReplicatedJob, jobset_patch
-from kai_fn.plan import Plan, plan
-from kai_fn.runtime import target
-from kai_fn.settings import Settings
+from kai_fn.core import keys
+from kai_fn.core.models import InputError, Runtime, TrainJob, parse
+from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
+from kai_fn.core.plan import Plan, plan
+from kai_fn.core.runtime import target
+from kai_fn.function import report
+from kai_fn.function.cluster import Gone, GuardFailed, Session, Transient
+from kai_fn.function.events import TrainJobEvent
+from kai_fn.function.settings import Settings
 
 Result = Literal["done", "skipped", "ignored", "blocked", "retry"]
 _PATCH_ATTEMPTS = 3

@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonpatch
 
-from kai_fn.plan import Plan
+from kai_fn.core.plan import Plan
 
 Op = dict[str, Any]
 

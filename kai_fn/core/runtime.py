@@ -5,8 +5,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from kai_fn import keys
-from kai_fn.models import InputError, JobTemplate, ReplicatedJob, Runtime, TrainJob
+from kai_fn.core import keys
+from kai_fn.core.models import InputError, JobTemplate, ReplicatedJob, Runtime, TrainJob
 
 # Lists of a PodSpec that strategic merge patches merge by `name` (k8s.io/api patchMergeKey); others are replaced.
 _MERGE_BY_NAME = frozenset({"containers", "initContainers", "ephemeralContainers", "volumes", "env"})

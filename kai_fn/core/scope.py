@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kai_fn import keys, validation
-from kai_fn.models import KaiPolicy, Runtime, TrainJob
-from kai_fn.podsets import PodSet
+from kai_fn.core import keys, validation
+from kai_fn.core.models import KaiPolicy, Runtime, TrainJob
+from kai_fn.core.podsets import PodSet
 
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS = 60
 

@@ -6,9 +6,8 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from kai_fn import validation
-
-Flavor = Literal["kai", "scheduler-plugins"]
+from kai_fn.core import validation
+from kai_fn.core.plan import Flavor
 
 
 class SettingsError(SystemExit):

@@ -1,20 +1,20 @@
 """The pure planner: (TrainJob, runtime, settings) → a Plan of exactly what must exist in the cluster.
 
 Nothing here does I/O. The shell turns a Plan into API calls: create :attr:`Plan.podgroup`, patch the JobSet
-with :func:`kai_fn.patch.jobset_patch`, then release the TrainJob.
+with :func:`kai_fn.core.patch.jobset_patch`, then release the TrainJob.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from kai_fn import keys, validation
-from kai_fn.models import Runtime, TrainJob
-from kai_fn.podsets import PodSet, pod_sets, total_requests
-from kai_fn.runtime import check_matches
-from kai_fn.scope import GangPolicy, Problem, gang_policy, out_of_scope
-from kai_fn.settings import Flavor
+from kai_fn.core import keys, validation
+from kai_fn.core.models import Runtime, TrainJob
+from kai_fn.core.podsets import PodSet, pod_sets, total_requests
+from kai_fn.core.runtime import check_matches
+from kai_fn.core.scope import GangPolicy, Problem, gang_policy, out_of_scope
 
+Flavor = Literal["kai", "scheduler-plugins"]  # which PodGroup API the gang is written to
 Layout = Literal["flat", "staged"]
 
 

@@ -20,8 +20,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from kai_fn import keys
-from kai_fn.quantity import Quantity
+from kai_fn.core import keys
+from kai_fn.core.quantity import Quantity
 
 
 class InputError(ValueError):

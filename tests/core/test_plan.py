@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from kai_fn.models import InputError
-from kai_fn.plan import plan
+from kai_fn.core.models import InputError
+from kai_fn.core.plan import plan
 from tests import crds
 from tests.builders import UID, container, rjob, runtime, trainjob, typed
 
@@ -251,5 +251,5 @@ def test_every_trainer_release_shape_parses_and_plans(job):
     ("dns_subdomain", "a.b-c", True), ("dns_subdomain", "a_b", False), ("dns_subdomain", "a" * 254, False),
 ])
 def test_name_and_label_syntax(check, value, valid):
-    from kai_fn import validation
+    from kai_fn.core import validation
     assert (getattr(validation, check)(value) is None) is valid

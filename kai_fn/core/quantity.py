@@ -1,4 +1,4 @@
-"""Kubernetes resource quantities: parsed by the official client, summed exactly, printed as Go does.
+"""Kubernetes resource quantities: parsed and summed exactly, printed as Go does.
 
 Go's ``resource.Quantity`` keeps the format of the value it was parsed from (binary ``Ki``..``Ei`` or decimal
 ``m``, ``k``..``E``) and a sum keeps the format of its first term, which is why Trainer's coscheduling plugin
@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Literal
 
-from kubernetes.utils import parse_quantity
-
 Format = Literal["binary", "decimal"]
 
-# apimachinery's grammar (pkg/api/resource/quantity.go); the client's parser alone accepts "1K", "NaN" and "inf".
-_SYNTAX = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?\d+))?$")
+# apimachinery's grammar (pkg/api/resource/quantity.go): a number, then a suffix or a decimal exponent.
+_SYNTAX = re.compile(r"^(?P<number>[+-]?(\d+(\.\d*)?|\.\d+))"
+                     r"((?P<suffix>[KMGTPE]i|[numkMGTPE])|(?P<exponent>[eE][+-]?\d+))?$")
+_SUFFIXES = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6,
+             "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6, "G": 10**9,
+             "T": 10**12, "P": 10**15, "E": 10**18}
 _NANO = Decimal("1e-9")
 _BINARY = [(6, "Ei"), (5, "Pi"), (4, "Ti"), (3, "Gi"), (2, "Mi"), (1, "Ki")]
 _DECIMAL = [(18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, ""), (-3, "m"), (-6, "u"), (-9, "n")]
@@ -30,9 +32,10 @@ class Quantity:
     @classmethod
     def parse(cls, text: str | int | float) -> Quantity:
         raw = str(text).strip()
-        if not _SYNTAX.match(raw):
+        match = _SYNTAX.match(raw)
+        if not match:
             raise ValueError(f"{raw!r} is not a Kubernetes quantity")
-        value = parse_quantity(raw)
+        value = Decimal(match["number"] + (match["exponent"] or "")) * _SUFFIXES.get(match["suffix"] or "", 1)
         # Go keeps at most nanosecond-scale precision and rounds up what lies below it.
         value = (value / _NANO).to_integral_value(rounding=ROUND_CEILING) * _NANO
         fmt: Format = "binary" if raw.endswith("i") else "decimal"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kai_fn.quantity import Quantity
+from kai_fn.core.quantity import Quantity
 
 
 @pytest.mark.parametrize("text, canonical", [

@@ -19,9 +19,9 @@ from kubernetes.client.api_client import ApiClient
 from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
 
-from kai_fn import keys
-from kai_fn.runtime import RuntimeTarget
-from kai_fn.settings import Settings
+from kai_fn.core import keys
+from kai_fn.core.runtime import RuntimeTarget
+from kai_fn.function.settings import Settings
 
 T = TypeVar("T")
 JSON_PATCH = "application/json-patch+json"

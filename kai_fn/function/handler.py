@@ -13,10 +13,10 @@ from typing import Any
 
 import flask
 
-from kai_fn import events, reconcile
-from kai_fn.cluster import Cluster, Transient
-from kai_fn.report import configure_logging, log
-from kai_fn.settings import Settings, load
+from kai_fn.function import events, reconcile
+from kai_fn.function.cluster import Cluster, Transient
+from kai_fn.function.report import configure_logging, log
+from kai_fn.function.settings import Settings, load
 
 RETRY_AFTER_SECONDS = 2
 
