@@ -31,8 +31,8 @@ from kai_fn.core import keys
 from kai_fn.core.models import Runtime, TrainJob, parse
 from kai_fn.core.patch import jobset_patch
 from kai_fn.core.plan import plan
-from kai_fn.emulator import Emulator
-from kai_fn.local import REPO, FunctionProcess
+from kai_fn.local.emulator import Emulator
+from kai_fn.local.process import REPO, FunctionProcess
 
 CONCURRENCY = (1, 4, 16)
 SERVER_THREADS = 16

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.cloudevent import Post
-from kai_fn.local import REPO, FunctionProcess
+from kai_fn.local.process import REPO, FunctionProcess
 
 BARE = Path(__file__).resolve().parent / "bare_main.py"
 PROD_DEPS = Path(__file__).resolve().parent / "prod_deps"  # hides dev-only packages, see its module

@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from kai_fn.emulator import Emulator
-from kai_fn.local import REPO
+from kai_fn.local.emulator import Emulator
+from kai_fn.local.process import REPO
 
 NAMESPACE = "bench"
 SAMPLES = REPO / "samples"

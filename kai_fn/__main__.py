@@ -1,5 +1,5 @@
 import sys
 
-from kai_fn.cli import main
+from kai_fn.local.cli import main
 
 sys.exit(main())

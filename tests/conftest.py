@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kai_fn.emulator import KINDS, Emulator
-from kai_fn.local import REPO, FunctionProcess
+from kai_fn.local.emulator import KINDS, Emulator
+from kai_fn.local.process import REPO, FunctionProcess
 from tests import crds
 
 TRAINER = "trainer.kubeflow.org/v1alpha1"

@@ -6,9 +6,9 @@ import threading
 import pytest
 
 from kai_fn.core.runtime import RuntimeTarget
-from kai_fn.emulator import Fault
 from kai_fn.function.cluster import Cluster, Gone, GuardFailed, Transient
 from kai_fn.function.settings import load
+from kai_fn.local.emulator import Fault
 from tests.conftest import sample_object, seed
 
 RT = RuntimeTarget("ClusterTrainingRuntime", "torch-distributed-kai", None)

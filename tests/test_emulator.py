@@ -16,7 +16,7 @@ import pytest
 import urllib3
 from kubernetes.client import ApiException, CoreV1Api, CustomObjectsApi
 
-from kai_fn.emulator import KINDS, Call, Emulator, Fault
+from kai_fn.local.emulator import KINDS, Call, Emulator, Fault
 from tests import crds
 
 NS = "team-a"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kai_fn.emulator import Fault
-from kai_fn.invoke import load_sample, post
-from kai_fn.local import REPO, FunctionProcess
+from kai_fn.local.emulator import Fault
+from kai_fn.local.invoke import load_sample, post
+from kai_fn.local.process import REPO, FunctionProcess
 from tests import crds
 from tests.ce import ping, ref, resource, send
 from tests.conftest import JOBSET, KAI_PG, SP_PG, TRAINER, sample_object, seed

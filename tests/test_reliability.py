@@ -38,8 +38,8 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kai_fn.emulator import Call, Emulator, Fault
-from kai_fn.invoke import Sample
+from kai_fn.local.emulator import Call, Emulator, Fault
+from kai_fn.local.invoke import Sample
 from tests.adapter import Adapter, Delivery
 from tests.ce import ping, ref, resource
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed

@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_invoke(args: argparse.Namespace) -> int:
-    from kai_fn.invoke import SampleError, load_sample, post
+    from kai_fn.local.invoke import SampleError, load_sample, post
 
     try:
         sample = load_sample(args.sample)
@@ -131,7 +131,7 @@ def cmd_invoke(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from kai_fn.demo import run
+    from kai_fn.local.demo import run
 
     return run()
 

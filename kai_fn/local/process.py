@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Self
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

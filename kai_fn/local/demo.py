@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from kai_fn.emulator import Call, Emulator
-from kai_fn.invoke import load_sample, post
-from kai_fn.local import REPO, FunctionProcess
+from kai_fn.local.emulator import Call, Emulator
+from kai_fn.local.invoke import load_sample, post
+from kai_fn.local.process import REPO, FunctionProcess
 
 SAMPLES = REPO / "samples"
 SEED = ["clustertrainingruntime-torch-kai", "clustertrainingruntime-torch", "trainingruntime-torch-llm-kai",
