@@ -1,0 +1,65 @@
+"""Fault injection and the call log: what a test may make a request suffer, and how each request is recorded."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from typing import Any
+
+import aiohttp.web
+
+from kai_fn.local.emulator.errors import ApiError
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    """An injected failure. ``after`` loses the response of a request that was applied."""
+
+    status: int | None = None
+    hang: float = 0.0
+    after: bool = False
+    retry_after: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One HTTP request as the server saw it; ``status`` is filled in once the response is known."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    verb: str
+    group: str
+    version: str
+    resource: str
+    namespace: str | None
+    name: str | None
+    content_type: str | None
+    body: Any
+    status: int | None = None
+    fault: Fault | None = None
+    subresource: str | None = None
+
+
+_FAULT_MESSAGES = {
+    429: "Too many requests, please try again later.",
+    500: "Internal error occurred: injected fault",
+    503: "the server is currently unable to handle the request",
+    504: "the server was unable to return a response in the time allotted, but may still be processing the request",
+}
+
+
+def fault_response(fault: Fault) -> aiohttp.web.Response:
+    assert fault.status is not None
+    details = {"retryAfterSeconds": fault.retry_after} if fault.retry_after is not None else None
+    message = _FAULT_MESSAGES.get(fault.status, f"injected fault: HTTP {fault.status}")
+    return aiohttp.web.json_response(ApiError(fault.status, message, details=details).body(), status=fault.status)
+
+
+async def hang(seconds: float, stopping: asyncio.Event | None) -> None:
+    """Sleep, but end at once when the server stops so shutdown never waits on a hung request."""
+    if stopping is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stopping.wait(), seconds)
