@@ -11,7 +11,7 @@ import yaml
 
 from tests.builders import rjob, runtime, trainjob
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
 
 

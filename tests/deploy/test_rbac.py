@@ -9,7 +9,7 @@ import pytest
 
 from tests.ce import ping, ref, resource, send
 from tests.conftest import TRAINER, sample_object, seed
-from tests.test_manifests import BASE, FUNCTION, SCHEDULER_PLUGINS, bound_triples, render
+from tests.deploy.test_manifests import BASE, FUNCTION, SCHEDULER_PLUGINS, bound_triples, render
 
 NS = "team-a"
 

@@ -28,7 +28,7 @@ import yaml
 from tests import crds
 from tests import kustomize
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 KNATIVE = REPO / "knative"
 BASE = "base"
 BROKER = "overlays/broker"
