@@ -1,0 +1,308 @@
+"""Bad input (fuzzed headers, bodies, identities, sizes and specs) gets its 4xx and never an API write but a warning."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import time
+from typing import Any
+
+import pytest
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kai_fn.local.invoke import Sample
+from tests.ce import ref, resource
+from tests.conftest import sample_object, seed
+from tests.reliability import MARKER, MISSING, QUEUE, publish, shape
+
+FUZZ_LIMIT = 65536  # KAI_FN_MAX_BODY_BYTES of the fuzzed server, so "just under the limit" stays cheap
+FUZZ_NS = "rel-fuzz"
+FUZZ_UID = "0f0f0f0f-1111-4222-8333-444455556666"
+
+
+def fuzz_trainjob(marked: bool) -> dict[str, Any]:
+    """The base TrainJob: ``marked`` ones are done already, so a valid event for them costs no API call."""
+    tj = sample_object("trainjob-llama-finetune")
+    tj["metadata"].update(namespace=FUZZ_NS, name="fuzz", uid=FUZZ_UID, resourceVersion="7")
+    if marked:
+        tj["metadata"]["annotations"] = {MARKER: f"pg-fuzz-{FUZZ_UID}"}
+    return tj
+
+
+MARKED_ADD = resource(fuzz_trainjob(True), event_id="fuzz-1")
+UNMARKED_ADD = resource(fuzz_trainjob(False), event_id="fuzz-2")
+REF_ADD = ref(FUZZ_NS, "fuzz", event_id="fuzz-3")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    family: str
+    what: str
+    headers: dict[str, str]
+    body: bytes | Any  # bytes, or an iterator of chunks (sent chunked, without Content-Length)
+    statuses: frozenset[int]
+    calls_allowed: bool = False  # False: the function must not call the API at all
+
+    def __repr__(self) -> str:
+        return f"Case({self.family}: {self.what}; statuses {sorted(self.statuses)})"
+
+
+HEADER_TEXT = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=40)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+NOT_A_STRING = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.lists(
+    st.integers(), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+NOT_A_DNS_NAME = NOT_A_STRING | st.sampled_from(
+    ["", "Upper", "under_score", "-leading", "trailing-", "dots..dots", "x" * 254, "spa ce", "ünï"])
+NOT_A_DNS_LABEL = NOT_A_DNS_NAME | st.sampled_from(["a.b", "x" * 64])
+
+
+def body_of(obj: Any) -> bytes:
+    return json.dumps(obj).encode()
+
+
+@st.composite
+def garbage_bodies(draw) -> Case:
+    """Valid Ce-* headers of a resource add, a body that is not a TrainJob."""
+    if draw(st.booleans()):
+        body = draw(st.binary(max_size=2048))
+        what = f"{len(body)} random bytes"
+    else:
+        value = draw(JSON)
+        body, what = body_of(value), f"random JSON {type(value).__name__}"
+    return Case("garbage body", what, dict(MARKED_ADD.headers), body, frozenset({400}))
+
+
+IDENTITY_FIELDS = {  # path in the resource-mode data -> values that make the event unusable
+    ("kind",): NOT_A_STRING | st.sampled_from(["", "trainjob", "Pod", "JobSet"]),
+    ("apiVersion",): NOT_A_STRING | st.sampled_from(["", "trainer.kubeflow.org/v1", "v1", "kubeflow.org/v1"]),
+    ("metadata",): NOT_A_STRING.filter(lambda v: not isinstance(v, dict)) | st.just("metadata"),
+    ("metadata", "name"): NOT_A_DNS_NAME,
+    ("metadata", "namespace"): NOT_A_DNS_LABEL,
+    ("metadata", "uid"): NOT_A_STRING | st.just(""),
+}
+REF_FIELDS = {("kind",): IDENTITY_FIELDS[("kind",)], ("apiVersion",): IDENTITY_FIELDS[("apiVersion",)],
+              ("name",): NOT_A_DNS_NAME, ("namespace",): NOT_A_DNS_LABEL}
+
+
+def set_path(doc: Any, path: tuple[Any, ...], value: Any) -> None:
+    for part in path[:-1]:
+        doc = doc[part]
+    if value is MISSING:
+        del doc[path[-1]]
+    else:
+        doc[path[-1]] = value
+
+
+@st.composite
+def broken_identities(draw) -> Case:
+    """A TrainJob (or ref) with one identifying field removed or given a value of the wrong type or syntax."""
+    is_ref = draw(st.booleans())
+    sample = REF_ADD if is_ref else MARKED_ADD
+    fields = REF_FIELDS if is_ref else IDENTITY_FIELDS
+    path = draw(st.sampled_from(sorted(fields)))
+    value = draw(st.just(MISSING) | fields[path])
+    data = json.loads(sample.body)
+    set_path(data, path, value)
+    what = f"{'ref' if is_ref else 'resource'} data.{'.'.join(path)} " + (
+        "removed" if value is MISSING else f"= {json.dumps(value)[:40]}")
+    return Case("broken identity", what, dict(sample.headers), body_of(data), frozenset({400}))
+
+
+REQUIRED = ("Ce-Specversion", "Ce-Id", "Ce-Source", "Ce-Type")
+OPTIONAL = ("Ce-Subject", "Ce-Time", "Ce-Kind", "Ce-Apiversion", "Ce-Name", "Ce-Namespace", "Content-Type")
+NEAR_MISS_TYPES = ["dev.knative.apiserver.resource.patch", "dev.knative.apiserver.pod.add",
+                   "dev.knative.apiserver.resource", "dev.knative.apiserver.", "dev.knative.sources.pingx",
+                   "DEV.KNATIVE.APISERVER.RESOURCE.ADD", "dev.knative.apiserver.resource.add.extra"]
+
+
+def header_expectation(name: str, value: str | None) -> frozenset[int]:
+    """What the CloudEvents contract says of one header changed on a valid event for a marked TrainJob."""
+    if value is not None:
+        value = value.strip()  # HTTP trims optional whitespace around a header value
+    if name in REQUIRED and value is None:
+        return frozenset({400})  # a required attribute missing
+    if name == "Ce-Specversion":
+        return frozenset({200} if value in ("1.0", "0.3") else {400})
+    if name in ("Ce-Id", "Ce-Type") and not value:
+        return frozenset({400})
+    if name == "Content-Type" and value and value.startswith("application/cloudevents+json"):
+        return frozenset({400})  # structured mode, but the body is a bare TrainJob
+    return frozenset({200})  # other types and kinds are ignored; the rest is not read (valid: marked -> skipped)
+
+
+@st.composite
+def mangled_headers(draw) -> Case:
+    """One Ce-* header dropped, emptied or garbled (type and kind also set to near misses)."""
+    headers = {**MARKED_ADD.headers, "Content-Type": "application/json"}
+    name = draw(st.sampled_from(REQUIRED + OPTIONAL))
+    choices = st.none() | st.just("") | HEADER_TEXT
+    if name == "Ce-Type":
+        choices = choices.filter(lambda v: v is None or not v.startswith("dev.knative")) | st.sampled_from(
+            NEAR_MISS_TYPES)
+    if name == "Ce-Specversion":
+        choices = choices | st.sampled_from(["1.0", "0.3", "1", "2.0", "1.0.0"])
+    if name == "Content-Type":
+        choices = choices | st.sampled_from(["application/cloudevents+json", "text/plain",
+                                             "application/cloudevents-batch+json"])
+    value = draw(choices)
+    if value is None:
+        del headers[name]
+    else:
+        headers[name] = value
+    if draw(st.booleans()):  # header names are case-insensitive
+        headers = {k.lower(): v for k, v in headers.items()}
+    return Case("mangled header", f"{name} {'dropped' if value is None else '= ' + repr(value)}", headers,
+                MARKED_ADD.body, header_expectation(name, value))
+
+
+@st.composite
+def ignorable(draw) -> Case:
+    """Valid events kai_fn has nothing to do for: deletes, other kinds, other sources' types: 2xx, no call."""
+    which = draw(st.sampled_from(["delete", "kind", "type"]))
+    sample = draw(st.sampled_from([MARKED_ADD, UNMARKED_ADD, REF_ADD]))
+    headers, data = dict(sample.headers), json.loads(sample.body)
+    if which == "delete":
+        headers["Ce-Type"] = headers["Ce-Type"].rsplit(".", 1)[0] + ".delete"
+        what = headers["Ce-Type"]
+    elif which == "kind":
+        kind = draw(st.sampled_from(["Pod", "JobSet", "TrainingRuntime", "trainjob"]) | HEADER_TEXT.filter(
+            lambda k: k != "TrainJob"))
+        headers["Ce-Kind"] = data["kind"] = kind
+        what = f"kind {kind!r}"
+    else:
+        headers["Ce-Type"] = draw(HEADER_TEXT.filter(lambda t: not t.startswith("dev.knative")))
+        what = f"type {headers['Ce-Type']!r}"
+    return Case("ignorable", what, headers, body_of(data), frozenset({200}))
+
+
+def padded(sample: Sample, size: int) -> bytes:
+    """The sample's TrainJob with a padding annotation making the body exactly ``size`` bytes (if it can)."""
+    data = json.loads(sample.body)
+    data["metadata"].setdefault("annotations", {})["example.com/padding"] = ""
+    room = size - len(body_of(data))
+    data["metadata"]["annotations"]["example.com/padding"] = "p" * max(room, 0)
+    body = body_of(data)
+    assert len(body) == size, (len(body), size)
+    return body
+
+
+@st.composite
+def sizes(draw) -> Case:
+    """Bodies at the limit: just under it (valid or not), over it, and over it in chunks with no Content-Length."""
+    kind = draw(st.sampled_from(["valid under", "garbage under", "over", "chunked over"]))
+    headers = dict(MARKED_ADD.headers)
+    if kind == "valid under":
+        size = FUZZ_LIMIT - draw(st.integers(0, 64))
+        return Case("size", f"valid {size} bytes", headers, padded(MARKED_ADD, size), frozenset({200}))
+    if kind == "garbage under":
+        size = FUZZ_LIMIT - draw(st.integers(0, 64))
+        body = (b'{"kind": "TrainJob", "x": "' + b"y" * FUZZ_LIMIT)[:size]  # cut short: not JSON
+        return Case("size", f"truncated JSON {size} bytes", headers, body, frozenset({400}))
+    size = FUZZ_LIMIT + draw(st.integers(1, 4096))
+    body = padded(MARKED_ADD, size)
+    if kind == "over":
+        return Case("size", f"valid but {size} bytes", headers, body, frozenset({413}))
+    chunk = draw(st.integers(1024, 16384))
+    chunks = [body[i:i + chunk] for i in range(0, len(body), chunk)]
+    return Case("size", f"{size} bytes in {len(chunks)} chunks", headers, iter(chunks), frozenset({413}))
+
+
+SPEC_PATHS = st.sampled_from([
+    ("spec",), ("spec", "runtimeRef"), ("spec", "runtimeRef", "name"), ("spec", "runtimeRef", "kind"),
+    ("spec", "runtimeRef", "apiGroup"), ("spec", "trainer"), ("spec", "trainer", "numNodes"),
+    ("spec", "trainer", "resourcesPerNode"), ("spec", "trainer", "resourcesPerNode", "requests"),
+    ("spec", "trainer", "resourcesPerNode", "requests", "nvidia.com/gpu"), ("spec", "suspend"),
+    ("metadata", "labels"), ("metadata", "labels", QUEUE), ("metadata", "annotations"),
+    ("metadata", "annotations", "kai-fn/hold"), ("metadata", "deletionTimestamp"), ("status",),
+])
+
+
+@st.composite
+def mangled_specs(draw) -> Case:
+    """A well-formed event whose TrainJob has a field removed or replaced by any JSON: the planner must cope."""
+    data = json.loads(UNMARKED_ADD.body)
+    path = draw(SPEC_PATHS)
+    value = draw(st.just(MISSING) | JSON | NOT_A_STRING)
+    parent = data
+    for part in path[:-1]:
+        parent = parent.setdefault(part, {}) if isinstance(parent, dict) else parent
+    if value is MISSING:
+        parent.pop(path[-1], None)
+    else:
+        parent[path[-1]] = value
+    what = f"data.{'.'.join(path)} " + ("removed" if value is MISSING else f"= {json.dumps(value)[:40]}")
+    # No JobSet exists: a plannable TrainJob is 503 (JobSet not created yet), anything else 2xx (ignored or warned);
+    # labels and annotations that are not maps of strings are refused at the door.
+    allowed = {200, 503} | ({400} if path[:2] in (("metadata", "labels"), ("metadata", "annotations")) else set())
+    return Case("mangled TrainJob", what, dict(UNMARKED_ADD.headers), body_of(data), frozenset(allowed),
+                calls_allowed=True)
+
+
+@pytest.mark.parametrize("annotations", [True, 5, 0.5, "kai-fn/podgroup", "kai-fn/skipped"],
+                         ids=["true", "int", "float", "marker-string", "skipped-string"])
+def test_a_trainjob_whose_annotations_are_not_a_map_is_refused_not_a_500(api, function, annotations):
+    data = json.loads(UNMARKED_ADD.body)
+    data["metadata"]["annotations"] = annotations
+    api.reset_calls()
+    answer = requests.post(function.url, data=body_of(data), headers=UNMARKED_ADD.headers, timeout=10)
+    assert answer.status_code == 400, answer.text[:200]
+    assert answer.text.strip() == "data.metadata.annotations: must be a map of strings"
+    assert api.calls == []
+
+
+FUZZ_CASES = 1200
+CASES = st.one_of(garbage_bodies(), broken_identities(), mangled_headers(), ignorable(), sizes(), mangled_specs())
+
+
+@pytest.mark.slow
+def test_fuzzed_headers_and_bodies_get_their_status_and_only_a_warning_event_is_ever_written(api, functions):
+    """1,200 hypothesis cases (derandomized) against the real server with a 64 KiB body limit, on a cluster
+    holding only the runtime (no TrainJob, no JobSet): each case's family fixes the statuses it may get."""
+    fn = functions(KAI_FN_MAX_BODY_BYTES=str(FUZZ_LIMIT))
+    seed(api, sample_object("clustertrainingruntime-torch-kai"))
+    tally: collections.Counter[tuple[str, int]] = collections.Counter()
+    session = requests.Session()
+    started = time.perf_counter()
+
+    @settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(case=CASES)
+    def one(case: Case) -> None:
+        assert time.perf_counter() - started < 150, "wall-clock guard: the fuzz ran over 150 s"
+        api.reset_calls()
+        response = session.post(fn.url, data=case.body, headers=case.headers, timeout=10)
+        tally[(case.family, response.status_code)] += 1
+        assert response.status_code in case.statuses, (case, response.text[:200])
+        if response.status_code < 300:
+            assert response.content == b""
+        elif response.status_code == 503:
+            assert int(response.headers["Retry-After"]) > 0
+        else:
+            assert len(response.text.strip().splitlines()) == 1, response.text  # one line saying why
+        if not case.calls_allowed or response.status_code in (400, 413):
+            assert api.calls == [], (case, [shape(c) for c in api.calls])
+        # The only write a bad TrainJob may cause is a Warning Event on it.
+        bad = [c for c in api.writes() if not (c.resource == "events" and (c.body or {}).get("type") == "Warning")]
+        assert bad == [], (case, [shape(c) for c in bad])
+
+    with session:
+        one()
+    elapsed = time.perf_counter() - started
+    assert requests.get(fn.url + "/healthz", timeout=5).status_code == 200
+    assert sum(tally.values()) >= 1000
+    families: dict[str, dict[int, int]] = collections.defaultdict(dict)
+    for (family, status), n in sorted(tally.items()):
+        families[family][status] = n
+    publish("Bad input (hypothesis, derandomized)", [
+        f"- cases: {sum(tally.values())} in {elapsed:.1f} s against the real server "
+        f"(KAI_FN_MAX_BODY_BYTES={FUZZ_LIMIT}); 0 unexpected statuses; no write but Warning Events; "
+        "GET /healthz 200 after",
+        *[f"- {family}: " + ", ".join(f"{s} x{n}" for s, n in statuses.items())
+          for family, statuses in families.items()],
+    ])
