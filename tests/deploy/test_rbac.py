@@ -2,6 +2,7 @@
 
 The scenarios run the real function server against the emulator; each request is recorded as
 (apiGroup, resource, verb) and compared with what the rendered manifests bind to the function's ServiceAccount.
+The rendered roles themselves use no wildcard, name only upstream resources and bind existing ServiceAccounts.
 """
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import pytest
 
 from tests.ce import ping, ref, resource, send
 from tests.conftest import TRAINER, sample_object, seed
-from tests.deploy.test_manifests import BASE, FUNCTION, SCHEDULER_PLUGINS, bound_triples, render
+from tests.manifests import (
+    BASE, FUNCTION, FUNCTION_TRIPLES, SCHEDULER_PLUGINS, SOURCE_SA, SOURCE_TRIPLES, VARIANTS, bound_triples, by_kind,
+    crd_plurals, render,
+)
 
 NS = "team-a"
 
@@ -54,3 +58,41 @@ def test_cluster_role_grants_exactly_what_the_scenarios_call(api, functions, var
     granted = bound_triples(render(variant), FUNCTION)
     assert used - granted == set(), "called without permission"
     assert granted - used == set(), "granted but never called"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_no_role_uses_a_wildcard(variant):
+    for role in by_kind(render(variant), "ClusterRole"):
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+                for value in rule.get(key, []):
+                    assert "*" not in value, (role["metadata"]["name"], key, value)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_function_is_granted_exactly_the_calls_it_makes(variant):
+    assert bound_triples(render(variant), FUNCTION) == FUNCTION_TRIPLES[variant]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_source_may_only_get_list_watch_trainjobs(variant):
+    assert bound_triples(render(variant), SOURCE_SA) == SOURCE_TRIPLES
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_bindings_name_existing_service_accounts(variant):
+    objs = render(variant)
+    sas = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in by_kind(objs, "ServiceAccount")}
+    for binding in by_kind(objs, "ClusterRoleBinding"):
+        for s in binding["subjects"]:
+            assert (s["namespace"], s["name"]) in sas, binding["metadata"]["name"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_granted_custom_resource_exists_upstream(variant):
+    triples = bound_triples(render(variant), FUNCTION) | bound_triples(render(variant), SOURCE_SA)
+    for group, plural, _ in triples:
+        if group == "":
+            assert plural == "events"
+            continue
+        assert (group, plural) in crd_plurals(), (group, plural)

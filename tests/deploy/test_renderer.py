@@ -1,0 +1,114 @@
+"""The small kustomize renderer (tests/kustomize.py) agrees with kubectl and refuses what it does not support."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import kustomize
+from tests.manifests import KNATIVE, KUBECTL, VARIANTS
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not on PATH")
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_python_renderer_agrees_with_kubectl_kustomize(variant):
+    done = subprocess.run([KUBECTL, "kustomize", str(KNATIVE / variant)], capture_output=True, text=True, check=True)
+    theirs = sorted((d for d in yaml.safe_load_all(done.stdout) if d), key=kustomize.object_id)
+    ours = sorted(kustomize.render(KNATIVE / variant), key=kustomize.object_id)
+    assert ours == theirs
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+DEPLOY = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: d}
+spec:
+  template:
+    spec:
+      containers:
+        - {name: a, image: "example.com/app:1"}
+        - {name: b, image: "other.io/x"}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: r}
+rules: []
+"""
+
+
+@pytest.mark.parametrize(
+    "images,expected",
+    [
+        ([{"name": "example.com/app", "newTag": "2"}], "example.com/app:2"),
+        ([{"name": "example.com/app", "newName": "reg/app", "digest": "sha256:" + "a" * 64}], "reg/app@sha256:" + "a" * 64),
+        ([{"name": "example.com/app", "newName": "reg:5000/app"}], "reg:5000/app:1"),
+        ([{"name": "example.com/ap", "newTag": "9"}], "example.com/app:1"),
+    ],
+    ids=["new-tag", "new-name-and-digest", "new-name-keeps-tag", "no-prefix-match"],
+)
+def test_renderer_sets_images_by_exact_name(tmp_path, images, expected):
+    k = {"resources": ["d.yaml"], "images": images}
+    _write(tmp_path, {"d.yaml": DEPLOY, "kustomization.yaml": yaml.safe_dump(k)})
+    deploy, _ = kustomize.render(tmp_path)
+    a, b = deploy["spec"]["template"]["spec"]["containers"]
+    assert (a["image"], b["image"]) == (expected, "other.io/x")
+
+
+def test_renderer_sets_namespace_on_namespaced_objects_only(tmp_path):
+    _write(tmp_path, {"d.yaml": DEPLOY, "kustomization.yaml": "namespace: ns\nresources: [d.yaml]\n"})
+    deploy, role = kustomize.render(tmp_path)
+    assert deploy["metadata"]["namespace"] == "ns"
+    assert "namespace" not in role["metadata"]
+
+
+PATCHED = """\
+resources: [../base]
+patches:
+  - target: {group: apps, version: v1, kind: Deployment, name: d}
+    patch: |-
+      - op: test
+        path: /spec/template/spec/containers/0/name
+        value: %s
+      - op: replace
+        path: /spec/template/spec/containers/0/image
+        value: patched
+"""
+
+
+@pytest.mark.parametrize("guard,ok", [("a", True), ("b", False)], ids=["guard-holds", "guard-fails"])
+def test_renderer_applies_json6902_patches_with_test_guards(tmp_path, guard, ok):
+    _write(tmp_path, {"base/d.yaml": DEPLOY, "base/kustomization.yaml": "resources: [d.yaml]\n"})
+    _write(tmp_path, {"overlay/kustomization.yaml": PATCHED % guard})
+    if ok:
+        deploy, _ = kustomize.render(tmp_path / "overlay")
+        assert deploy["spec"]["template"]["spec"]["containers"][0]["image"] == "patched"
+    else:
+        with pytest.raises(kustomize.KustomizeError, match="test"):
+            kustomize.render(tmp_path / "overlay")
+
+
+@pytest.mark.parametrize(
+    "kustomization",
+    [
+        "resources: [d.yaml]\ncommonLabels: {a: b}\n",
+        "resources: [https://example.com/x.yaml]\n",
+        "resources: [d.yaml]\npatches:\n  - path: p.yaml\n",  # strategic merge
+        "resources: [d.yaml]\npatches:\n  - target: {kind: Nope}\n    patch: '[]'\n",
+        "resources: [d.yaml, d.yaml]\n",
+    ],
+    ids=["unsupported-field", "remote-resource", "strategic-merge", "target-matches-nothing", "duplicate"],
+)
+def test_renderer_refuses_what_it_does_not_support(tmp_path, kustomization):
+    _write(tmp_path, {"d.yaml": DEPLOY, "p.yaml": "kind: Deployment\n", "kustomization.yaml": kustomization})
+    with pytest.raises(kustomize.KustomizeError):
+        kustomize.render(tmp_path)

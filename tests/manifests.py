@@ -1,0 +1,168 @@
+"""Deployment artefacts (knative/, Dockerfile, func.yaml), shared by tests/deploy: variants, rendering, expectations.
+
+Renders every kustomization (``kubectl kustomize`` when on PATH, else the small
+renderer in ``tests/kustomize.py``; ``KAI_FN_RENDERER=python`` forces the latter)
+and checks the objects against the real CRD schemas (``tests.crds``), against
+the Kubernetes OpenAPI schemas bundled with ``kubernetes_validate`` (strict,
+offline), against Knative Serving's container contract, and against the exact
+least-privilege RBAC the function needs. No network is used.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import yaml
+
+from tests import crds
+from tests import kustomize
+
+REPO = Path(__file__).resolve().parent.parent
+KNATIVE = REPO / "knative"
+BASE = "base"
+BROKER = "overlays/broker"
+SCHEDULER_PLUGINS = "overlays/scheduler-plugins"
+VARIANTS = (BASE, BROKER, SCHEDULER_PLUGINS)
+
+NAMESPACE = "kai-fn"
+FUNCTION = "kai-fn"  # Service, ServiceAccount and ClusterRole name
+SOURCE_SA = "kai-fn-source"
+IMAGE = "ghcr.io/example/kai-fn"
+
+KUBECTL = shutil.which("kubectl")
+USE_KUBECTL = KUBECTL is not None and os.environ.get("KAI_FN_RENDERER", "") != "python"
+
+# Kubernetes versions to validate built-in kinds against: the oldest one that
+# Knative 1.22 supports and the newest schemas kubernetes_validate ships.
+K8S_VERSIONS = ("1.33", kubernetes_validate.latest_version())
+
+RESERVED_ENV = {"PORT", "K_SERVICE", "K_CONFIGURATION", "K_REVISION"}
+
+# Settings kai_fn reads at start-up, with their documented defaults.
+SETTINGS_DEFAULTS = {
+    "KAI_DEFAULT_QUEUE": "default-queue",
+    "KAI_PODGROUP_FLAVOR": "kai",
+    "KAI_FN_RESUME": "true",
+    "KAI_FN_NAMESPACES": "",
+    "KAI_FN_RUNTIME_CACHE_SECONDS": "30",
+    "KAI_FN_MAX_BODY_BYTES": "4194304",
+    "KAI_FN_API_TIMEOUT_SECONDS": "5",
+    "KAI_FN_LOG_LEVEL": "INFO",
+    "KAI_FN_RESYNC_LIMIT": "50",
+}
+
+# The exact API calls kai_fn makes: (apiGroup, resource, verb).
+COMMON_TRIPLES = {
+    ("trainer.kubeflow.org", "trainjobs", "get"),
+    ("trainer.kubeflow.org", "trainjobs", "patch"),
+    ("trainer.kubeflow.org", "trainjobs", "list"),  # resync (PingSource) only
+    ("trainer.kubeflow.org", "trainingruntimes", "get"),
+    ("trainer.kubeflow.org", "clustertrainingruntimes", "get"),
+    ("jobset.x-k8s.io", "jobsets", "get"),
+    ("jobset.x-k8s.io", "jobsets", "patch"),
+    ("", "events", "create"),
+}
+KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", "create")}
+SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", "create")}
+FUNCTION_TRIPLES = {
+    BASE: COMMON_TRIPLES | KAI_PODGROUPS,
+    BROKER: COMMON_TRIPLES | KAI_PODGROUPS,
+    SCHEDULER_PLUGINS: COMMON_TRIPLES | SP_PODGROUPS,
+}
+SOURCE_TRIPLES = {("trainer.kubeflow.org", "trainjobs", v) for v in ("get", "list", "watch")}
+
+# Knative Serving feature flags (config-features) that are on by default, so
+# fields gated behind them may be used.
+DEFAULT_ENABLED_FLAGS = {"kubernetes.podspec-volumes-emptydir"}
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+@cache
+def _render_cached(variant: str) -> str:
+    path = KNATIVE / variant
+    if USE_KUBECTL:
+        done = subprocess.run(
+            [KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, f"kubectl kustomize {variant} failed:\n{done.stderr}"
+        return done.stdout
+    return yaml.safe_dump_all(kustomize.render(path))
+
+
+def render(variant: str) -> list[dict[str, Any]]:
+    """Fresh objects of one kustomization (callers may mutate them)."""
+    return [d for d in yaml.safe_load_all(_render_cached(variant)) if d]
+
+
+def by_kind(objs: list[dict[str, Any]], kind: str, api_group: str | None = None) -> list[dict[str, Any]]:
+    return [
+        o
+        for o in objs
+        if o["kind"] == kind and (api_group is None or o["apiVersion"].rpartition("/")[0] == api_group)
+    ]
+
+
+def one(objs: list[dict[str, Any]], kind: str, name: str, api_group: str | None = None) -> dict[str, Any]:
+    found = [o for o in by_kind(objs, kind, api_group) if o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name!r}, found {len(found)}"
+    return found[0]
+
+
+def ksvc(objs: list[dict[str, Any]], name: str = FUNCTION) -> dict[str, Any]:
+    return one(objs, "Service", name, "serving.knative.dev")
+
+
+def container(svc: dict[str, Any]) -> dict[str, Any]:
+    containers = svc["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1, "a Knative Service here has exactly one container"
+    return containers[0]
+
+
+def env_of(c: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in c.get("env", [])}
+
+
+def knative_services(objs):
+    return by_kind(objs, "Service", "serving.knative.dev")
+
+
+def bound_triples(objs: list[dict[str, Any]], sa: str) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) granted to ServiceAccount ``kai-fn/<sa>`` by ClusterRoleBindings."""
+    roles = {r["metadata"]["name"]: r for r in by_kind(objs, "ClusterRole")}
+    triples: set[tuple[str, str, str]] = set()
+    for binding in by_kind(objs, "ClusterRoleBinding") + by_kind(objs, "RoleBinding"):
+        subjects = binding.get("subjects", [])
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == sa and s["namespace"] == NAMESPACE for s in subjects):
+            continue
+        assert binding["roleRef"]["kind"] == "ClusterRole"
+        role = roles[binding["roleRef"]["name"]]  # KeyError: binding to a missing role
+        for rule in role["rules"]:
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        triples.add((group, resource, verb))
+    return triples
+
+
+@cache
+def crd_plurals() -> dict[tuple[str, str], dict[str, Any]]:
+    """(group, plural) -> {kind, versions served} for every CRD in ../shared/crds."""
+    out = {}
+    for path in sorted(crds.CRDS_DIR.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition":
+                spec = doc["spec"]
+                out[(spec["group"], spec["names"]["plural"])] = {
+                    "kind": spec["names"]["kind"],
+                    "versions": {v["name"] for v in spec["versions"] if v.get("served")},
+                }
+    return out
+
