@@ -21,8 +21,9 @@ import aiohttp.web
 import attrs
 import kmock
 
-from kai_fn.local.emulator.admission import (check_schema, check_type, event_problems, jobset_problems,
-                                             metadata_problems, name_problems, spec_of)
+from kai_fn.local.emulator.admission import (
+    check_schema, check_type, event_problems, jobset_problems, metadata_problems, name_problems, spec_of,
+)
 from kai_fn.local.emulator.errors import ApiError, conflict, invalid, not_found
 from kai_fn.local.emulator.faults import Call, Fault, fault_response, hang
 from kai_fn.local.emulator.kinds import APPLY_PATCH, BY_RESOURCE, KINDS, KindInfo, Validator
