@@ -6,22 +6,42 @@ reports ``2×1Gi + 512Mi`` as ``2560Mi``. We reproduce that so minResources read
 """
 from __future__ import annotations
 
+import importlib.util
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
+from pathlib import Path
 from typing import Literal
 
 Format = Literal["binary", "decimal"]
 
-# apimachinery's grammar (pkg/api/resource/quantity.go): a number, then a suffix or a decimal exponent.
-_SYNTAX = re.compile(r"^(?P<number>[+-]?(\d+(\.\d*)?|\.\d+))"
-                     r"((?P<suffix>[KMGTPE]i|[numkMGTPE])|(?P<exponent>[eE][+-]?\d+))?$")
-_SUFFIXES = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6,
-             "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6, "G": 10**9,
-             "T": 10**12, "P": 10**15, "E": 10**18}
+# apimachinery's grammar (pkg/api/resource/quantity.go); the client's parser alone accepts "1K", "NaN" and "inf".
+_SYNTAX = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?\d+))?$")
 _NANO = Decimal("1e-9")
 _BINARY = [(6, "Ei"), (5, "Pi"), (4, "Ti"), (3, "Gi"), (2, "Mi"), (1, "Ki")]
 _DECIMAL = [(18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, ""), (-3, "m"), (-6, "u"), (-9, "n")]
+
+
+def _client_parser() -> Callable[[str], Decimal]:
+    """The official client's ``parse_quantity``, loaded from its own file.
+
+    ``from kubernetes.utils import parse_quantity`` would load the whole client (urllib3 included), which the pure
+    core must not; that one file needs only ``decimal``.
+    """
+    client = importlib.util.find_spec("kubernetes")
+    if client is None or not client.submodule_search_locations:
+        raise ImportError("the kubernetes client package is not installed (see requirements.txt)")
+    path = Path(next(iter(client.submodule_search_locations))) / "utils" / "quantity.py"
+    spec = importlib.util.spec_from_file_location("kai_fn.core._client_quantity", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parse_quantity
+
+
+_parse_quantity = _client_parser()
 
 
 @dataclass(frozen=True)
@@ -32,10 +52,9 @@ class Quantity:
     @classmethod
     def parse(cls, text: str | int | float) -> Quantity:
         raw = str(text).strip()
-        match = _SYNTAX.match(raw)
-        if not match:
+        if not _SYNTAX.match(raw):
             raise ValueError(f"{raw!r} is not a Kubernetes quantity")
-        value = Decimal(match["number"] + (match["exponent"] or "")) * _SUFFIXES.get(match["suffix"] or "", 1)
+        value = _parse_quantity(raw)
         # Go keeps at most nanosecond-scale precision and rounds up what lies below it.
         value = (value / _NANO).to_integral_value(rounding=ROUND_CEILING) * _NANO
         fmt: Format = "binary" if raw.endswith("i") else "decimal"
