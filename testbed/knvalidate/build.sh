@@ -13,6 +13,12 @@ if [[ ! -x "$dir/knvalidate" ]]; then
   echo "knvalidate: building against knative.dev/serving ${serving}, knative.dev/eventing ${eventing} (cold: several minutes) ..." >&2
   mkdir -p "$dir"
   (cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/knvalidate.tmp" .)
+  # Eventing's installed defaults (broker class, feature flags), which its webhook reads from these ConfigMaps.
+  mkdir -p "$dir/config"
+  eventing_dir="$(cd "$here" && go list -m -f '{{.Dir}}' knative.dev/eventing)"
+  cp "$eventing_dir/config/core/configmaps/default-broker.yaml" "$eventing_dir/config/core/configmaps/features.yaml" \
+    "$dir/config/"
+  chmod u+w "$dir/config/"*.yaml
   mv "$dir/knvalidate.tmp" "$dir/knvalidate"
   echo "knvalidate: built $dir/knvalidate" >&2
 fi

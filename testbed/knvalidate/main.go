@@ -3,9 +3,9 @@
 // Knative's defaulting and validating webhooks do on create. This catches what a CRD schema cannot (an
 // ApiServerSource mode Knative rejects, a Trigger filter with an invalid attribute name).
 //
-// Usage: knvalidate [FILE...]  (no FILE, or "-": stdin). Input is YAML, several documents allowed (kubectl
-// kustomize output). One line per document: "ok", "skip" (not a Knative kind) or "error"; exit 1 on any error,
-// 2 on unreadable input.
+// Usage: knvalidate [--config DIR] [FILE...]  (no FILE, or "-": stdin). Input is YAML, several documents allowed
+// (kubectl kustomize output). One line per document: "ok", "skip" (not a Knative kind) or "error"; exit 1 on any
+// error, 2 on unusable input. DIR (default: "config" beside the binary) holds Eventing's installed ConfigMaps.
 package main
 
 import (
@@ -13,16 +13,27 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
 func main() {
-	paths := os.Args[1:]
+	exe, _ := os.Executable()
+	configDir := flag.String("config", filepath.Join(filepath.Dir(exe), "config"), "directory of Eventing's ConfigMaps")
+	flag.Parse()
+	withConfig, err := loadConfig(*configDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "knvalidate:", err)
+		os.Exit(2)
+	}
+	ctx := withConfig(context.Background())
+	paths := flag.Args()
 	if len(paths) == 0 {
 		paths = []string{"-"}
 	}
@@ -37,7 +48,7 @@ func main() {
 			os.Exit(2)
 		}
 		for _, doc := range docs {
-			line, bad := check(context.Background(), doc)
+			line, bad := check(ctx, doc)
 			failed = failed || bad
 			fmt.Fprintln(out, line)
 		}
