@@ -1,12 +1,13 @@
 """Trainer's pod-set arithmetic, ported exactly (pkg/runtime/core/trainingruntime.go and the mlPolicy plugins).
 
 One PodSet per replicatedJob, in order. Its count is the Job's parallelism, or for the ``trainer`` ancestor
-``mlPolicy.numNodes``; ``TrainJob.spec.trainer.numNodes`` overrides it (MPI: on the PodSet named ``node``,
-less one when the launcher runs as a node). ``replicas`` is not multiplied in, as upstream.
+``mlPolicy.numNodes``, at least 1; ``TrainJob.spec.trainer.numNodes`` then sets one PodSet's count as given, 0
+included (MPI: the one named ``node``, less one when the launcher runs as a node; otherwise the first ``trainer``).
+``replicas`` is not multiplied in, as upstream. Checked against Trainer's own code by tests/testbed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kai_fn.core import keys
 from kai_fn.core.models import Container, MLPolicy, PodSpec, ReplicatedJob, Resources, Runtime, TrainJob
@@ -14,7 +15,6 @@ from kai_fn.core.quantity import Quantity
 from kai_fn.core.runtime import replicated_jobs
 
 Requests = dict[str, Quantity]
-
 
 
 def _pod_level(name: str) -> bool:
@@ -34,29 +34,43 @@ class PodSet:
 
 def pod_sets(job: TrainJob, runtime: Runtime) -> list[PodSet]:
     ml = runtime.spec.ml_policy
-    num_nodes = job.spec.trainer.num_nodes if job.spec.trainer else None
-    out = []
+    trainer = job.spec.trainer
+    per_node = trainer.resources_per_node if trainer else None
+    launcher_as_node = ml is not None and ml.mpi is not None and ml.mpi.run_launcher_as_node
+    sets = []
     for rj in replicated_jobs(job, runtime):
         ancestor = rj.template.metadata.labels.get(keys.ANCESTOR_LABEL)
-        count = _declared_count(rj, ancestor, ml)
         spec = rj.template.spec.template.spec
-        if ancestor == keys.ANCESTOR_TRAINER and ml is not None and job.spec.trainer and job.spec.trainer.resources_per_node:
-            spec = _with_node_resources(spec, job.spec.trainer.resources_per_node)
-        if num_nodes is not None:
-            if ml is not None and ml.mpi is not None:
-                if rj.name == keys.NODE:
-                    count = max(num_nodes - 1, 1) if ml.mpi.run_launcher_as_node else num_nodes
-            elif ancestor == keys.ANCESTOR_TRAINER:
-                count = num_nodes
-        out.append(PodSet(
+        if per_node is not None and ml is not None and (
+                ancestor == keys.ANCESTOR_TRAINER or (launcher_as_node and rj.name == keys.NODE)):
+            spec = _with_node_resources(spec, per_node)
+        sets.append(PodSet(
             name=rj.name,
-            count=max(count, 1),
+            count=max(_declared_count(rj, ancestor, ml), 1),
             ancestor=ancestor,
             requests=pod_requests(spec),
             pod_spec=spec,
             depends_on=tuple(d.name for d in rj.depends_on),
         ))
-    return out
+    if trainer is not None and trainer.num_nodes is not None:
+        _set_num_nodes(sets, ml, trainer.num_nodes)
+    return sets
+
+
+def _set_num_nodes(sets: list[PodSet], ml: MLPolicy | None, num_nodes: int) -> None:
+    """``TrainJob.spec.trainer.numNodes`` as the mlPolicy plugins apply it: on one PodSet only, as given (0 too).
+
+    MPI: the first PodSet named ``node``, one less (at least 1) when the launcher runs as a node. Torch, JAX,
+    XGBoost and PlainML (no mlPolicy, or one without torch/mpi/jax): the first PodSet whose ancestor is ``trainer``.
+    """
+    if ml is not None and ml.mpi is not None:
+        index = next((i for i, ps in enumerate(sets) if ps.name == keys.NODE), None)
+        count = max(num_nodes - 1, 1) if ml.mpi.run_launcher_as_node else num_nodes
+    else:
+        index = next((i for i, ps in enumerate(sets) if ps.ancestor == keys.ANCESTOR_TRAINER), None)
+        count = num_nodes
+    if index is not None:
+        sets[index] = replace(sets[index], count=count)
 
 
 def _declared_count(rj: ReplicatedJob, ancestor: str | None, ml: MLPolicy | None) -> int:

@@ -11,6 +11,20 @@ from kai_fn.core.models import InputError, JobTemplate, ReplicatedJob, Runtime, 
 # Lists of a PodSpec that strategic merge patches merge by `name` (k8s.io/api patchMergeKey); others are replaced.
 _MERGE_BY_NAME = frozenset({"containers", "initContainers", "ephemeralContainers", "volumes", "env"})
 
+# What Trainer's JobTemplatePatch type holds (pkg/apis/trainer/v1alpha1, v2.2+): the CRD prunes the rest and Trainer
+# decodes into that type, so e.g. a parallelism or container resources in a patch never reach the JobSet.
+# A dict lists the keys kept, a one-item list the shape of each item, None a value kept whole.
+_META_PATCH = {"labels": None, "annotations": None}
+_CONTAINER_PATCH = {"name": None, "env": None, "volumeMounts": None, "securityContext": None}
+_JOB_TEMPLATE_PATCH = {
+    "metadata": _META_PATCH,
+    "spec": {"template": {"metadata": _META_PATCH, "spec": {
+        "serviceAccountName": None, "volumes": None, "initContainers": [_CONTAINER_PATCH],
+        "containers": [_CONTAINER_PATCH], "imagePullSecrets": None, "securityContext": None, "nodeSelector": None,
+        "affinity": None, "tolerations": None, "schedulingGates": None, "terminationGracePeriodSeconds": None,
+    }}},
+}
+
 
 @dataclass(frozen=True)
 class RuntimeTarget:
@@ -55,7 +69,7 @@ def replicated_jobs(job: TrainJob, runtime: Runtime) -> list[ReplicatedJob]:
         if spec and spec.template and spec.template.spec:
             for rj_patch in spec.template.spec.replicated_jobs:
                 if rj_patch.template:
-                    patches.setdefault(rj_patch.name, []).append(rj_patch.template)
+                    patches.setdefault(rj_patch.name, []).append(_patchable(rj_patch.template, _JOB_TEMPLATE_PATCH))
     jobs = []
     for rj in runtime.spec.template.spec.replicated_jobs:
         if rj.name not in patches:
@@ -70,6 +84,15 @@ def replicated_jobs(job: TrainJob, runtime: Runtime) -> list[ReplicatedJob]:
             raise InputError(f"spec.runtimePatches (replicatedJob {rj.name!r}): {error}") from None
         jobs.append(rj.model_copy(update={"template": template}))
     return jobs
+
+
+def _patchable(value: Any, shape: Any) -> Any:
+    """``value`` cut down to ``shape``, as the API server's pruning and Trainer's typed decoding cut a patch."""
+    if isinstance(shape, dict) and isinstance(value, dict):
+        return {k: _patchable(v, shape[k]) for k, v in value.items() if k in shape}
+    if isinstance(shape, list) and isinstance(value, list):
+        return [_patchable(item, shape[0]) for item in value]
+    return value
 
 
 def strategic_merge(base: Any, patch: Any, key: str = "") -> Any:

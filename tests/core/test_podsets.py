@@ -40,7 +40,23 @@ CASES = [
     pytest.param(trainjob(num_nodes=6), runtime(rjob("worker", ancestor=None, parallelism=3), ml_policy=TORCH),
                  [("worker", 3)], {}, id="numNodes-only-touches-the-trainer-ancestor"),
     pytest.param(trainjob(), runtime(rjob(parallelism=0, ancestor=None)), [("node", 1)], {}, id="parallelism-0-counts-1"),
-    pytest.param(trainjob(num_nodes=0), runtime(ml_policy=TORCH), [("node", 1)], {}, id="numNodes-0-counts-1"),
+    pytest.param(trainjob(num_nodes=0), runtime(ml_policy=TORCH), [("node", 0)], {},
+                 id="trainjob-numNodes-0-counts-0-as-given"),
+    pytest.param(trainjob(num_nodes=0), runtime(rjob("launcher", ancestor=None), rjob("node"),
+                                                ml_policy={"numNodes": 1, "mpi": {}}),
+                 [("launcher", 1), ("node", 0)], {}, id="mpi-numNodes-0-counts-0"),
+    pytest.param(trainjob(), runtime(rjob(ancestor=None, parallelism=0), ml_policy={"numNodes": 0, "torch": {}}),
+                 [("node", 1)], {}, id="declared-counts-are-at-least-1"),
+    pytest.param(
+        trainjob(num_nodes=4),
+        runtime(rjob("first"), rjob("node"), ml_policy={"numNodes": 2, "torch": {}}),
+        [("first", 4), ("node", 2)], {}, id="numNodes-sets-the-first-trainer-podset-only",
+    ),
+    pytest.param(
+        trainjob(num_nodes=4),
+        runtime(rjob("first"), rjob("node")),
+        [("first", 4), ("node", 1)], {}, id="numNodes-without-mlPolicy-sets-the-first-trainer-podset-only",
+    ),
     pytest.param(trainjob(), runtime({**rjob("node", ancestor=None, parallelism=2), "replicas": 3}), [("node", 2)], {},
                  id="replicas-are-not-multiplied-in"),
     pytest.param(
@@ -125,17 +141,44 @@ def test_resources_per_node_is_ignored_without_an_ml_policy_as_upstream():
     assert one_pod(job, runtime(rjob(containers=[container(requests={"cpu": "2"})]))) == {"cpu": "2"}
 
 
-def test_runtime_patches_merge_into_the_template_by_container_name():
-    job = trainjob(runtimePatches=[{
+def test_resources_per_node_reaches_the_unlabelled_mpi_node_job_when_the_launcher_runs_as_node():
+    job = trainjob(num_nodes=3, resources_per_node={"requests": {"nvidia.com/gpu": "2"}})
+    rt = runtime(rjob("launcher", containers=[container(requests={"cpu": "1"})]),
+                 rjob("node", ancestor=None, containers=[container(requests={"cpu": "2"})]),
+                 ml_policy={"numNodes": 1, "mpi": {"runLauncherAsNode": True}})
+    sets = {ps.name: (ps.count, {k: str(q) for k, q in ps.requests.items()}) for ps in pod_sets(*typed(job, rt))}
+    assert sets == {"launcher": (1, {"cpu": "1", "nvidia.com/gpu": "2"}), "node": (2, {"cpu": "2", "nvidia.com/gpu": "2"})}
+
+
+def test_resources_per_node_skips_the_unlabelled_mpi_node_job_when_the_launcher_does_not_run_as_node():
+    job = trainjob(resources_per_node={"requests": {"nvidia.com/gpu": "2"}})
+    rt = runtime(rjob("launcher", containers=[container(requests={"cpu": "1"})]),
+                 rjob("node", ancestor=None, containers=[container(requests={"cpu": "2"})]),
+                 ml_policy={"numNodes": 1, "mpi": {}})
+    node = [ps for ps in pod_sets(*typed(job, rt)) if ps.name == "node"][0]
+    assert {k: str(q) for k, q in node.requests.items()} == {"cpu": "2"}
+
+
+def _patch(template, **job):
+    return trainjob(**job, runtimePatches=[{
         "manager": "example.com/tuner",
-        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{
-            "name": "node",
-            "template": {"spec": {"parallelism": 7, "template": {"spec": {
-                "containers": [{"name": "node", "resources": {"requests": {"cpu": "3"}}}]}}}},
-        }]}}},
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": template}]}}},
     }])
-    rt = runtime(rjob(ancestor=None, containers=[container(requests={"cpu": "1", "memory": "2Gi"}),
-                                                 container("side", requests={"cpu": "1"})]))
+
+
+def test_runtime_patches_cannot_change_parallelism_or_container_resources():
+    """Trainer's patch type has neither field (the CRD prunes them), so a patch that names them changes nothing."""
+    job = _patch({"spec": {"parallelism": 7, "template": {"spec": {
+        "containers": [{"name": "node", "resources": {"requests": {"cpu": "3"}}}]}}}})
+    rt = runtime(rjob(ancestor=None, parallelism=2, containers=[container(requests={"cpu": "1", "memory": "2Gi"}),
+                                                                container("side", requests={"cpu": "1"})]))
     (ps,) = pod_sets(*typed(job, rt))
-    assert ps.count == 7
-    assert {k: str(q) for k, q in ps.requests.items()} == {"cpu": "4", "memory": "2Gi"}
+    assert ps.count == 2
+    assert {k: str(q) for k, q in ps.requests.items()} == {"cpu": "2", "memory": "2Gi"}
+
+
+def test_runtime_patches_can_move_the_trainer_ancestor_label():
+    job = _patch({"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}}}, num_nodes=5)
+    rt = runtime(rjob(ancestor=None, parallelism=2), ml_policy={"numNodes": 3, "torch": {}})
+    (ps,) = pod_sets(*typed(job, rt))
+    assert (ps.ancestor, ps.count) == ("trainer", 5)

@@ -2,8 +2,9 @@
 
 Runtimes: torch, mpi (launcher as node or not), jax, xgboost, or no mlPolicy; initializers that the trainer
 ``dependsOn``; an unlabelled extra job; sidecars, init containers, overhead, pod-level resources. TrainJobs:
-``numNodes`` (0 included), ``resourcesPerNode`` and ``runtimePatches`` (labels, env, the ancestor label moved).
-Only shapes Trainer admits are drawn, so any difference from its code is kai_fn's.
+``numNodes`` (0 included), ``resourcesPerNode`` and ``runtimePatches`` (labels, env, the ancestor label moved, and
+fields a patch cannot carry, which the CRD prunes). Only shapes Trainer admits are drawn, so any difference from its
+code is kai_fn's.
 """
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ _QUANTITIES = {
 }
 
 
-def resource_list(names: tuple[str, ...] = tuple(_QUANTITIES)) -> st.SearchStrategy[dict[str, str]]:
-    return st.lists(st.sampled_from(names), unique=True, max_size=3).flatmap(
+def resource_list(names: tuple[str, ...] = tuple(_QUANTITIES), min_size: int = 0) -> st.SearchStrategy[dict[str, str]]:
+    return st.lists(st.sampled_from(names), unique=True, min_size=min_size, max_size=3).flatmap(
         lambda keys: st.fixed_dictionaries({k: _QUANTITIES[k] for k in keys})
     )
 
@@ -90,7 +91,7 @@ def runtime(draw: st.DrawFn, kind: str, name: str) -> dict[str, Any]:
         jobs.append(draw(replicated_job(init, init, init, [])))
     after_init = [{"name": i, "status": "Complete"} for i in initializers]
     if policy.startswith("mpi"):
-        node_label = draw(st.sampled_from([None, "trainer"]))
+        node_label = draw(st.sampled_from([None, None, "trainer"]))  # upstream's MPI runtimes leave node unlabelled
         mpi_jobs = [draw(replicated_job("launcher", "node", "trainer", [])),
                     draw(replicated_job("node", "node", node_label, after_init))]
         jobs += mpi_jobs[::-1] if draw(st.booleans()) else mpi_jobs
@@ -131,9 +132,15 @@ def runtime_patch(draw: st.DrawFn, rt: dict[str, Any], manager: str) -> dict[str
             template["metadata"] = {"labels": {ANCESTOR: "trainer"}}
         pod_patch: dict[str, Any] = {"nodeSelector": {"pool": draw(st.sampled_from(["a", "b"]))}}
         target = draw(st.sampled_from(pod["containers"]))["name"]
+        container_patch: dict[str, Any] = {"name": target}
         if target not in ("node", "dataset-initializer", "model-initializer"):
-            pod_patch["containers"] = [{"name": target, "env": [{"name": "PATCHED", "value": "1"}]}]
+            container_patch["env"] = [{"name": "PATCHED", "value": "1"}]
+        if draw(st.integers(0, 3)) == 0:  # not patchable: the CRD prunes it, Trainer's patch type has no such field
+            container_patch["resources"] = draw(requirements())
+        pod_patch["containers"] = [container_patch]
         template["spec"] = {"template": {"metadata": {"labels": {"patched-by": manager}}, "spec": pod_patch}}
+        if draw(st.integers(0, 3)) == 0:  # not patchable either
+            template["spec"]["parallelism"] = draw(st.integers(0, 5))
         patches.append({"name": rj["name"], "template": template})
     return {"manager": manager, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": patches}}}}
 
@@ -147,7 +154,8 @@ def case(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     if draw(st.booleans()):
         trainer["numNodes"] = draw(st.integers(0, 6))
     if draw(st.booleans()):
-        trainer["resourcesPerNode"] = draw(requirements())
+        trainer["resourcesPerNode"] = draw(st.fixed_dictionaries(
+            {"requests": resource_list(min_size=1)}, optional={"limits": resource_list()}))
     spec: dict[str, Any] = {"suspend": True, "runtimeRef": {"name": "shape", "kind": kind}}
     if trainer:
         spec["trainer"] = trainer

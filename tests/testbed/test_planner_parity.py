@@ -17,9 +17,9 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 
-from kai_fn.models import Runtime, TrainJob, parse
-from kai_fn.plan import plan
-from kai_fn.quantity import Quantity
+from kai_fn.core.models import Runtime, TrainJob, parse
+from kai_fn.core.plan import plan
+from kai_fn.core.quantity import Quantity
 from tests.crds import CRDS_DIR
 from tests.testbed import shapes
 from tests.testbed.gobuild import REPO, built
