@@ -60,7 +60,7 @@ func run(crdDir string, in io.Reader, out io.Writer) error {
 		var req request
 		if err := json.Unmarshal(scanner.Bytes(), &req); err != nil {
 			resp.Error = fmt.Sprintf("input line: %v", err)
-		} else if sets, pg, err := compute(context.Background(), defaulter, req); err != nil {
+		} else if sets, pg, err := safeCompute(defaulter, req); err != nil {
 			resp.Error = err.Error()
 		} else {
 			resp.PodSets, resp.PodGroup = sets, pg
@@ -73,4 +73,15 @@ func run(crdDir string, in io.Reader, out io.Writer) error {
 		}
 	}
 	return scanner.Err()
+}
+
+// safeCompute turns a panic in Trainer's code (it trusts the API server's defaults, e.g. scheduleTimeoutSeconds)
+// into that case's error, so one odd input does not end a batch.
+func safeCompute(d defaulter, req request) (sets []podSet, pg *podGroup, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("trainer panicked: %v", r)
+		}
+	}()
+	return compute(context.Background(), d, req)
 }
