@@ -1,0 +1,13 @@
+// Command etcd is the upstream etcd server, built from go.etcd.io/etcd/server/v3 because its go.mod
+// carries replace directives that forbid `go install` of it.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}
