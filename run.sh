@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One entry point for a fresh machine: `./run.sh demo` runs the embedded demo, `./run.sh test` the test suite.
+# One entry point for a fresh machine: `./run.sh demo` runs the embedded demo, `./run.sh test` the test suite,
+# `./run.sh cluster up|down|status` the real control plane of testbed/ (see testbed/cluster.sh).
 # Each creates .venv on first use and installs the pinned requirements into it.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -28,8 +29,12 @@ case "${1:-}" in
     shift
     exec .venv/bin/python -m pytest "$@"
     ;;
+  cluster)
+    shift
+    exec testbed/cluster.sh "$@"
+    ;;
   *)
-    echo "usage: ./run.sh demo | ./run.sh test [pytest args]" >&2
+    echo "usage: ./run.sh demo | ./run.sh test [pytest args] | ./run.sh cluster up [--chain]|down|status" >&2
     exit 2
     ;;
 esac

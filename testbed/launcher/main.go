@@ -93,6 +93,10 @@ func run(ctx context.Context, o options) error {
 	if err := resetState(o.stateDir); err != nil {
 		return err
 	}
+	// Our own pid, in case a wrapper (setsid) forked before exec-ing us.
+	if err := os.WriteFile(filepath.Join(o.stateDir, "launcher.pid"), []byte(fmt.Sprintln(os.Getpid())), 0o644); err != nil {
+		return err
+	}
 	logPath := func(c string) string { return filepath.Join(o.stateDir, c+".log") }
 	etcdLog, err := os.Create(logPath("etcd"))
 	if err != nil {

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Build testbed binaries from the Go modules under testbed/, cached outside the work tree:
+#   ${KAI_FN_CACHE:-$HOME/.cache/kai-fn}/bin/<component>-<key>/<component>
+# <key> is the pinned upstream version plus a hash of the module's go.mod/go.sum (and, for our own programs,
+# its sources) and the Go version, so a warm run builds nothing. Progress goes to stderr; stdout gets one
+# "<component>=<path>" line per component, for scripts.
+#
+#   testbed/build.sh                    # etcd kube-apiserver kube-controller-manager kubectl launcher
+#   testbed/build.sh kubectl oracle     # any of: etcd kube-apiserver kube-controller-manager kube-scheduler
+#                                       #   kubectl launcher, or <dir> for a main package in testbed/<dir>
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache=${KAI_FN_CACHE:-$HOME/.cache/kai-fn}
+bin_root=$cache/bin
+nice_level=${KAI_FN_BUILD_NICE:-10}
+KUBE_VERSION=v1.36.3
+ETCD_VERSION=v3.6.16
+
+default_components=(etcd kube-apiserver kube-controller-manager kubectl launcher)
+components=("$@")
+[ ${#components[@]} -gt 0 ] || components=("${default_components[@]}")
+
+command -v go >/dev/null || { echo "build.sh: go is not installed" >&2; exit 3; }
+mkdir -p "$bin_root"
+exec 9>"$bin_root/.build.lock"
+flock 9
+
+log() { echo "build.sh: $*" >&2; }
+
+# module_of <component> -> "<module dir> <package> <version label> <hash sources?>"
+module_of() {
+  case $1 in
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
+      echo "$here/kube k8s.io/kubernetes/cmd/$1 $KUBE_VERSION no" ;;
+    etcd) echo "$here/etcd . $ETCD_VERSION no" ;;
+    *)
+      [ -f "$here/$1/go.mod" ] || { log "unknown component '$1' (no testbed/$1/go.mod)"; exit 2; }
+      echo "$here/$1 . local yes" ;;
+  esac
+}
+
+key_of() {
+  local dir=$1 version=$2 sources=$3
+  {
+    go env GOVERSION
+    cat "$dir/go.mod" "$dir/go.sum"
+    if [ "$sources" = yes ]; then
+      (cd "$dir" && find . -name '*.go' -not -path './vendor/*' | LC_ALL=C sort | xargs cat)
+    fi
+  } | sha256sum | cut -c1-12 | sed "s/^/$version-/"
+}
+
+ldflags_of() {
+  local flags="-s -w"
+  case $1 in
+    kube-*|kubectl)
+      local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+      for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        flags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+        flags+=" -X $pkg.gitTreeState=clean"
+      done ;;
+  esac
+  echo "$flags"
+}
+
+# Trainer's and JobSet's webhook kustomizations come from their module zips, next to the launcher binary.
+copy_launcher_manifests() {
+  local dir=$1 out=$2 js tr
+  js=$(cd "$dir" && go mod download sigs.k8s.io/jobset && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)
+  tr=$(cd "$dir" && go mod download github.com/kubeflow/trainer/v2 && go list -m -f '{{.Dir}}' github.com/kubeflow/trainer/v2)
+  mkdir -p "$out/manifests/jobset" "$out/manifests/trainer"
+  cp -r "$js/config/components/webhook/." "$out/manifests/jobset/"
+  cp -r "$tr/manifests/base/webhook/." "$out/manifests/trainer/"
+  chmod -R u+w "$out/manifests"
+}
+
+build_one() {
+  local c=$1 dir pkg version sources key out
+  read -r dir pkg version sources <<<"$(module_of "$c")"
+  key=$(key_of "$dir" "$version" "$sources")
+  out=$bin_root/$c-$key
+  if [ -x "$out/$c" ]; then
+    log "$c: up to date (nothing built)"
+    echo "$c=$out/$c"
+    return
+  fi
+  local tmp start pid n next
+  tmp=$(mktemp -d "$bin_root/.$c.XXXXXX")
+  start=$SECONDS
+  log "$c: building $version from ${dir#"$here/"/} (cold builds take minutes; log: $tmp/build.log)"
+  (cd "$dir" && CGO_ENABLED=0 nice -n "$nice_level" go build -mod=readonly -trimpath -v \
+      -ldflags "$(ldflags_of "$c")" -o "$tmp/$c" "$pkg") >"$tmp/build.log" 2>&1 &
+  pid=$!
+  next=$((start + 30))
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if (( SECONDS >= next )); then
+      next=$((next + 30))
+      n=$(grep -c . "$tmp/build.log" || true)
+      log "$c: building, $((SECONDS - start))s elapsed, $n packages compiled"
+    fi
+  done
+  if ! wait "$pid"; then
+    log "$c: build FAILED after $((SECONDS - start))s; last lines of $tmp/build.log:"
+    tail -n 20 "$tmp/build.log" >&2
+    exit 1
+  fi
+  [ "$c" = launcher ] && copy_launcher_manifests "$dir" "$tmp"
+  rm -f "$tmp/build.log"
+  rm -rf "$out"
+  mv "$tmp" "$out"
+  log "$c: built in $((SECONDS - start))s"
+  echo "$c=$out/$c"
+}
+
+total=$SECONDS
+for c in "${components[@]}"; do build_one "$c"; done
+log "done in $((SECONDS - total))s"
