@@ -1,0 +1,106 @@
+"""The real tier: one testbed (etcd, kube-apiserver, kube-controller-manager, JobSet's controllers and webhooks)
+per test run, started through ``./run.sh cluster up`` or reused when one is running.
+
+Every test under tests/testbed is marked ``testbed``. Without Go the tier is skipped with one reason; with
+``KAI_FN_REQUIRE_TESTBED=1`` (CI) it fails instead.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+NO_GO = "real tier skipped: Go is not installed, so the testbed cannot be built"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mine = [item for item in items if HERE in Path(item.fspath).parents]
+    for item in mine:
+        item.add_marker(pytest.mark.testbed)
+        if shutil.which("go") is None and os.environ.get("KAI_FN_REQUIRE_TESTBED") != "1":
+            item.add_marker(pytest.mark.skip(reason=NO_GO))
+
+
+@dataclass(frozen=True)
+class LiveCluster:
+    """A running testbed: its admin kubeconfig, an admin client, kubectl, and ServiceAccount tokens."""
+
+    kubeconfig: Path
+    api: client.ApiClient
+    kubectl_path: Path
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """kubectl v1.36 (built with the testbed) against the testbed as admin."""
+        return subprocess.run([str(self.kubectl_path), "--kubeconfig", str(self.kubeconfig), *args],
+                              capture_output=True, text=True, check=check)
+
+    def ensure_namespace(self, name: str) -> None:
+        _create_ignoring_conflict(lambda: client.CoreV1Api(self.api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=name))))
+
+    def sa_token(self, namespace: str, name: str, audiences: list[str] | None = None,
+                 seconds: int = 3600) -> str:
+        """A token of ServiceAccount namespace/name from TokenRequest, creating both if needed (envtest runs
+        without ServiceAccount admission, and kube-controller-manager may not have made them yet).
+        No audiences means the API server's own."""
+        core = client.CoreV1Api(self.api)
+        self.ensure_namespace(namespace)
+        _create_ignoring_conflict(lambda: core.create_namespaced_service_account(
+            namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))))
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=audiences or [], expiration_seconds=seconds))
+        return core.create_namespaced_service_account_token(name, namespace, request).status.token
+
+    def client_for_token(self, token: str) -> client.ApiClient:
+        """A client that authenticates with token only, so the real RBAC authorizer judges every call."""
+        admin = self.api.configuration
+        cfg = client.Configuration()
+        cfg.host, cfg.ssl_ca_cert = admin.host, admin.ssl_ca_cert
+        cfg.api_key = {"authorization": token}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+        return client.ApiClient(cfg)
+
+
+def _create_ignoring_conflict(create) -> None:
+    try:
+        create()
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def _cluster(*args: str, capture: bool) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(REPO / "run.sh"), "cluster", *args], cwd=REPO, text=True,
+                          stdout=subprocess.PIPE if capture else subprocess.DEVNULL, stderr=None)
+
+
+@pytest.fixture(scope="session")
+def testbed(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
+    """The session's testbed; stopped at the end only if this session started it."""
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():  # build and start-up progress, live
+        reused = _cluster("status", capture=True).returncode == 0
+        up = _cluster("up", capture=True)
+    if up.returncode != 0:
+        pytest.fail("./run.sh cluster up failed (the lines above name the component and its log)",
+                    pytrace=False)
+    kubeconfig = Path(up.stdout.strip().splitlines()[-1])
+    state = kubeconfig.parent
+    kubectl = Path(dict(line.split("=", 1) for line in (state / "bin.env").read_text().split())["kubectl"])
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        yield LiveCluster(kubeconfig=kubeconfig, api=api, kubectl_path=kubectl)
+    finally:
+        api.close()
+        if not reused:
+            with capture.global_and_fixture_disabled():
+                _cluster("down", capture=False)

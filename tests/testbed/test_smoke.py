@@ -1,0 +1,91 @@
+"""The testbed is what it claims: the real JobSet webhook, kube-controller-manager, server-side apply."""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client, dynamic
+from kubernetes.client.rest import ApiException
+
+from tests.testbed.conftest import LiveCluster
+
+JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+
+
+def jobset(name: str, *, suspend: bool) -> dict[str, Any]:
+    pod = {"metadata": {"labels": {"app": name}},
+           "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "c", "image": "busybox"}]}}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
+            "spec": {"suspend": suspend,
+                     "replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {"template": pod}}}]}}
+
+
+@pytest.fixture
+def namespace(testbed: LiveCluster) -> Iterator[str]:
+    name = f"smoke-{uuid.uuid4().hex[:8]}"
+    testbed.ensure_namespace(name)
+    yield name
+    client.CoreV1Api(testbed.api).delete_namespace(name)
+
+
+def wait_for(what: str, probe, deadline_s: float = 120) -> Any:
+    """Poll until probe() is truthy; the deadline only bounds a hang, it asserts nothing about speed."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if found := probe():
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"never happened: {what}")
+
+
+@pytest.mark.parametrize(("suspend", "refused"), [(True, False), (False, True)],
+                         ids=["suspended-accepts", "running-refuses"])
+def test_jobset_webhook_guards_pod_template_labels_while_running(testbed: LiveCluster, namespace: str,
+                                                                 suspend: bool, refused: bool) -> None:
+    objs = client.CustomObjectsApi(testbed.api)
+    objs.create_namespaced_custom_object(*JOBSET[:2], namespace, JOBSET[2], jobset("js", suspend=suspend))
+    label = [{"op": "add", "path": "/spec/replicatedJobs/0/template/spec/template/metadata/labels/changed",
+              "value": "yes"}]
+    if refused:
+        with pytest.raises(ApiException) as e:
+            objs.patch_namespaced_custom_object(*JOBSET[:2], namespace, JOBSET[2], "js", label)
+        assert e.value.status in (403, 422)
+        assert "admission webhook" in e.value.body and "denied the request" in e.value.body
+    else:
+        patched = objs.patch_namespaced_custom_object(*JOBSET[:2], namespace, JOBSET[2], "js", label)
+        assert patched["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["labels"][
+            "changed"] == "yes"
+
+
+def test_kube_controller_manager_gives_a_job_its_pod(testbed: LiveCluster, namespace: str) -> None:
+    job = client.V1Job(
+        metadata=client.V1ObjectMeta(name="one"),
+        spec=client.V1JobSpec(template=client.V1PodTemplateSpec(spec=client.V1PodSpec(
+            restart_policy="Never", termination_grace_period_seconds=0,
+            containers=[client.V1Container(name="c", image="busybox")]))))
+    client.BatchV1Api(testbed.api).create_namespaced_job(namespace, job)
+    core = client.CoreV1Api(testbed.api)
+    pods = wait_for("a Pod for Job one",
+                    lambda: core.list_namespaced_pod(namespace, label_selector="job-name=one").items)
+    assert pods[0].metadata.owner_references[0].kind == "Job"
+
+
+def test_forced_server_side_apply_as_trainer_takes_over_a_field(testbed: LiveCluster, namespace: str) -> None:
+    resource = dynamic.DynamicClient(testbed.api).resources.get(api_version="jobset.x-k8s.io/v1alpha2",
+                                                                 kind="JobSet")
+    body = jobset("ssa", suspend=True)
+    resource.server_side_apply(body=body, namespace=namespace, field_manager="kai-fn")
+    body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["labels"]["app"] = "trainer"
+
+    with pytest.raises(ApiException) as conflict:
+        resource.server_side_apply(body=body, namespace=namespace, field_manager="trainer")
+    applied = resource.server_side_apply(body=body, namespace=namespace, field_manager="trainer",
+                                         force_conflicts=True)
+
+    assert conflict.value.status == 409
+    assert applied.spec.replicatedJobs[0].template.spec.template.metadata.labels["app"] == "trainer"
+    assert {(m.manager, m.operation) for m in applied.metadata.managedFields} >= {("trainer", "Apply")}
