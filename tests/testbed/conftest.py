@@ -83,13 +83,13 @@ def _cluster(*args: str, capture: bool) -> subprocess.CompletedProcess[str]:
                           stdout=subprocess.PIPE if capture else subprocess.DEVNULL, stderr=None)
 
 
-@pytest.fixture(scope="session")
-def testbed(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
-    """The session's testbed; stopped at the end only if this session started it."""
+def live_cluster(pytestconfig: pytest.Config, *up_args: str) -> Iterator[LiveCluster]:
+    """Start (or reuse) the testbed with `./run.sh cluster up *up_args`; stop it at the end only if this call
+    started it. For other tiers' session fixtures, e.g. ``yield from live_cluster(pytestconfig, "--chain")``."""
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():  # build and start-up progress, live
         reused = _cluster("status", capture=True).returncode == 0
-        up = _cluster("up", capture=True)
+        up = _cluster("up", *up_args, capture=True)
     if up.returncode != 0:
         pytest.fail("./run.sh cluster up failed (the lines above name the component and its log)",
                     pytrace=False)
@@ -104,3 +104,9 @@ def testbed(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
         if not reused:
             with capture.global_and_fixture_disabled():
                 _cluster("down", capture=False)
+
+
+@pytest.fixture(scope="session")
+def testbed(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
+    """The session's testbed (JobSet in-process, no Trainer controllers)."""
+    yield from live_cluster(pytestconfig)
