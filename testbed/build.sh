@@ -34,6 +34,11 @@ module_of() {
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
       echo "$here/kube k8s.io/kubernetes/cmd/$1 $KUBE_VERSION no" ;;
     etcd) echo "$here/etcd . $ETCD_VERSION no" ;;
+    launcher)
+      local js tr
+      js=$(awk '$1 == "sigs.k8s.io/jobset" {print $2}' "$here/launcher/go.mod")
+      tr=$(awk '$1 == "github.com/kubeflow/trainer/v2" {print $2}' "$here/launcher/go.mod")
+      echo "$here/launcher . jobset-$js-trainer-$tr yes" ;;
     *)
       [ -f "$here/$1/go.mod" ] || { log "unknown component '$1' (no testbed/$1/go.mod)"; exit 2; }
       echo "$here/$1 . local yes" ;;
@@ -88,7 +93,7 @@ build_one() {
   local tmp start pid n next
   tmp=$(mktemp -d "$bin_root/.$c.XXXXXX")
   start=$SECONDS
-  log "$c: building $version from ${dir#"$here/"/} (cold builds take minutes; log: $tmp/build.log)"
+  log "$c: building $version from testbed/${dir#"$here"/} (cold builds take minutes; log: $tmp/build.log)"
   (cd "$dir" && CGO_ENABLED=0 nice -n "$nice_level" go build -mod=readonly -trimpath -v \
       -ldflags "$(ldflags_of "$c")" -o "$tmp/$c" "$pkg") >"$tmp/build.log" 2>&1 &
   pid=$!

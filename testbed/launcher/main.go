@@ -90,6 +90,8 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	began := time.Now()
+	step := func(what string) { fmt.Printf("launcher: %s (%s)\n", what, time.Since(began).Round(time.Second)) }
 	if err := resetState(o.stateDir); err != nil {
 		return err
 	}
@@ -141,6 +143,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
+	step("starting etcd and kube-apiserver, then installing the CRDs of " + o.crdsDir)
 	cfg, err := env.Start()
 	defer func() {
 		if err := env.Stop(); err != nil {
@@ -150,6 +153,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return startFailure(err, logPath)
 	}
+	step("control plane up, CRDs served: " + cfg.Host)
 	if err := writePids(o.stateDir, nil); err != nil {
 		return err
 	}
@@ -197,6 +201,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
+	step("webhooks served")
 	saKey := filepath.Join(env.ControlPlane.APIServer.CertDir, "sa-signer.key")
 	kcm, err := startKCM(o.kcm, kubeconfig, saKey, logPath("kube-controller-manager"))
 	if err != nil {
@@ -209,6 +214,7 @@ func run(ctx context.Context, o options) error {
 		return &failure{"kube-controller-manager", logPath("kube-controller-manager"), err}
 	}
 
+	step("kube-controller-manager working")
 	if err := writePids(o.stateDir, kcm); err != nil {
 		return err
 	}
@@ -216,7 +222,7 @@ func run(ctx context.Context, o options) error {
 	if err := os.WriteFile(filepath.Join(o.stateDir, "ready"), []byte(ready), 0o644); err != nil {
 		return err
 	}
-	fmt.Println("ready: kubeconfig", kubeconfig)
+	step("ready: kubeconfig " + kubeconfig)
 
 	select {
 	case <-ctx.Done():
@@ -299,7 +305,7 @@ func resetState(dir string) error {
 			return err
 		}
 	}
-	return os.MkdirAll(dir, 0o755)
+	return os.MkdirAll(filepath.Join(dir, "pki"), 0o700)
 }
 
 // writePids records every process the launcher started, for `cluster status` and `cluster down` (etcd and
