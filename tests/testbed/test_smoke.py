@@ -1,6 +1,7 @@
 """The testbed is what it claims: the real JobSet webhook, kube-controller-manager, server-side apply."""
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from kubernetes.client.rest import ApiException
 from tests.testbed.conftest import LiveCluster
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+JSON_PATCH = "application/json-patch+json"
 
 
 def jobset(name: str, *, suspend: bool) -> dict[str, Any]:
@@ -52,11 +54,13 @@ def test_jobset_webhook_guards_pod_template_labels_while_running(testbed: LiveCl
               "value": "yes"}]
     if refused:
         with pytest.raises(ApiException) as e:
-            objs.patch_namespaced_custom_object(*JOBSET[:2], namespace, JOBSET[2], "js", label)
+            objs.patch_namespaced_custom_object(*JOBSET[:2], namespace, JOBSET[2], "js", label,
+                                                _content_type=JSON_PATCH)
         assert e.value.status in (403, 422)
-        assert "admission webhook" in e.value.body and "denied the request" in e.value.body
+        assert json.loads(e.value.body)["message"].startswith('admission webhook "vjobset.kb.io" denied the request')
     else:
-        patched = objs.patch_namespaced_custom_object(*JOBSET[:2], namespace, JOBSET[2], "js", label)
+        patched = objs.patch_namespaced_custom_object(*JOBSET[:2], namespace, JOBSET[2], "js", label,
+                                                      _content_type=JSON_PATCH)
         assert patched["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["labels"][
             "changed"] == "yes"
 
