@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	trainercontroller "github.com/kubeflow/trainer/v2/pkg/controller"
@@ -44,11 +45,14 @@ func setupChain(ctx context.Context, mgr ctrl.Manager) error {
 	return nil
 }
 
-// probeTrainJob names a runtime that does not exist: Trainer's validating webhook refuses it, which proves
-// the webhook is reached.
+// probeTrainJob names a runtime that does not exist, so only Trainer's validating webhook can refuse it.
 func probeTrainJob() client.Object {
 	return &trainer.TrainJob{
 		ObjectMeta: metav1.ObjectMeta{Name: "testbed-probe", Namespace: metav1.NamespaceDefault},
 		Spec:       trainer.TrainJobSpec{RuntimeRef: trainer.RuntimeRef{Name: "testbed-probe-absent"}},
 	}
+}
+
+func trainJobRefused(err error) bool {
+	return err != nil && strings.Contains(err.Error(), `admission webhook "validator.trainjob.trainer.kubeflow.org" denied`)
 }

@@ -20,6 +20,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -192,11 +193,13 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	if err := waitWebhookServed(ctx, c, probeJobSet(), o.startTimeout); err != nil {
+	// The probe JobSet is valid: with failurePolicy Fail it is accepted only once JobSet's webhooks answer.
+	jobSetAccepted := func(err error) bool { return err == nil }
+	if err := waitWebhookServed(ctx, c, probeJobSet(), jobSetAccepted, o.startTimeout); err != nil {
 		return &failure{"jobset webhooks", logPath("launcher"), err}
 	}
 	if o.chain {
-		if err := waitWebhookServed(ctx, c, probeTrainJob(), o.startTimeout); err != nil {
+		if err := waitWebhookServed(ctx, c, probeTrainJob(), trainJobRefused, o.startTimeout); err != nil {
 			return &failure{"trainer webhooks", logPath("launcher"), err}
 		}
 	}
@@ -256,8 +259,7 @@ func setupJobSet(ctx context.Context, mgr ctrl.Manager) error {
 	return jobsetwebhooks.Setup(mgr)
 }
 
-// probeJobSet is created with dryRun=All: with failurePolicy Fail the API server accepts it only once the
-// in-process JobSet webhooks answer.
+// probeJobSet is a minimal valid JobSet, created with dryRun=All.
 func probeJobSet() client.Object {
 	return &jobsetv1alpha2.JobSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "testbed-probe", Namespace: metav1.NamespaceDefault},
@@ -271,18 +273,25 @@ func probeJobSet() client.Object {
 	}
 }
 
-// waitWebhookServed waits until a dry-run create of obj is no longer refused for want of a webhook. Any
-// other answer (success, or the webhook's own refusal) proves the API server reaches the webhook.
-func waitWebhookServed(ctx context.Context, c client.Client, obj client.Object, timeout time.Duration) error {
+// waitWebhookServed retries a dry-run create of obj until answered(err) says the webhook answered. The
+// last error is reported otherwise (a missing CRD shows up here as "no matches for kind").
+func waitWebhookServed(ctx context.Context, c client.Client, obj client.Object, answered func(error) bool,
+	timeout time.Duration) error {
 	var last error
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		last = c.Create(ctx, obj.DeepCopyObject().(client.Object), client.DryRunAll)
-		return last == nil || !strings.Contains(last.Error(), "failed calling webhook"), nil
+		if meta.IsNoMatchError(last) {
+			return false, fmt.Errorf("its CRD is not installed: %w", last)
+		}
+		return answered(last), nil
 	})
+	if err != nil && meta.IsNoMatchError(last) {
+		return err
+	}
 	if err != nil {
-		return fmt.Errorf("webhook not served: %v", last)
+		return fmt.Errorf("webhook not answering: %v", last)
 	}
 	return nil
 }
@@ -292,8 +301,10 @@ func startFailure(err error, logPath func(string) string) error {
 	switch {
 	case strings.Contains(msg, "etcd"):
 		return &failure{"etcd", logPath("etcd"), err}
-	case strings.Contains(msg, "CRD") || strings.Contains(msg, "crd") || strings.Contains(msg, "webhook"):
-		return &failure{"envtest install", logPath("launcher"), err}
+	case strings.Contains(msg, "CRD"):
+		return &failure{"CRD install", logPath("launcher"), err}
+	case strings.Contains(msg, "webhook"):
+		return &failure{"webhook install", logPath("launcher"), err}
 	default:
 		return &failure{"kube-apiserver", logPath("kube-apiserver"), err}
 	}
