@@ -93,3 +93,28 @@ def test_forced_server_side_apply_as_trainer_takes_over_a_field(testbed: LiveClu
     assert conflict.value.status == 409
     assert applied.spec.replicatedJobs[0].template.spec.template.metadata.labels["app"] == "trainer"
     assert {(m.manager, m.operation) for m in applied.metadata.managedFields} >= {("trainer", "Apply")}
+
+
+@pytest.mark.parametrize(("granted", "status"), [(False, 403), (True, 200)], ids=["unbound-403", "bound-200"])
+def test_service_account_token_is_judged_by_rbac(testbed: LiveCluster, namespace: str, granted: bool,
+                                                 status: int) -> None:
+    if granted:
+        rbac = client.RbacAuthorizationV1Api(testbed.api)
+        rbac.create_namespaced_role(namespace, client.V1Role(
+            metadata=client.V1ObjectMeta(name="read-pods"),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"])]))
+        rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="read-pods"),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="read-pods"),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name="fn", namespace=namespace)]))
+    as_sa = client.CoreV1Api(testbed.client_for_token(testbed.sa_token(namespace, "fn")))
+
+    def list_pods() -> int:
+        try:
+            as_sa.list_namespaced_pod(namespace)
+            return 200
+        except ApiException as e:
+            return e.status
+
+    # RBAC's informers see a new RoleBinding a moment later: wait for the answer, which must come.
+    wait_for(f"HTTP {status} for the ServiceAccount's pod list", lambda: list_pods() == status, deadline_s=30)
