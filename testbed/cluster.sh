@@ -16,7 +16,11 @@ up_timeout=${KAI_FN_TESTBED_UP_TIMEOUT:-600}
 
 say() { echo "cluster: $*" >&2; }
 
-alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+# alive <pid>: running, and not a zombie (a killed launcher stays one until its reaper gets to it).
+alive() {
+  [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null || return 1
+  [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
 
 launcher_pid() { cat "$state/launcher.pid" 2>/dev/null || true; }
 
@@ -119,6 +123,11 @@ status() {
   if ! alive "$pid"; then
     echo "testbed: not running (state: $state)"
     [ -f "$state/failure" ] && echo "last failure: $(cat "$state/failure")"
+    if [ -f "$state/pids" ]; then
+      while read -r name p; do
+        alive "$p" && pid_is "$p" "$name" && echo "  leftover $name (pid $p): ./run.sh cluster down stops it"
+      done <"$state/pids"
+    fi
     return 3
   fi
   [ -f "$state/ready" ] && echo "testbed: ready, $(tr '\n' ' ' <"$state/ready")" || { echo "testbed: starting"; ok=1; }
