@@ -23,10 +23,10 @@ components=("$@")
 
 command -v go >/dev/null || { echo "build.sh: go is not installed" >&2; exit 3; }
 mkdir -p "$bin_root"
-exec 9>"$bin_root/.build.lock"
-flock 9
-
 log() { echo "build.sh: $*" >&2; }
+
+exec 9>"$bin_root/.build.lock"
+flock -n 9 || { log "waiting for another build.sh to finish"; flock 9; }
 
 # module_of <component> -> "<module dir> <package> <version label> <hash sources?>"
 module_of() {
