@@ -17,14 +17,16 @@ def _go_case(headers: dict[str, str]) -> dict[str, str]:
     return {"-".join(part.capitalize() for part in k.split("-")): v for k, v in headers.items()}
 
 
-def _event(ce_type: str, namespace: str, name: str, data: Any, event_id: str | None) -> CloudEvent:
+def _event(ce_type: str, namespace: str, name: str, data: Any, event_id: str | None,
+           api_version: str = "trainer.kubeflow.org/v1alpha1", kind: str = "TrainJob") -> CloudEvent:
+    plural = {"TrainJob": "trainjobs", "PodGroup": "podgroups"}.get(kind, kind.lower() + "s")
     return CloudEvent({
         "id": event_id or str(uuid.uuid4()),
         "type": ce_type,
         "source": SOURCE,
-        "subject": f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}",
-        "kind": "TrainJob",
-        "apiversion": "trainer.kubeflow.org/v1alpha1",
+        "subject": f"/apis/{api_version}/namespaces/{namespace}/{plural}/{name}",
+        "kind": kind,
+        "apiversion": api_version,
         "name": name,
         "namespace": namespace,
     }, data)
@@ -32,9 +34,10 @@ def _event(ce_type: str, namespace: str, name: str, data: Any, event_id: str | N
 
 def resource(obj: dict[str, Any], action: str = "add", *, event_id: str | None = None,
              structured: bool = False) -> Sample:
-    """Resource mode: the data is the whole object as the watch saw it."""
+    """Resource mode: the data is the whole object as the watch saw it (a TrainJob, or a PodGroup)."""
     meta = obj["metadata"]
-    event = _event(f"dev.knative.apiserver.resource.{action}", meta["namespace"], meta["name"], obj, event_id)
+    event = _event(f"dev.knative.apiserver.resource.{action}", meta["namespace"], meta["name"], obj, event_id,
+                   obj.get("apiVersion", "trainer.kubeflow.org/v1alpha1"), obj.get("kind", "TrainJob"))
     return _sample(event, structured)
 
 

@@ -66,15 +66,22 @@ COMMON_TRIPLES = {
     ("jobset.x-k8s.io", "jobsets", "get"),
     ("jobset.x-k8s.io", "jobsets", "patch"),
     ("", "events", "create"),
+    ("", "pods", "list"),  # the gang's status: are its pods on nodes?
 }
-KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", "create")}
-SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", "create")}
+KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get")}
+SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", v) for v in ("create", "get")}
 FUNCTION_TRIPLES = {
     BASE: COMMON_TRIPLES | KAI_PODGROUPS,
     BROKER: COMMON_TRIPLES | KAI_PODGROUPS,
     SCHEDULER_PLUGINS: COMMON_TRIPLES | SP_PODGROUPS,
 }
-SOURCE_TRIPLES = {("trainer.kubeflow.org", "trainjobs", v) for v in ("get", "list", "watch")}
+WATCH = ("get", "list", "watch")
+# The sources' account watches TrainJobs and kai_fn's PodGroups of the flavor.
+SOURCE_TRIPLES = {
+    variant: {("trainer.kubeflow.org", "trainjobs", v) for v in WATCH}
+    | {("scheduling.x-k8s.io" if variant == SCHEDULER_PLUGINS else "scheduling.run.ai", "podgroups", v) for v in WATCH}
+    for variant in VARIANTS
+}
 
 # Knative Serving feature flags (config-features) that are on by default, so
 # fields gated behind them may be used.

@@ -12,13 +12,17 @@ ANCESTOR_TRAINER = "trainer"
 NODE = "node"  # the trainer replicatedJob and its container
 TRAINER_MANAGER = "trainer.kubeflow.org/trainjob-controller"
 
-# JobSet
+# JobSet (and the labels it puts on its Jobs' pods)
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND = "JobSet"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 
 # KAI Scheduler
 KAI_GROUP = "scheduling.run.ai"
 KAI_PODGROUP_API = f"{KAI_GROUP}/v2alpha2"
+KAI_QUEUE_API = f"{KAI_GROUP}/v2"
+PODGROUP_KIND = "PodGroup"
 KAI_SCHEDULER_NAME = "kai-scheduler"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
 KAI_POD_GROUP_ANNOTATION = "pod-group-name"
@@ -47,5 +51,7 @@ TRAINJOB_UID_LABEL = "kai-fn/trainjob-uid"
 MARKER_PODGROUP = "kai-fn/podgroup"
 MARKER_SKIPPED = "kai-fn/skipped"
 HOLD_ANNOTATION = "kai-fn/hold"
+GANG_BOUND_ANNOTATION = "kai-fn/bound"  # when kai_fn saw every pod of the gang on a node (GangBound posted)
+TIMED_OUT_ANNOTATION = "kai-fn/timed-out"  # set by the schedule timeout (issue 12 part 3)
 FIELD_MANAGER = "kai-fn"
 MIN_RESOURCES_ANNOTATION = "kai-fn/min-resources"

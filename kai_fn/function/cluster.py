@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kai_fn.core import keys
 from kai_fn.core.runtime import RuntimeTarget
+from kai_fn.function import metrics
 from kai_fn.function.settings import Settings
 
 T = TypeVar("T")
@@ -59,7 +60,37 @@ def api_client(kubeconfig: str | None = None) -> ApiClient:
         raise NoClusterConfig(f"no Kubernetes API to talk to: not in a cluster, and KUBECONFIG: {error}") from None
     config.retries = False  # the sender redelivers; stacked retries would outlast its patience
     config.connection_pool_maxsize = 64
-    return ApiClient(config)
+    return MeteredApiClient(config)
+
+
+class MeteredApiClient(ApiClient):
+    """Counts every request by verb, resource and status code: the one place all of kai_fn's calls go through."""
+
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        verb, resource = request_shape(method, url)
+        try:
+            response = super().call_api(method, url, *args, **kwargs)
+        except ApiException as error:
+            metrics.API_CALLS.labels(verb, resource, str(error.status or "error")).inc()
+            raise
+        except Exception:
+            metrics.API_CALLS.labels(verb, resource, "error").inc()
+            raise
+        metrics.API_CALLS.labels(verb, resource, str(response.status)).inc()
+        return response
+
+
+def request_shape(method: str, url: str) -> tuple[str, str]:
+    """(verb, resource) of a Kubernetes API URL, as RBAC names them: ``("list", "pods")``, ``("get", "trainjobs")``."""
+    path = [p for p in urllib3.util.parse_url(url).path.split("/") if p] if url else []
+    rest = path[2:] if path[:1] == ["api"] else path[3:] if path[:1] == ["apis"] else []
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    resource = rest[0] if rest else "other"
+    named = len(rest) >= 2
+    verb = {"GET": "get" if named else "list", "POST": "create", "PATCH": "patch", "PUT": "update",
+            "DELETE": "delete"}.get(method.upper(), "other")
+    return verb, resource
 
 
 @dataclass
@@ -199,6 +230,34 @@ class Session:
         response.read()
         client.response_deserialize(response, {"201": "object"})
 
+    def podgroup(self, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
+        group, version = api_version.split("/")
+        return self._get(self._custom.get_namespaced_custom_object, group, version, namespace, "podgroups", name)
+
+    def queue(self, name: str) -> dict[str, Any] | None:
+        group, version = keys.KAI_QUEUE_API.split("/")
+        return self._get(self._custom.get_cluster_custom_object, group, version, "queues", name)
+
+    def _list_pods(self, namespace: str, selector: str, _request_timeout: float) -> dict[str, Any]:
+        """GET /api/v1/.../pods through the ApiClient, like :meth:`_post_event` (no CoreV1Api import)."""
+        client = self.cluster.client
+        request = client.param_serialize(
+            "GET", "/api/v1/namespaces/{namespace}/pods", path_params={"namespace": namespace},
+            query_params=[("labelSelector", selector)], header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = client.call_api(*request, _request_timeout=_request_timeout)
+        response.read()
+        return client.response_deserialize(response, {"200": "object"}).data
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The pods of one namespace that match a label selector."""
+        try:
+            found = self._call(self._list_pods, namespace, selector)
+        except ApiException as error:
+            raise Transient(f"API {error.status} on list pods") from None
+        return list(found.get("items") or [])
+
     def list_trainjobs(self) -> list[dict[str, Any]]:
         try:
             found = self._call(self._custom.list_cluster_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,
@@ -208,9 +267,12 @@ class Session:
         return list(found.get("items", []))
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
-        """Best effort: an Event that cannot be written never fails the work it reports."""
+        """True when the Event is there (written now, or already: 409 on its content-derived name). Best effort:
+        an Event that cannot be written never fails the work it reports."""
         try:
             self._call(self._post_event, namespace, body)
-        except (ApiException, Transient):
+        except ApiException as error:
+            return error.status == 409
+        except Transient:
             return False
         return True

@@ -1,7 +1,8 @@
 """CloudEvents in: what an ApiServerSource (or the resync PingSource) delivered, checked and typed.
 
 Anything malformed raises :class:`BadEvent` before a single API call is made; deletes and other kinds or
-types are :class:`Ignored`, so the sender gets a 2xx and stops retrying them.
+types are :class:`Ignored`, so the sender gets a 2xx and stops retrying them. Two kinds are handled: TrainJobs
+(the gang is made) and kai_fn's PodGroups (the gang's status is reported on its TrainJob).
 """
 from __future__ import annotations
 
@@ -35,6 +36,19 @@ class TrainJobEvent:
 
 
 @dataclass(frozen=True)
+class PodGroupEvent:
+    """A change of a PodGroup (the second source, Resource mode): a cue to report the gang's status."""
+
+    id: str
+    type: str
+    namespace: str
+    name: str
+    uid: str
+    object: dict[str, Any]
+    mode: Literal["resource"] = "resource"
+
+
+@dataclass(frozen=True)
 class Resync:
     id: str
     type: str
@@ -47,7 +61,7 @@ class Ignored:
     reason: str
 
 
-Event = TrainJobEvent | Resync | Ignored
+Event = TrainJobEvent | PodGroupEvent | Resync | Ignored
 
 
 def parse(headers: Mapping[str, str], body: bytes) -> Event:
@@ -72,6 +86,8 @@ def parse(headers: Mapping[str, str], body: bytes) -> Event:
 
     data = _json_object(event.get_data())
     kind = attrs.get("kind") or data.get("kind")
+    if kind == keys.PODGROUP_KIND:
+        return _podgroup(ce_id, ce_type, mode, action, data)
     if kind != keys.TRAINJOB_KIND:
         return Ignored(ce_id, ce_type, f"kind {kind!r} is not {keys.TRAINJOB_KIND}")
     if action == "delete":
@@ -83,13 +99,7 @@ def parse(headers: Mapping[str, str], body: bytes) -> Event:
         raise BadEvent(f"data.apiVersion: must be {keys.TRAINER_API}, got {data.get('apiVersion')!r}")
     if mode == "ref":
         return TrainJobEvent(ce_id, ce_type, "ref", _name(data, "namespace", "data"), _name(data, "name", "data"))
-    meta = data.get("metadata")
-    if not isinstance(meta, dict):
-        raise BadEvent("data.metadata: must be an object")
-    for key in ("labels", "annotations"):  # read before any model sees the object: check them here
-        value = meta.get(key)
-        if value is not None and not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
-            raise BadEvent(f"data.metadata.{key}: must be a map of strings")
+    meta = _metadata(data)
     return TrainJobEvent(
         ce_id, ce_type, "resource",
         namespace=_name(meta, "namespace", "data.metadata"),
@@ -97,6 +107,40 @@ def parse(headers: Mapping[str, str], body: bytes) -> Event:
         uid=_name(meta, "uid", "data.metadata"),
         object=data,
     )
+
+
+def _podgroup(ce_id: str, ce_type: str, mode: str, action: str, data: dict[str, Any]) -> Event:
+    if action == "delete":
+        return Ignored(ce_id, ce_type, "a deleted PodGroup has nothing to report")
+    if mode != "resource":
+        return Ignored(ce_id, ce_type, "PodGroup events carry their status only in Resource mode")
+    if data.get("kind") != keys.PODGROUP_KIND:
+        raise BadEvent(f"data.kind: must be {keys.PODGROUP_KIND}, got {data.get('kind')!r}")
+    if data.get("apiVersion") not in _PODGROUP_APIS:
+        raise BadEvent(f"data.apiVersion: must be one of {', '.join(_PODGROUP_APIS)}, got {data.get('apiVersion')!r}")
+    meta = _metadata(data)
+    refs = meta.get("ownerReferences")
+    if refs is not None and not (isinstance(refs, list) and all(isinstance(r, dict) for r in refs)):
+        raise BadEvent("data.metadata.ownerReferences: must be a list of objects")
+    for key in ("spec", "status"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise BadEvent(f"data.{key}: must be an object")
+    return PodGroupEvent(ce_id, ce_type, _name(meta, "namespace", "data.metadata"), _name(meta, "name", "data.metadata"),
+                         _name(meta, "uid", "data.metadata"), data)
+
+
+_PODGROUP_APIS = (keys.KAI_PODGROUP_API, keys.SP_PODGROUP_API)
+
+
+def _metadata(data: dict[str, Any]) -> dict[str, Any]:
+    meta = data.get("metadata")
+    if not isinstance(meta, dict):
+        raise BadEvent("data.metadata: must be an object")
+    for key in ("labels", "annotations"):  # read before any model sees the object: check them here
+        value = meta.get(key)
+        if value is not None and not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+            raise BadEvent(f"data.metadata.{key}: must be a map of strings")
+    return meta
 
 
 def _json_object(raw: Any) -> dict[str, Any]:

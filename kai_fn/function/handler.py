@@ -3,7 +3,7 @@
 This is an ``@functions_framework.http`` function rather than ``cloud_event``, because only then does it
 choose the status: 2xx with an empty body when done (a Broker turns a non-empty non-CloudEvent body into a
 redelivery), 503 + Retry-After when a retry can help (a direct sink does not retry 500), 400 for a bad event,
-413 for an oversized body.
+413 for an oversized body. ``GET /metrics`` serves the Prometheus metrics (no auth: they hold no secrets).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import flask
 
-from kai_fn.function import events, reconcile
+from kai_fn.function import events, gang_status, metrics, reconcile
 from kai_fn.function.cluster import Cluster, Transient
 from kai_fn.function.report import configure_logging, log
 from kai_fn.function.settings import Settings, load
@@ -31,13 +31,22 @@ class App:
 
     def __call__(self, request: flask.Request) -> flask.Response:
         if request.method in ("GET", "HEAD"):
+            if request.path == "/metrics":
+                body, content_type = metrics.exposition()
+                return flask.Response(body, 200, content_type=content_type)
             return flask.Response("ok\n", 200, mimetype="text/plain")
         if request.method != "POST":
             return _answer(405, f"{request.method} is not accepted; POST a CloudEvent")
         started = time.perf_counter()
         fields: dict[str, Any] = {}
         status, reason = self.deliver(request, fields)
-        fields |= {"status": status, "reason": reason, "ms": round((time.perf_counter() - started) * 1000, 1)}
+        seconds = time.perf_counter() - started
+        fields |= {"status": status, "reason": reason, "ms": round(seconds * 1000, 1)}
+        outcome = fields.get("outcome") or ("too_large" if status == 413 else "bad")
+        metrics.EVENTS.labels(metrics.event_type(fields.get("type")), metrics.event_kind(fields.get("kind")),
+                              outcome).inc()
+        if "work" in fields:
+            metrics.RECONCILE_SECONDS.labels(fields.pop("work")).observe(seconds)
         level = logging.WARNING if status >= 500 else logging.INFO
         log.log(level, "event", extra={"fields": fields})
         if status < 300:
@@ -68,9 +77,16 @@ class App:
         session = self.cluster.session()
         try:
             if isinstance(event, events.Resync):
+                fields["work"] = "resync"
                 outcome = reconcile.resync(session, self.settings)
+            elif isinstance(event, events.PodGroupEvent):
+                fields |= {"kind": "PodGroup", "work": "gang_status", "namespace": event.namespace,
+                           "podgroup": event.name, "mode": event.mode}
+                outcome = gang_status.observe(event, session, self.settings)
+                fields |= {"name": outcome.name, "uid": outcome.uid}
             else:
-                fields |= {"namespace": event.namespace, "name": event.name, "uid": event.uid, "mode": event.mode}
+                fields |= {"kind": "TrainJob", "work": "trainjob", "namespace": event.namespace, "name": event.name,
+                           "uid": event.uid, "mode": event.mode}
                 outcome = reconcile.reconcile(event, session, self.settings)
         except (Transient, reconcile.Retry) as error:
             fields |= {"outcome": "retry", "api_calls": session.calls}

@@ -7,31 +7,20 @@ so a stale event re-reads the TrainJob instead of acting on its old copy.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from kai_fn.core import keys
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
 from kai_fn.core.runtime import target
-from kai_fn.function import report
+from kai_fn.function import gang_status, metrics, report
 from kai_fn.function.cluster import Gone, GuardFailed, Session, Transient
 from kai_fn.function.events import TrainJobEvent
+from kai_fn.function.report import Outcome, Result
 from kai_fn.function.settings import Settings
 
-Result = Literal["done", "skipped", "ignored", "blocked", "retry"]
 _PATCH_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class Outcome:
-    result: Result
-    reason: str
-    namespace: str | None = None
-    name: str | None = None
-    uid: str | None = None
-    podgroup: str | None = None
 
 
 class Retry(Exception):
@@ -54,9 +43,11 @@ def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Out
 
 
 def resync(session: Session, settings: Settings) -> Outcome:
-    """Reconcile suspended TrainJobs that no event brought us (the source replays nothing after a restart)."""
+    """Reconcile suspended TrainJobs that no event brought us (the source replays nothing after a restart), then
+    look at released gangs not yet known to be bound: binding changes no PodGroup, so no event says it."""
+    listed = session.list_trainjobs()
     waiting = [
-        o for o in session.list_trainjobs()
+        o for o in listed
         if o.get("spec", {}).get("suspend") is True
         and not _marked(o)
         and not o.get("metadata", {}).get("deletionTimestamp")
@@ -72,7 +63,11 @@ def resync(session: Session, settings: Settings) -> Outcome:
         tally[result] = tally.get(result, 0) + 1
     left = max(len(waiting) - settings.resync_limit, 0)
     summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "nothing to do"
-    return Outcome("done", f"resync: {len(waiting)} waiting; {summary}" + (f"; {left} left for the next run" if left else ""))
+    released = gang_status.awaiting(listed, settings)
+    swept = gang_status.sweep(session, settings, released)
+    gangs = ", ".join(f"{n} {r}" for r, n in sorted(swept.items()))
+    return Outcome("done", f"resync: {len(waiting)} waiting; {summary}" + (f"; {left} left for the next run" if left else "")
+                   + (f"; {len(released)} released gangs not yet bound: {gangs}" if released else ""))
 
 
 def _marked(obj: dict[str, Any]) -> bool:
@@ -139,7 +134,9 @@ class Reconciler:
                 return self.after_earlier_work(result)
             if jobset.get("spec", {}).get("suspend") is not True:
                 return self.too_late_unless_suspending()
-            created = self.session.create_podgroup(result.podgroup) or created
+            if self.session.create_podgroup(result.podgroup):
+                created = True
+                metrics.GANGS_CREATED.inc()
             try:
                 self.session.patch_jobset(self.namespace, self.name, ops)
             except GuardFailed:

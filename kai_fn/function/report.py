@@ -7,7 +7,8 @@ import json
 import logging
 import socket
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from kai_fn.core import keys
 
@@ -21,8 +22,24 @@ INVALID_TRAINJOB = "InvalidTrainJob"
 PLAN_BLOCKED = "PlanBlocked"
 JOBSET_MISMATCH = "JobSetMismatch"
 TOO_LATE = "TooLate"
+GANG_UNSCHEDULABLE = "GangUnschedulable"
 # Normal
 GANG_SCHEDULED = "GangScheduled"
+GANG_BOUND = "GangBound"
+
+Result = Literal["done", "skipped", "ignored", "blocked", "retry"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one delivery ended, for the HTTP answer, the log line and the metrics."""
+
+    result: Result
+    reason: str
+    namespace: str | None = None
+    name: str | None = None
+    uid: str | None = None
+    podgroup: str | None = None
 
 
 def event_body(trainjob: dict[str, Any], reason: str, message: str, warning: bool, key: str | None = None) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def test_broker_overlay_changes_only_the_source_sink_and_adds_its_objects():
     }
     assert {kustomize.object_id(o) for o in broker} - {kustomize.object_id(o) for o in base} == added
     expected = render(BASE)
-    by_kind(expected, "ApiServerSource")[0]["spec"]["sink"]["ref"] = {
+    one(expected, "ApiServerSource", "kai-fn-trainjobs")["spec"]["sink"]["ref"] = {
         "apiVersion": "eventing.knative.dev/v1",
         "kind": "Broker",
         "name": "kai-fn",
@@ -132,4 +132,7 @@ def test_scheduler_plugins_overlay_changes_only_flavor_env_and_podgroup_group():
         if e["name"] == "KAI_PODGROUP_FLAVOR":
             e["value"] = "scheduler-plugins"
     one(expected, "ClusterRole", "kai-fn-podgroups")["rules"][0]["apiGroups"] = ["scheduling.x-k8s.io"]
+    one(expected, "ClusterRole", "kai-fn-source")["rules"][1]["apiGroups"] = ["scheduling.x-k8s.io"]
+    one(expected, "ApiServerSource", "kai-fn-podgroups")["spec"]["resources"][0]["apiVersion"] = \
+        "scheduling.x-k8s.io/v1alpha1"
     assert _without(render(SCHEDULER_PLUGINS)) == _without(expected)

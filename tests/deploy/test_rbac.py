@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from tests.ce import ping, ref, resource, send
-from tests.conftest import TRAINER, sample_object, seed
+from tests.conftest import KAI_PG, SP_PG, TRAINER, sample_object, seed
+from tests.function.test_gang_status import OVER_LIMIT, place
 from tests.manifests import (
     BASE, FUNCTION, FUNCTION_TRIPLES, SCHEDULER_PLUGINS, SOURCE_SA, SOURCE_TRIPLES, VARIANTS, bound_triples, by_kind,
     crd_plurals, render,
@@ -41,10 +42,25 @@ def scenario_resync(api, url):
          sample_object("jobset-llama-finetune"))
     assert send(url, ping()).status == 200
     assert "kai-fn/podgroup" in api.get(TRAINER, "TrainJob", NS, "llama-finetune")["metadata"]["annotations"]
+    assert send(url, ping()).status == 200  # now a released gang: the resync looks at its pods
+
+
+def scenario_gang_status(api, url):
+    """KAI says why the gang waits, then every pod is bound: both reports, from PodGroup events."""
+    scenario_new_trainjob_by_resource(api, url)
+    (pg,) = [p for p in api.list(KAI_PG, "PodGroup", NS) + api.list(SP_PG, "PodGroup", NS)
+             if p["metadata"]["labels"]["kai-fn/trainjob"] == "llama-finetune"]
+    pg.setdefault("status", {})["schedulingConditions"] = [{"type": "UnschedulableOnNodePool", "reasons": [OVER_LIMIT]}]
+    pg = api.put(pg)
+    place(api, 4, 0, podgroup=pg["metadata"]["name"], sp=pg["apiVersion"] == SP_PG)
+    assert send(url, resource(pg, "update")).status == 200
+    place(api, 4, 4, podgroup=pg["metadata"]["name"], sp=pg["apiVersion"] == SP_PG)
+    assert send(url, resource(pg, "update")).status == 200
+    assert "kai-fn/bound" in api.get(TRAINER, "TrainJob", NS, "llama-finetune")["metadata"]["annotations"]
 
 
 SCENARIOS = [scenario_new_trainjob_by_resource, scenario_new_trainjob_by_ref_with_a_namespaced_runtime,
-             scenario_running_jobset_too_late, scenario_resync]
+             scenario_running_jobset_too_late, scenario_resync, scenario_gang_status]
 
 
 @pytest.mark.parametrize("variant, flavor", [(BASE, "kai"), (SCHEDULER_PLUGINS, "scheduler-plugins")])
@@ -75,8 +91,16 @@ def test_function_is_granted_exactly_the_calls_it_makes(variant):
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_source_may_only_get_list_watch_trainjobs(variant):
-    assert bound_triples(render(variant), SOURCE_SA) == SOURCE_TRIPLES
+def test_sources_may_only_get_list_watch_what_they_watch(variant):
+    objs = render(variant)
+    watched = set()
+    for source in by_kind(objs, "ApiServerSource"):
+        assert source["spec"]["serviceAccountName"] == SOURCE_SA
+        for r in source["spec"]["resources"]:
+            group = r["apiVersion"].rpartition("/")[0]
+            (plural,) = [p for (g, p), crd in crd_plurals().items() if g == group and crd["kind"] == r["kind"]]
+            watched |= {(group, plural, v) for v in ("get", "list", "watch")}
+    assert bound_triples(objs, SOURCE_SA) == SOURCE_TRIPLES[variant] == watched
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -93,6 +117,6 @@ def test_every_granted_custom_resource_exists_upstream(variant):
     triples = bound_triples(render(variant), FUNCTION) | bound_triples(render(variant), SOURCE_SA)
     for group, plural, _ in triples:
         if group == "":
-            assert plural == "events"
+            assert plural in ("events", "pods")
             continue
         assert (group, plural) in crd_plurals(), (group, plural)

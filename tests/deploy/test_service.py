@@ -22,7 +22,7 @@ EXPECTED_KINDS = {
         ("rbac.authorization.k8s.io/v1", "ClusterRole"): 3,
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): 3,
         ("serving.knative.dev/v1", "Service"): 1,
-        ("sources.knative.dev/v1", "ApiServerSource"): 1,
+        ("sources.knative.dev/v1", "ApiServerSource"): 2,  # TrainJobs; kai_fn's PodGroups
         ("sources.knative.dev/v1", "PingSource"): 1,
     },
 }

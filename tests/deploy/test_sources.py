@@ -1,10 +1,12 @@
-"""The ApiServerSource watches TrainJobs in labelled namespaces; the PingSource sends the resync directly."""
+"""The ApiServerSources watch TrainJobs and kai_fn's PodGroups in labelled namespaces; the PingSource sends the
+resync directly."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
+from kai_fn.core import keys
 from tests.manifests import (
     BASE, BROKER, FUNCTION, KNATIVE, SCHEDULER_PLUGINS, SOURCE_SA, VARIANTS, by_kind, crd_plurals, one, render,
 )
@@ -20,7 +22,7 @@ from tests.manifests import (
 )
 def test_apiserversource_watches_trainjobs_in_labelled_namespaces(variant, sink):
     objs = render(variant)
-    (src,) = by_kind(objs, "ApiServerSource")
+    src = one(objs, "ApiServerSource", "kai-fn-trainjobs")
     spec = src["spec"]
     assert spec["mode"] == "Resource"
     assert spec["namespaceSelector"] == {"matchLabels": {"kai-fn.io/enabled": "true"}}
@@ -32,19 +34,38 @@ def test_apiserversource_watches_trainjobs_in_labelled_namespaces(variant, sink)
     one(objs, sink[1], sink[2], sink[0].rpartition("/")[0])
 
 
-def test_watched_kind_is_a_served_version_of_the_trainjob_crd():
-    (src,) = by_kind(render(BASE), "ApiServerSource")
-    (res,) = src["spec"]["resources"]
-    group, version = res["apiVersion"].split("/")
-    crd = crd_plurals()[(group, "trainjobs")]
-    assert crd["kind"] == res["kind"] and version in crd["versions"]
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_watched_kind_is_a_served_version_of_its_crd(variant):
+    for src in by_kind(render(variant), "ApiServerSource"):
+        for res in src["spec"]["resources"]:
+            group, version = res["apiVersion"].split("/")
+            assert any(g == group and crd["kind"] == res["kind"] and version in crd["versions"]
+                       for (g, _), crd in crd_plurals().items()), res
+
+
+@pytest.mark.parametrize("variant, podgroup_api", [
+    (BASE, "scheduling.run.ai/v2alpha2"), (BROKER, "scheduling.run.ai/v2alpha2"),
+    (SCHEDULER_PLUGINS, "scheduling.x-k8s.io/v1alpha1")])
+def test_the_podgroup_source_watches_only_kai_fns_podgroups_of_the_flavor_and_sinks_to_the_function(
+        variant, podgroup_api):
+    spec = one(render(variant), "ApiServerSource", "kai-fn-podgroups")["spec"]
+    assert spec["mode"] == "Resource"  # the status is in the object; Reference mode would need a GET
+    assert spec["namespaceSelector"] == {"matchLabels": {"kai-fn.io/enabled": "true"}}
+    assert spec["serviceAccountName"] == SOURCE_SA
+    (res,) = spec["resources"]
+    assert (res["apiVersion"], res["kind"]) == (podgroup_api, "PodGroup")
+    # The label kai_fn's planner puts on every PodGroup it makes (tests/core/test_plan.py checks the plan has it).
+    assert res["selector"] == {"matchLabels": {keys.MANAGED_BY_LABEL: keys.MANAGED_BY}}
+    ref = spec["sink"]["ref"]
+    # Direct, also in the broker overlay: a lost status update is repaired by the resync's sweep of released gangs.
+    assert (ref["apiVersion"], ref["kind"], ref["name"]) == ("serving.knative.dev/v1", "Service", FUNCTION)
 
 
 def test_optional_queue_label_selector_is_documented_but_off():
     text = (KNATIVE / BASE / "apiserversource.yaml").read_text()
     commented = "\n".join(line.strip().lstrip("#").strip() for line in text.splitlines() if line.strip().startswith("#"))
     assert "key: kai.scheduler/queue" in commented and "operator: Exists" in commented
-    (src,) = by_kind(render(BASE), "ApiServerSource")
+    src = one(render(BASE), "ApiServerSource", "kai-fn-trainjobs")
     assert "selector" not in src["spec"]["resources"][0]
 
 

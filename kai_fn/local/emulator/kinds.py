@@ -61,6 +61,7 @@ KINDS: Mapping[tuple[str, str], KindInfo] = _kinds(
     KindInfo("kai.scheduler", "v1alpha1", "Topology", "topologies", False),
     KindInfo("", "v1", "Event", "events", True),
     KindInfo("", "v1", "Namespace", "namespaces", False, status=True),
+    KindInfo("", "v1", "Pod", "pods", True, status=True),
 )
 BY_RESOURCE: Mapping[tuple[str, str, str], KindInfo] = MappingProxyType(
     {(i.group, i.version, i.plural): i for i in KINDS.values()}

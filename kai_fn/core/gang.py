@@ -1,0 +1,143 @@
+"""A gang's state as the scheduler left it: which pods are bound, and why KAI says it cannot place the rest.
+
+Pure functions over the PodGroup and its pods as the API returns them, shared by the status path (Events on
+the TrainJob) and ``explain``. Bound means ``spec.nodeName`` is set, the one thing every scheduler writes
+(KAI's binder and kube-scheduler alike; TESTBED §5-§6). KAI clears ``status.schedulingConditions`` once it
+allocates, before the pods are bound, so conditions alone cannot say "bound".
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kai_fn.core import keys
+
+
+@dataclass(frozen=True)
+class Part:
+    """One leaf subgroup (or the whole gang when it has none): its minimum and its pods."""
+
+    name: str | None
+    min_member: int
+    bound: int
+    waiting: int
+
+    @property
+    def satisfied(self) -> bool:
+        return self.bound >= max(self.min_member, 1)
+
+
+@dataclass(frozen=True)
+class GangCount:
+    parts: tuple[Part, ...]
+
+    @property
+    def bound(self) -> bool:
+        """Every leaf subgroup (or the flat gang) has at least its minMember pods on a node."""
+        return bool(self.parts) and all(p.satisfied for p in self.parts)
+
+    @property
+    def any_bound(self) -> bool:
+        return any(p.bound for p in self.parts)
+
+    @property
+    def min_member(self) -> int:
+        return sum(p.min_member for p in self.parts)
+
+    @property
+    def bound_pods(self) -> int:
+        return sum(p.bound for p in self.parts)
+
+    def summary(self) -> str:
+        if len(self.parts) == 1 and self.parts[0].name is None:
+            return f"{self.bound_pods} of minMember {self.min_member} pods bound"
+        return ", ".join(f"{p.name} {p.bound}/{p.min_member}" for p in self.parts) + " pods bound"
+
+
+def minima(podgroup: dict[str, Any]) -> dict[str | None, int]:
+    """minMember per leaf subgroup, or ``{None: minMember}`` for a flat gang."""
+    spec = podgroup.get("spec") or {}
+    subgroups = [s for s in spec.get("subGroups") or [] if isinstance(s, dict) and s.get("name")]
+    parents = {s.get("parent") for s in subgroups}
+    leaves = {s["name"]: _int(s.get("minMember")) for s in subgroups if s["name"] not in parents}
+    return leaves or {None: _int(spec.get("minMember"))}
+
+
+def members(podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods that name this PodGroup (annotation for KAI, label for scheduler-plugins), not being deleted."""
+    name = podgroup.get("metadata", {}).get("name")
+    sp = str(podgroup.get("apiVersion", "")).startswith(keys.SP_GROUP + "/")
+
+    def joined(pod: dict[str, Any]) -> bool:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return False
+        if sp:
+            return (meta.get("labels") or {}).get(keys.SP_POD_GROUP_LABEL) == name
+        return (meta.get("annotations") or {}).get(keys.KAI_POD_GROUP_ANNOTATION) == name
+
+    return [p for p in pods if joined(p)]
+
+
+def is_bound(pod: dict[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def count(podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> GangCount:
+    mine = members(podgroup, pods)
+    parts = []
+    for name, minimum in minima(podgroup).items():
+        group = [p for p in mine if name is None
+                 or ((p.get("metadata") or {}).get("labels") or {}).get(keys.KAI_SUBGROUP_LABEL) == name]
+        bound = sum(1 for p in group if is_bound(p))
+        parts.append(Part(name, minimum, bound, len(group) - bound))
+    return GangCount(tuple(parts))
+
+
+def per_replicated_job(pods: Iterable[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """(bound, waiting) pods per replicatedJob, by JobSet's label; for people reading ``explain``."""
+    tally: dict[str, tuple[int, int]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        name = (meta.get("labels") or {}).get(keys.REPLICATED_JOB_LABEL, "?")
+        bound, waiting = tally.get(name, (0, 0))
+        tally[name] = (bound + 1, waiting) if is_bound(pod) else (bound, waiting + 1)
+    return dict(sorted(tally.items()))
+
+
+@dataclass(frozen=True)
+class Reason:
+    reason: str
+    message: str
+    queue: str | None = None
+
+
+def unschedulable(podgroup: dict[str, Any]) -> tuple[Reason, ...]:
+    """KAI's reasons from ``status.schedulingConditions[]`` (``reasons[]``, else the deprecated reason/message)."""
+    found: list[Reason] = []
+    for condition in (podgroup.get("status") or {}).get("schedulingConditions") or []:
+        if not isinstance(condition, dict):
+            continue
+        reasons = [r for r in condition.get("reasons") or [] if isinstance(r, dict)]
+        for r in reasons:
+            queue = ((r.get("details") or {}).get("queueDetails") or {}).get("name")
+            found.append(Reason(str(r.get("reason") or "Unschedulable"), str(r.get("message") or ""), queue))
+        if not reasons and (condition.get("reason") or condition.get("message")):
+            found.append(Reason(str(condition.get("reason") or "Unschedulable"), str(condition.get("message") or "")))
+    unique = dict.fromkeys(found)
+    return tuple(unique)
+
+
+def describe(reasons: Iterable[Reason]) -> str:
+    parts = []
+    for r in reasons:
+        where = f" (queue {r.queue})" if r.queue and r.queue not in r.message else ""
+        parts.append(f"{r.reason}{where}: {r.message}" if r.message else f"{r.reason}{where}")
+    return "; ".join(parts)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

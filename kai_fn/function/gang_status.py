@@ -1,0 +1,125 @@
+"""The gang's status, told on the TrainJob: why it waits (``GangUnschedulable``), and when it is placed (``GangBound``).
+
+PodGroup update events are only a trigger: what is reported is read fresh, so duplicates and updates that arrive
+out of order cannot report a state that has passed. A TrainJob marked ``kai-fn/bound`` is never reported on again;
+an unschedulable report needs the PodGroup, read now, to carry KAI's reasons and no pod of the gang to be on a node
+(KAI writes reasons only while nothing is allocated). Event names come from their content, so the same report made
+twice is one Event. The resync sweeps released gangs too, because binding itself changes no PodGroup.
+"""
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from typing import Any
+
+from kai_fn.core import gang, keys
+from kai_fn.function import metrics, report
+from kai_fn.function.cluster import Session, Transient
+from kai_fn.function.events import PodGroupEvent
+from kai_fn.function.report import Outcome
+from kai_fn.function.settings import Settings
+
+
+def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outcome:
+    """One PodGroup update: at most a TrainJob GET, a pod list, a PodGroup GET and an Event (plus the bound mark)."""
+    podgroup = event.object
+    meta = podgroup.get("metadata") or {}
+    ns, pg_name = event.namespace, event.name
+    if not settings.watches(ns):
+        return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", ns, pg_name, event.uid)
+    if (meta.get("labels") or {}).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY:
+        return Outcome("ignored", "not a PodGroup kai_fn made", ns, pg_name, event.uid)
+    owner = owning_trainjob(podgroup)
+    if owner is None:
+        return Outcome("ignored", "the PodGroup has no TrainJob owner", ns, pg_name, event.uid)
+    trainjob = session.trainjob(ns, owner["name"])
+    if trainjob is None or trainjob.get("metadata", {}).get("uid") != owner.get("uid"):
+        return Outcome("ignored", "its TrainJob no longer exists", ns, owner["name"], owner.get("uid"), pg_name)
+    if why := settled(trainjob, pg_name):
+        return Outcome("skipped", why, ns, owner["name"], owner.get("uid"), pg_name)
+    return report_on(session, trainjob, podgroup, fresh=False)
+
+
+def owning_trainjob(podgroup: dict[str, Any]) -> dict[str, Any] | None:
+    for ref in (podgroup.get("metadata") or {}).get("ownerReferences") or []:
+        if (isinstance(ref, dict) and ref.get("kind") == keys.TRAINJOB_KIND and ref.get("apiVersion") == keys.TRAINER_API
+                and isinstance(ref.get("name"), str) and ref.get("controller")):
+            return ref
+    return None
+
+
+def settled(trainjob: dict[str, Any], podgroup_name: str | None = None) -> str | None:
+    """Why there is nothing to report on this TrainJob's gang, or None when its status is worth a look."""
+    meta = trainjob.get("metadata") or {}
+    notes = meta.get("annotations") or {}
+    if keys.GANG_BOUND_ANNOTATION in notes:
+        return f"already bound ({notes[keys.GANG_BOUND_ANNOTATION]})"
+    if meta.get("deletionTimestamp"):
+        return "the TrainJob is being deleted"
+    marker = notes.get(keys.MARKER_PODGROUP)
+    if marker is None or (podgroup_name is not None and marker != podgroup_name):
+        return "the TrainJob's gang is not this PodGroup, or not made yet"
+    if (trainjob.get("spec") or {}).get("suspend") is not False:
+        return "the TrainJob is suspended: its pods do not exist"
+    return None
+
+
+def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, Any], *, fresh: bool) -> Outcome:
+    """Bound: GangBound once, then the mark. Nothing on a node and KAI gives reasons: GangUnschedulable."""
+    meta = trainjob["metadata"]
+    ns, name, uid = meta["namespace"], meta["name"], meta.get("uid")
+    pg_name = podgroup["metadata"]["name"]
+    pods = session.pods(ns, f"{keys.JOBSET_NAME_LABEL}={name}")
+    counted = gang.count(podgroup, pods)
+    if counted.bound:
+        message = f"PodGroup {pg_name}: every pod of the gang is on a node ({counted.summary()})"
+        body = report.event_body(trainjob, report.GANG_BOUND, message, warning=False, key=pg_name)
+        if not session.create_event(ns, body):
+            raise Transient("GangBound could not be posted; the mark waits for it")
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        session.patch_trainjob(ns, name, {"metadata": {"annotations": {keys.GANG_BOUND_ANNOTATION: stamp}}})
+        metrics.GANG_STATUS.labels(report.GANG_BOUND).inc()
+        return Outcome("done", f"{report.GANG_BOUND}: {message}", ns, name, uid, pg_name)
+    waiting = f"waiting: {counted.summary()}"
+    if counted.any_bound or not (fresh or gang.unschedulable(podgroup)):
+        return Outcome("skipped", waiting, ns, name, uid, pg_name)
+    if not fresh:
+        now = session.podgroup(podgroup["apiVersion"], ns, pg_name)
+        if now is None or now["metadata"].get("uid") != podgroup["metadata"].get("uid"):
+            return Outcome("ignored", "the PodGroup no longer exists", ns, name, uid, pg_name)
+        podgroup = now
+    reasons = gang.unschedulable(podgroup)
+    if not reasons:
+        return Outcome("skipped", waiting, ns, name, uid, pg_name)
+    text = gang.describe(reasons)
+    message = f"PodGroup {pg_name}: {text}"
+    body = report.event_body(trainjob, report.GANG_UNSCHEDULABLE, message, warning=True, key=f"{pg_name}|{text}")
+    if session.create_event(ns, body):
+        metrics.GANG_STATUS.labels(report.GANG_UNSCHEDULABLE).inc()
+    return Outcome("blocked", f"{report.GANG_UNSCHEDULABLE}: {message}", ns, name, uid, pg_name)
+
+
+def awaiting(trainjobs: Iterable[dict[str, Any]], settings: Settings) -> list[dict[str, Any]]:
+    """Released TrainJobs whose gang is not known to be bound yet, oldest first."""
+    found = [o for o in trainjobs
+             if settled(o) is None and settings.watches((o.get("metadata") or {}).get("namespace", ""))]
+    return sorted(found, key=lambda o: o.get("metadata", {}).get("creationTimestamp") or "")
+
+
+def sweep(session: Session, settings: Settings, trainjobs: list[dict[str, Any]]) -> dict[str, int]:
+    """The resync's pass over released gangs: a PodGroup GET and a pod list each, at most KAI_FN_RESYNC_LIMIT."""
+    tally: dict[str, int] = {}
+    for trainjob in trainjobs[: settings.resync_limit]:
+        meta = trainjob["metadata"]
+        api = keys.SP_PODGROUP_API if settings.flavor == "scheduler-plugins" else keys.KAI_PODGROUP_API
+        try:
+            podgroup = session.podgroup(api, meta["namespace"], meta["annotations"][keys.MARKER_PODGROUP])
+            owner = owning_trainjob(podgroup or {})
+            if podgroup is None or owner is None or owner.get("uid") != meta.get("uid"):
+                result = "ignored"
+            else:
+                result = report_on(session, trainjob, podgroup, fresh=True).result
+        except Transient:
+            result = "retry"
+        tally[result] = tally.get(result, 0) + 1
+    return tally

@@ -1,0 +1,63 @@
+"""Prometheus metrics, served on ``GET /metrics`` in the text format.
+
+One registry for the process, not prometheus_client's default one: that one adds ``process_*`` and
+``python_*`` series, and every name here starts with ``kai_fn_``. The Knative Service runs one gunicorn worker
+(``WORKERS=1``), so one in-memory registry sees every request; more workers would each count their own.
+
+Label values come from bounded sets only (event types are mapped, never copied from the request), so an
+attacker posting odd CloudEvents cannot grow the series without bound.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+EVENTS = Counter(
+    "kai_fn_events", "Deliveries answered, by event type, object kind and outcome.",
+    ["type", "kind", "outcome"], registry=REGISTRY,
+)
+RECONCILE_SECONDS = Histogram(
+    "kai_fn_reconcile_seconds", "Time to handle one delivery that reached the cluster, by what it handled.",
+    ["work"], registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
+API_CALLS = Counter(
+    "kai_fn_api_calls", "Kubernetes API calls, by verb, resource and HTTP status code ('error': no answer).",
+    ["verb", "resource", "code"], registry=REGISTRY,
+)
+GANGS_CREATED = Counter("kai_fn_gangs_created", "PodGroups kai_fn created.", registry=REGISTRY)
+GANG_STATUS = Counter(
+    "kai_fn_gang_status_events", "Gang status Events posted on TrainJobs (GangUnschedulable, GangBound).",
+    ["reason"], registry=REGISTRY,
+)
+PRECHECK_REFUSALS = Counter(
+    "kai_fn_precheck_refusals", "Gangs held back by the queue pre-check, by Event reason "
+    "(QueueNotFound, GangExceedsQueue).", ["reason"], registry=REGISTRY,
+)
+TIMEOUTS = Counter("kai_fn_schedule_timeouts", "Gangs not fully bound within their schedule timeout.",
+                   registry=REGISTRY)
+
+PING = "dev.knative.sources.ping"
+_APISERVER = "dev.knative.apiserver."
+_TYPES = frozenset(f"{mode}.{action}" for mode in ("resource", "ref") for action in ("add", "update", "delete"))
+
+
+def event_type(ce_type: str | None) -> str:
+    """A short, bounded label: ``resource.update``, ``ref.add``, ``ping``, ``other`` or ``none`` (unparsed)."""
+    if not ce_type:
+        return "none"
+    if ce_type == PING:
+        return "ping"
+    short = ce_type.removeprefix(_APISERVER)
+    return short if ce_type.startswith(_APISERVER) and short in _TYPES else "other"
+
+
+def event_kind(kind: object) -> str:
+    return kind if kind in ("TrainJob", "PodGroup") else "other" if kind else "none"
+
+
+def exposition() -> tuple[bytes, str]:
+    """The body and content type of a scrape (text format 0.0.4, which every Prometheus reads)."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_PLAIN_0_0_4

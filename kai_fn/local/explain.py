@@ -1,0 +1,289 @@
+"""``python -m kai_fn explain NAMESPACE/NAME``: why a TrainJob's gang waits, read from the live cluster.
+
+Read-only: GETs and one pod list with the caller's kubeconfig, nothing written. It gathers what kai_fn decided
+(scope, plan), what exists (PodGroup, JobSet, markers), and what the scheduler says (conditions, queue, pods), then
+names one next step. Exit 0 when bound or progressing, 1 when blocked, 2 when the input or the cluster is unusable.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from kai_fn.core import gang, keys
+from kai_fn.core.models import InputError, Runtime, TrainJob, parse
+from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
+from kai_fn.core.plan import Plan, plan
+from kai_fn.core.quantity import Quantity
+from kai_fn.core.runtime import target
+from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
+from kai_fn.function.settings import Settings
+
+EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
+QUEUE_API = ("scheduling.run.ai", "v2")
+# KAI's units (FACTS §2): CPU in millicores, memory in MB of 10^6 bytes, GPUs in devices.
+_KAI_UNITS = {"gpu": ("nvidia.com/gpu", Decimal(1)), "cpu": ("cpu", Decimal("0.001")), "memory": ("memory", Decimal(10**6))}
+_NEXT_FOR_REASON = {
+    "OverLimit": "raise the queue's limit named above, or ask for fewer resources (trainer.numNodes, resourcesPerNode)",
+    "NonPreemptibleOverQuota": "raise the queue's quota, or make the job preemptible (kai.scheduler/preemptibility)",
+    "QueueDoesNotExist": "create the leaf Queue, or fix the kai.scheduler/queue label",
+    "PreemptionDelayNotElapsed": "wait: KAI is about to preempt lower-priority work for this gang",
+}
+
+
+class Unusable(Exception):
+    """No such TrainJob, or no cluster to ask: exit 2 with this one line."""
+
+
+@dataclass
+class Report:
+    trainjob: str
+    status: str = "progressing"  # bound | progressing | blocked | out-of-scope
+    next: str = ""
+    scope: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    kai: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_BLOCKED if self.status == "blocked" else EXIT_OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"trainJob": self.trainjob, "status": self.status, "next": self.next, "scope": self.scope,
+                "plan": self.plan, "state": self.state, "kai": self.kai}
+
+    def verdict(self, status: str, next_step: str) -> Report:
+        self.status, self.next = status, next_step
+        return self
+
+
+def explain(session: Session, settings: Settings, namespace: str, name: str) -> Report:
+    try:
+        obj = session.trainjob(namespace, name)
+    except Transient as error:
+        raise Unusable(f"cannot read TrainJob {namespace}/{name}: {error}") from None
+    if obj is None:
+        raise Unusable(f"no TrainJob {namespace}/{name}")
+    out = Report(f"{namespace}/{name}")
+    meta = obj.get("metadata") or {}
+    notes = meta.get("annotations") or {}
+    released = keys.MARKER_PODGROUP in notes and (obj.get("spec") or {}).get("suspend") is False
+    out.state = {"released": released, "suspend": (obj.get("spec") or {}).get("suspend"),
+                 "markers": {k: v for k, v in sorted(notes.items()) if k.startswith("kai-fn/")}}
+    try:
+        job = parse(TrainJob, obj)
+        where = target(job)
+    except InputError as error:
+        return out.verdict("blocked", f"fix the TrainJob: {error}")
+    raw = session.runtime(where)
+    if raw is None:
+        out.scope = {"inScope": None, "why": f"{where} does not exist"}
+        return out.verdict("blocked", f"create {where} or fix spec.runtimeRef")
+    try:
+        runtime = parse(Runtime, raw)
+        result = plan(job, runtime, flavor=settings.flavor, default_queue=settings.default_queue)
+    except InputError as error:
+        return out.verdict("blocked", f"fix {where}: {error}")
+    if result.ignored:
+        out.scope = {"inScope": False, "why": result.ignored}
+        return out.verdict("out-of-scope", "nothing for kai_fn: " + result.ignored)
+    out.scope = {"inScope": True, "why": _why_in_scope(job, runtime)}
+    out.plan = _plan_view(result)
+    if keys.MARKER_SKIPPED in notes:
+        return out.verdict("blocked", f"kai_fn skipped it ({notes[keys.MARKER_SKIPPED]}): delete it and resubmit "
+                                      "with spec.suspend: true")
+    if result.blocked:
+        return out.verdict("blocked", "fix " + "; ".join(str(p) for p in result.problems if p.blocking))
+
+    podgroup = _podgroup(session, result, notes.get(keys.MARKER_PODGROUP))
+    jobset = session.jobset(namespace, name)
+    out.state |= {"podGroup": podgroup["metadata"]["name"] if podgroup else None,
+                  "jobSet": _jobset_state(result, jobset)}
+    pods = session.pods(namespace, f"{keys.JOBSET_NAME_LABEL}={name}") if jobset else []
+    reasons = gang.unschedulable(podgroup) if podgroup else ()
+    out.kai = {
+        "conditions": [{"reason": r.reason, "message": r.message, "queue": r.queue} for r in reasons],
+        "pods": {rj: {"bound": b, "waiting": w} for rj, (b, w) in gang.per_replicated_job(pods).items()},
+    }
+    queue_rows, queue_problem = queue_view(session, result)
+    out.kai["queue"] = queue_rows
+    if keys.TIMED_OUT_ANNOTATION in notes and not released:
+        return out.verdict("blocked", f"it timed out waiting for the scheduler ({notes[keys.TIMED_OUT_ANNOTATION]}) "
+                                      "and was suspended: fix what KAI reported, then set spec.suspend: false")
+    if queue_problem:
+        return out.verdict("blocked", queue_problem)
+    if not released:
+        return out.verdict(*_before_release(obj, result, jobset, settings))
+    if podgroup is None:
+        return out.verdict("blocked", "its PodGroup is gone, so its pods never schedule: delete the TrainJob and "
+                                      "resubmit it")
+    counted = gang.count(podgroup, pods)
+    out.kai["gang"] = counted.summary()
+    if counted.bound:
+        return out.verdict("bound", "nothing: every pod of the gang is on a node")
+    if reasons and not counted.any_bound:
+        first = reasons[0]
+        return out.verdict("blocked", f"{first.reason}: " + _NEXT_FOR_REASON.get(first.reason, first.message or
+                                                                                 "read KAI's message above"))
+    return out.verdict("progressing", f"wait for the scheduler ({counted.summary()})")
+
+
+def _why_in_scope(job: TrainJob, runtime: Runtime) -> str:
+    if runtime.spec.pod_group_policy and runtime.spec.pod_group_policy.kai is not None:
+        return f"{runtime.kind} {runtime.metadata.name} has podGroupPolicy.kai"
+    if keys.KAI_QUEUE_LABEL in job.metadata.labels:
+        return f"the TrainJob carries {keys.KAI_QUEUE_LABEL}={job.metadata.labels[keys.KAI_QUEUE_LABEL]}"
+    return f"{runtime.kind} {runtime.metadata.name} carries {keys.KAI_QUEUE_LABEL}"
+
+
+def _plan_view(result: Plan) -> dict[str, Any]:
+    view = result.summary()
+    view.pop("trainJob", None)
+    if result.problems:
+        view["problems"] = [str(p) for p in result.problems]
+    return view
+
+
+def _podgroup(session: Session, result: Plan, marked: str | None) -> dict[str, Any] | None:
+    name = marked or result.podgroup_name
+    if not name or not result.podgroup:
+        return None
+    return session.podgroup(result.podgroup["apiVersion"], result.namespace, name)
+
+
+def _jobset_state(result: Plan, jobset: dict[str, Any] | None) -> str:
+    if jobset is None:
+        return "missing"
+    try:
+        carries = not jobset_patch(result, jobset)
+    except MissingReplicatedJob as missing:
+        return f"lacks replicatedJob {missing.args[0]!r}"
+    running = (jobset.get("spec") or {}).get("suspend") is not True
+    return ("carries the plan" if carries else "lacks the plan") + (", running" if running else ", suspended")
+
+
+def _before_release(obj: dict[str, Any], result: Plan, jobset: dict[str, Any] | None,
+                    settings: Settings) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    if (obj.get("spec") or {}).get("suspend") is not True:
+        return "blocked", "it was submitted without spec.suspend: true, so its pods cannot join a gang: resubmit it suspended"
+    if keys.KUEUE_QUEUE_LABEL in (meta.get("labels") or {}):
+        return "progressing", "Kueue admits it: wait for Kueue to resume it"
+    if (meta.get("annotations") or {}).get(keys.HOLD_ANNOTATION) == "true":
+        return "progressing", f"held by {keys.HOLD_ANNOTATION}: remove the annotation to release it"
+    if keys.MARKER_PODGROUP in (meta.get("annotations") or {}):
+        return "progressing", "gang made and left suspended: set spec.suspend: false to release it"
+    if jobset is None:
+        return "progressing", "wait for Trainer to create its JobSet; kai_fn acts on the next event or resync"
+    return "progressing", "kai_fn makes its gang on the next event or resync"
+
+
+def queue_view(session: Session, result: Plan) -> tuple[list[dict[str, Any]], str | None]:
+    """The queue and its ancestors against the gang, per resource in KAI's units; and what blocks, if anything.
+
+    A stand-in until the pre-check's ``kai_fn.core.queue_check`` is merged: it uses the plan's minResources
+    (requests only), not the pods' effective requests as KAI counts them.
+    """
+    if result.flavor != "kai" or not result.queue:
+        return [], None
+    request = {short: _kai_units(result.min_resources.get(res), unit) for short, (res, unit) in _KAI_UNITS.items()}
+    rows: list[dict[str, Any]] = []
+    problem: str | None = None
+    name: str | None = result.queue
+    seen: set[str] = set()
+    while name and name not in seen:
+        seen.add(name)
+        queue = session.queue(name)
+        if queue is None:
+            return rows, problem or f"QueueNotFound: create the Queue {name}, or fix the kai.scheduler/queue label"
+        status = queue.get("status") or {}
+        if name == result.queue and status.get("childQueues"):
+            problem = problem or f"queue {name} is not a leaf queue: name one of its children"
+        resources = (queue.get("spec") or {}).get("resources") or {}
+        for short in ("gpu", "cpu", "memory"):
+            limits = resources.get(short) or {}
+            limit, quota = limits.get("limit"), limits.get("quota")
+            rows.append({"queue": name, "resource": short, "request": request[short], "quota": quota, "limit": limit,
+                         "allocated": (status.get("allocated") or {}).get(_KAI_UNITS[short][0])})
+            if problem is None and request[short] and limit != -1 and (not isinstance(limit, (int, float))
+                                                                        or limit < request[short]):
+                problem = (f"GangExceedsQueue: the gang needs {short} {request[short]} but queue {name} allows "
+                           f"{limit if limit is not None else 'none (unset)'}: raise the limit or ask for less")
+        name = (queue.get("spec") or {}).get("parentQueue")
+    return rows, problem
+
+
+def _kai_units(text: str | None, unit: Decimal) -> int | float:
+    if not text:
+        return 0
+    value = Quantity.parse(text).value / unit
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
+# -- presentation ------------------------------------------------------------------------------------------------
+
+def table(rows: list[list[Any]], header: list[str] | None = None, indent: str = "  ") -> str:
+    """Columns aligned to their widest cell; None prints as '-'."""
+    cells = [[("-" if c is None else str(c)) for c in row] for row in ([header] if header else []) + rows]
+    if not cells:
+        return ""
+    widths = [max(len(row[i]) for row in cells if i < len(row)) for i in range(max(len(r) for r in cells))]
+    return "\n".join(indent + "  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in cells)
+
+
+def render(report: Report) -> str:
+    out = [f"TrainJob {report.trainjob}: {report.status.upper()}", ""]
+    scope = report.scope
+    if scope:
+        answer = {True: "yes", False: "no", None: "unknown"}[scope.get("inScope")]
+        out += ["SCOPE", table([["in scope", f"{answer}: {scope.get('why')}"]]), ""]
+    if report.plan:
+        p = report.plan
+        rows = [["podGroup", p.get("podGroup")], ["layout", p.get("layout")], ["minMember", p.get("minMember")],
+                ["queue", p.get("queue")],
+                ["minResources", ", ".join(f"{k}={v}" for k, v in (p.get("minResources") or {}).items()) or None]]
+        out += ["PLAN", table(rows), ""]
+        sets = [[s["name"], s["count"], ", ".join(f"{k}={v}" for k, v in s["requests"].items())]
+                for s in p.get("podSets", [])]
+        out += [table(sets, ["POD SET", "COUNT", "REQUESTS PER POD"]), ""]
+        for problem in p.get("problems", []):
+            out.append(f"  problem: {problem}")
+    if report.state:
+        s = report.state
+        rows = [["PodGroup", s.get("podGroup") or "none"] if "podGroup" in s else None,
+                ["JobSet", s.get("jobSet")] if "jobSet" in s else None,
+                ["released", "yes" if s.get("released") else f"no (spec.suspend {s.get('suspend')})"],
+                ["markers", ", ".join(f"{k}={v}" for k, v in s.get("markers", {}).items()) or "none"]]
+        out += ["STATE", table([r for r in rows if r]), ""]
+    kai = report.kai
+    if kai.get("conditions"):
+        out += ["KAI SAYS", table([[c["reason"], c["queue"], c["message"]] for c in kai["conditions"]],
+                                  ["REASON", "QUEUE", "MESSAGE"]), ""]
+    if kai.get("queue"):
+        out += ["QUEUE (KAI units: cpu millicores, memory MB, gpu devices; -1 unlimited)",
+                table([[r["queue"], r["resource"], r["request"], r["quota"], r["limit"], r["allocated"]]
+                       for r in kai["queue"]], ["QUEUE", "RESOURCE", "GANG NEEDS", "QUOTA", "LIMIT", "ALLOCATED"]), ""]
+    if "pods" in kai:
+        rows = [[rj, c["bound"], c["waiting"]] for rj, c in kai["pods"].items()]
+        out += ["PODS", table(rows, ["REPLICATED JOB", "BOUND", "WAITING"]) if rows else "  none yet", ""]
+    out.append(f"NEXT: {report.next}")
+    return "\n".join(out)
+
+
+def run(target_ref: str, kubeconfig: str | None, output: str, settings: Settings) -> tuple[int, str]:
+    """(exit code, what to print); Unusable for exit 2."""
+    namespace, sep, name = target_ref.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise Unusable(f"{target_ref!r}: expected NAMESPACE/NAME")
+    try:
+        cluster = Cluster.from_settings(settings, kubeconfig)
+    except NoClusterConfig as error:
+        raise Unusable(str(error)) from None
+    try:
+        report = explain(cluster.session(), settings, namespace, name)
+    except Transient as error:
+        raise Unusable(f"lost the cluster while reading {namespace}/{name}: {error}") from None
+    text = json.dumps(report.as_dict(), indent=2) if output == "json" else render(report)
+    return report.exit_code, text
