@@ -1,4 +1,5 @@
-"""``python -m kai_fn``: plan from files, invoke a running function with a sample event, run the embedded demo."""
+"""``python -m kai_fn``: plan from files, explain a live TrainJob, invoke a running function with a sample event, run
+the embedded demo."""
 from __future__ import annotations
 
 import argparse
@@ -105,9 +106,29 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--url", default="http://127.0.0.1:8080", help="default: %(default)s")
     i.set_defaults(func=cmd_invoke)
 
+    e = sub.add_parser("explain", help="read-only diagnosis of one TrainJob's gang from the live cluster")
+    e.add_argument("trainjob", metavar="NAMESPACE/NAME")
+    e.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG, ~/.kube/config or in-cluster")
+    e.add_argument("--flavor", choices=["kai", "scheduler-plugins"], help="default: KAI_PODGROUP_FLAVOR or kai")
+    e.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    e.set_defaults(func=cmd_explain)
+
     d = sub.add_parser("demo", help="emulated cluster + real function server + the sample events")
     d.set_defaults(func=cmd_demo)
     return parser
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Exit 0 bound or progressing, 1 blocked, 2 no such TrainJob or no cluster (one line, no traceback)."""
+    from kai_fn.local.explain import Unusable, run
+
+    overrides = {"KAI_PODGROUP_FLAVOR": args.flavor} if args.flavor else {}
+    try:
+        code, text = run(args.trainjob, args.kubeconfig, args.output, settings_mod.load(**overrides))
+    except Unusable as error:
+        raise UsageError(str(error)) from None
+    print(text)
+    return code
 
 
 def cmd_invoke(args: argparse.Namespace) -> int:

@@ -112,6 +112,9 @@ def explain(session: Session, settings: Settings, namespace: str, name: str) -> 
     if keys.TIMED_OUT_ANNOTATION in notes and not released:
         return out.verdict("blocked", f"it timed out waiting for the scheduler ({notes[keys.TIMED_OUT_ANNOTATION]}) "
                                       "and was suspended: fix what KAI reported, then set spec.suspend: false")
+    if not released and keys.MARKER_PODGROUP not in notes and (obj.get("spec") or {}).get("suspend") is not True:
+        return out.verdict("blocked", "it was submitted without spec.suspend: true, so its pods cannot join a gang: "
+                                      "resubmit it suspended")
     if queue_problem:
         return out.verdict("blocked", queue_problem)
     if not released:
@@ -167,8 +170,6 @@ def _jobset_state(result: Plan, jobset: dict[str, Any] | None) -> str:
 def _before_release(obj: dict[str, Any], result: Plan, jobset: dict[str, Any] | None,
                     settings: Settings) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
-    if (obj.get("spec") or {}).get("suspend") is not True:
-        return "blocked", "it was submitted without spec.suspend: true, so its pods cannot join a gang: resubmit it suspended"
     if keys.KUEUE_QUEUE_LABEL in (meta.get("labels") or {}):
         return "progressing", "Kueue admits it: wait for Kueue to resume it"
     if (meta.get("annotations") or {}).get(keys.HOLD_ANNOTATION) == "true":
@@ -219,7 +220,7 @@ def _kai_units(text: str | None, unit: Decimal) -> int | float:
     if not text:
         return 0
     value = Quantity.parse(text).value / unit
-    return int(value) if value == value.to_integral_value() else float(value)
+    return int(value) if value == value.to_integral_value() else round(float(value), 1)
 
 
 # -- presentation ------------------------------------------------------------------------------------------------
