@@ -85,7 +85,8 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
         return Outcome("skipped", waiting, ns, name, uid, pg_name)
     if not fresh:
         now = session.podgroup(podgroup["apiVersion"], ns, pg_name)
-        if now is None or now["metadata"].get("uid") != podgroup["metadata"].get("uid"):
+        owner = owning_trainjob(now or {})
+        if now is None or owner is None or owner.get("uid") != uid:
             return Outcome("ignored", "the PodGroup no longer exists", ns, name, uid, pg_name)
         podgroup = now
     reasons = gang.unschedulable(podgroup)

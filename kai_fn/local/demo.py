@@ -1,39 +1,85 @@
 """``python -m kai_fn demo``: the whole loop on one machine, no cluster needed.
 
 A Kubernetes API emulator (kmock) in this process, seeded with what Trainer and KAI would have made; the real
-function server in another; the sample ApiServerSource events sent to it over HTTP; and what changed in the
-"cluster" printed after each one.
+function server in another; the sample ApiServerSource events sent to it over HTTP (TrainJobs, then the gang's
+PodGroup as KAI reports on it); what each one cost; what the "cluster" holds at the end, as tables; and an
+``explain`` of a bound and of a blocked TrainJob.
 """
 from __future__ import annotations
 
 import json
 import tempfile
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from kai_fn.function.settings import load
+from kai_fn.local import explain
 from kai_fn.local.emulator import Call, Emulator
 from kai_fn.local.invoke import load_sample, post
 from kai_fn.local.process import REPO, FunctionProcess
+from kai_fn.local.tables import table
 
 SAMPLES = REPO / "samples"
 SEED = ["clustertrainingruntime-torch-kai", "clustertrainingruntime-torch", "trainingruntime-torch-llm-kai",
-        "queue-default-parent", "queue-team-a",
+        "queue-default-parent", "queue-team-a", "queue-team-a-small",
         "trainjob-llama-finetune", "jobset-llama-finetune", "trainjob-bert-pretrain", "jobset-bert-pretrain",
-        "trainjob-resnet-eval", "trainjob-whisper-asr", "jobset-whisper-asr"]
-STEPS = [
-    ("resource-add", "a suspended TrainJob in scope is created"),
-    ("resource-add", "the same event again (at-least-once delivery)"),
-    ("resource-update", "a status update of it, its object still without the marker"),
-    ("ref-add", "reference mode: a TrainJob whose runtime has initializers"),
-    ("out-of-scope", "a TrainJob that does not ask for KAI"),
-    ("running", "a TrainJob submitted without spec.suspend"),
-    ("resource-delete", "a TrainJob deleted"),
-    ("malformed-data-not-json", "garbage"),
-    ("malformed-missing-uid", "a resource event without metadata.uid"),
-    ("malformed-not-a-cloudevent", "not a CloudEvent at all"),
-]
+        "trainjob-resnet-eval", "trainjob-whisper-asr", "jobset-whisper-asr", "trainjob-gpt-large", "jobset-gpt-large"]
 TRAINER = "trainer.kubeflow.org/v1alpha1"
+KAI_PG = "scheduling.run.ai/v2alpha2"
+NS, LLAMA = "team-a", "llama-finetune"
+
+
+def kai_reports(api: Emulator) -> str:
+    """Trainer made llama-finetune's four pods; KAI cannot place them and says why on the PodGroup."""
+    (pg,) = [p for p in api.list(KAI_PG, "PodGroup", NS) if p["metadata"]["labels"].get("kai-fn/trainjob") == LLAMA]
+    sample = json.loads((SAMPLES / "events" / "podgroup-unschedulable.json").read_text())["body"]
+    pg["status"] = sample["status"]
+    api.put(pg)
+    for pod in pods(pg["metadata"]["name"], bound=False):
+        api.put(pod)
+    return "KAI wrote status.schedulingConditions; 4 pods pending"
+
+
+def binder_binds(api: Emulator) -> str:
+    """KAI allocated the gang and cleared its conditions; its binder set every pod's node."""
+    (pg,) = [p for p in api.list(KAI_PG, "PodGroup", NS) if p["metadata"]["labels"].get("kai-fn/trainjob") == LLAMA]
+    pg["status"] = {}
+    api.put(pg)
+    for pod in pods(pg["metadata"]["name"], bound=True):
+        api.put(pod)
+    return "KAI cleared the conditions; the binder put all 4 pods on nodes"
+
+
+def pods(podgroup: str, bound: bool) -> list[dict[str, Any]]:
+    return [{"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"{LLAMA}-node-0-{i}", "namespace": NS, "annotations": {"pod-group-name": podgroup},
+        "labels": {"jobset.sigs.k8s.io/jobset-name": LLAMA, "jobset.sigs.k8s.io/replicatedjob-name": "node"}},
+        "spec": {"containers": [{"name": "node", "image": "pytorch"}], **({"nodeName": f"gpu-{i}"} if bound else {})}}
+        for i in range(4)]
+
+
+Step = tuple[str, str, Callable[[Emulator], str] | None]
+STEPS: list[Step] = [
+    ("resource-add", "a suspended TrainJob in scope is created", None),
+    ("resource-add", "the same event again (at-least-once delivery)", None),
+    ("resource-update", "a status update of it, its object still without the marker", None),
+    ("ref-add", "reference mode: a TrainJob whose runtime has initializers", None),
+    ("out-of-scope", "a TrainJob that does not ask for KAI", None),
+    ("running", "a TrainJob submitted without spec.suspend", None),
+    ("exceeds-queue", "a gang of 8 GPUs in queue team-a-small, whose GPU limit is 4", None),
+    ("podgroup-unschedulable", "the PodGroup source: KAI says why llama-finetune's gang waits", kai_reports),
+    ("podgroup-unschedulable", "the same update again: no second Event", None),
+    ("podgroup-scheduled", "the PodGroup source: every pod of the gang is on a node", binder_binds),
+    ("podgroup-unschedulable", "the old unschedulable update, arriving late: nothing", None),
+    ("resource-delete", "a TrainJob deleted", None),
+    ("malformed-data-not-json", "garbage", None),
+    ("malformed-missing-uid", "a resource event without metadata.uid", None),
+    ("malformed-not-a-cloudevent", "not a CloudEvent at all", None),
+]
 
 
 def seed(api: Emulator) -> None:
@@ -41,31 +87,43 @@ def seed(api: Emulator) -> None:
         api.put(yaml.safe_load((SAMPLES / "cluster" / f"{name}.yaml").read_text()))
 
 
-def describe(call: Call) -> str:
+def describe(call: Call) -> list[str]:
     where = f"{call.namespace}/" if call.namespace else ""
     what = f"{call.resource} {where}{call.name}" if call.name else f"{call.resource} in {call.namespace or 'cluster'}"
-    return f"{call.method:<6} {what} -> {call.status}"
+    return [call.method, what, str(call.status)]
 
 
 def show_cluster(api: Emulator) -> None:
-    print("\n== What the cluster holds now")
-    for pg in api.list("scheduling.run.ai/v2alpha2", "PodGroup"):
+    print("\n== What the cluster holds now\n\nPodGroups")
+    rows = []
+    for pg in api.list(KAI_PG, "PodGroup"):
         spec = pg["spec"]
         gang = (f"minMember {spec['minMember']}" if "minMember" in spec else
                 "minSubGroup 1 of " + ", ".join(f"{s['name']}({s['minMember']})" for s in spec.get("subGroups", [])))
-        print(f"PodGroup {pg['metadata']['namespace']}/{pg['metadata']['name']}: queue {spec['queue']}, {gang}, "
-              f"minResources {pg['metadata'].get('annotations', {}).get('kai-fn/min-resources')}")
+        rows.append([pg["metadata"]["labels"].get("kai-fn/trainjob"), spec["queue"], gang,
+                     (pg["metadata"].get("annotations") or {}).get("kai-fn/min-resources")])
+    print(table(rows, ["TRAINJOB", "QUEUE", "GANG", "MIN RESOURCES"]))
+    print("\nJobSet pod templates")
+    rows = []
     for js in api.list("jobset.x-k8s.io/v1alpha2", "JobSet"):
-        print(f"JobSet {js['metadata']['namespace']}/{js['metadata']['name']} "
-              f"(annotations {js['metadata'].get('annotations') or {}}):")
+        skip = (js["metadata"].get("annotations") or {}).get("kai.scheduler/skip-podgrouper", "-")
         for rj in js["spec"]["replicatedJobs"]:
             meta = rj["template"]["spec"]["template"].get("metadata") or {}
-            print(f"  pods of {rj['name']}: labels {meta.get('labels') or {}} annotations {meta.get('annotations') or {}}")
+            keys = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
+            rows.append([js["metadata"]["name"], rj["name"], keys.get("pod-group-name"), keys.get("kai.scheduler/queue"),
+                         keys.get("kai.scheduler/subgroup-name"), skip])
+    print(table(rows, ["JOBSET", "REPLICATED JOB", "pod-group-name", "QUEUE", "SUBGROUP", "SKIP-PODGROUPER"]))
+    print("\nTrainJobs")
+    rows = []
     for tj in api.list(TRAINER, "TrainJob"):
-        notes = {k: v for k, v in (tj["metadata"].get("annotations") or {}).items() if k.startswith("kai-fn/")}
-        print(f"TrainJob {tj['metadata']['namespace']}/{tj['metadata']['name']}: suspend={tj['spec'].get('suspend')} {notes}")
-    for ev in sorted(api.list("v1", "Event"), key=lambda e: e["metadata"]["name"]):
-        print(f"Event {ev['type']} {ev['reason']} on {ev['involvedObject']['name']}: {ev['message']}")
+        notes = tj["metadata"].get("annotations") or {}
+        marks = ", ".join(f"{k.removeprefix('kai-fn/')}" for k in sorted(notes) if k.startswith("kai-fn/"))
+        rows.append([tj["metadata"]["name"], tj["spec"].get("suspend"), marks or "-"])
+    print(table(rows, ["TRAINJOB", "SUSPEND", "KAI-FN MARKERS"]))
+    print("\nEvents")
+    rows = [[ev["involvedObject"]["name"], ev["type"], ev["reason"], ev["message"]]
+            for ev in sorted(api.list("v1", "Event"), key=lambda e: e["metadata"].get("creationTimestamp") or "")]
+    print(table(rows, ["TRAINJOB", "TYPE", "REASON", "MESSAGE"]))
 
 
 def run() -> int:
@@ -74,22 +132,32 @@ def run() -> int:
         log_path = Path(tmp) / "function.log"
         with log_path.open("wb") as log, FunctionProcess({"KUBECONFIG": api.kubeconfig}, log=log) as fn:
             print(f"kmock Kubernetes API emulator on {api.url}; function (functions-framework) on {fn.url}\n")
-            for sample_name, what in STEPS:
+            for sample_name, what, before in STEPS:
+                print(f"-- {sample_name}: {what}")
+                if before is not None:
+                    print(f"   (meanwhile {before(api)})")
                 sample = load_sample(SAMPLES / "events" / f"{sample_name}.json")
                 api.reset_calls()
                 answer = post(fn.url, sample)
                 outcome = answer.headers.get("X-Kai-Fn-Outcome") or answer.body.strip()
-                print(f"-- {sample_name}: {what}")
                 print(f"   {sample.headers.get('Ce-Type', '(no Ce-Type)')} -> HTTP {answer.status} {outcome}")
                 calls = api.calls
                 writes = [c for c in calls if c.verb in ("create", "patch", "update", "delete")]
                 print(f"   API calls: {len(calls)}, writes: {len(writes)}")
-                for call in calls:
-                    print(f"     {describe(call)}")
+                if calls:
+                    print(table([describe(c) for c in calls], indent="     "))
             show_cluster(api)
+            print("\n== GET /metrics (the kai_fn_events_total lines)")
+            with urllib.request.urlopen(f"{fn.url}/metrics", timeout=10) as response:
+                text = response.read().decode()
+            print("\n".join(f"   {line}" for line in text.splitlines() if line.startswith("kai_fn_events_total")))
         lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
         print("\n== The function's log: one JSON line per event (the first two)")
         for line in lines[:2]:
             print(json.dumps(line))
+        for name in (LLAMA, "gpt-large"):
+            print(f"\n== python -m kai_fn explain {NS}/{name}\n")
+            code, text = explain.run(f"{NS}/{name}", api.kubeconfig, "text", load())
+            print(text)
+            print(f"(exit {code})")
     return 0
-

@@ -19,6 +19,7 @@ from kai_fn.core.quantity import Quantity
 from kai_fn.core.runtime import target
 from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
 from kai_fn.function.settings import Settings
+from kai_fn.local.tables import table
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
 QUEUE_API = ("scheduling.run.ai", "v2")
@@ -224,15 +225,6 @@ def _kai_units(text: str | None, unit: Decimal) -> int | float:
 
 
 # -- presentation ------------------------------------------------------------------------------------------------
-
-def table(rows: list[list[Any]], header: list[str] | None = None, indent: str = "  ") -> str:
-    """Columns aligned to their widest cell; None prints as '-'."""
-    cells = [[("-" if c is None else str(c)) for c in row] for row in ([header] if header else []) + rows]
-    if not cells:
-        return ""
-    widths = [max(len(row[i]) for row in cells if i < len(row)) for i in range(max(len(r) for r in cells))]
-    return "\n".join(indent + "  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in cells)
-
 
 def render(report: Report) -> str:
     out = [f"TrainJob {report.trainjob}: {report.status.upper()}", ""]
