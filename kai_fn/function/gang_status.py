@@ -95,8 +95,9 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
     text = gang.describe(reasons)
     message = f"PodGroup {pg_name}: {text}"
     body = report.event_body(trainjob, report.GANG_UNSCHEDULABLE, message, warning=True, key=f"{pg_name}|{text}")
-    if session.create_event(ns, body):
-        metrics.GANG_STATUS.labels(report.GANG_UNSCHEDULABLE).inc()
+    if not session.create_event(ns, body):
+        raise Transient("GangUnschedulable could not be posted")  # the report is this delivery's whole work
+    metrics.GANG_STATUS.labels(report.GANG_UNSCHEDULABLE).inc()
     return Outcome("blocked", f"{report.GANG_UNSCHEDULABLE}: {message}", ns, name, uid, pg_name)
 
 

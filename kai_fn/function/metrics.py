@@ -29,7 +29,8 @@ API_CALLS = Counter(
 )
 GANGS_CREATED = Counter("kai_fn_gangs_created", "PodGroups kai_fn created.", registry=REGISTRY)
 GANG_STATUS = Counter(
-    "kai_fn_gang_status_events", "Gang status Events posted on TrainJobs (GangUnschedulable, GangBound).",
+    "kai_fn_gang_status_events", "Gang status reports on TrainJobs (GangUnschedulable, GangBound); a report "
+    "repeated by a duplicate delivery counts again, its Event (named by content) does not.",
     ["reason"], registry=REGISTRY,
 )
 PRECHECK_REFUSALS = Counter(
