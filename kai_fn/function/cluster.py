@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import kubernetes.config
 import urllib3
+import yaml
 from kubernetes.client.api.custom_objects_api import CustomObjectsApi
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.configuration import Configuration
@@ -56,8 +57,9 @@ def api_client(kubeconfig: str | None = None) -> ApiClient:
                 kubernetes.config.load_kube_config(client_configuration=config)
         else:
             kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=config)
-    except (kubernetes.config.ConfigException, OSError) as error:
-        raise NoClusterConfig(f"no Kubernetes API to talk to: not in a cluster, and KUBECONFIG: {error}") from None
+    except (kubernetes.config.ConfigException, OSError, yaml.YAMLError) as error:
+        why = " ".join(str(error).split())  # YAML errors span lines; this is one
+        raise NoClusterConfig(f"no Kubernetes API to talk to: not in a cluster, and KUBECONFIG: {why}") from None
     config.retries = False  # the sender redelivers; stacked retries would outlast its patience
     config.connection_pool_maxsize = 64
     return MeteredApiClient(config)

@@ -167,8 +167,12 @@ def cell_starts(line: str) -> list[int]:
     ("team-a/nope", None, "error: no TrainJob team-a/nope"),
     ("team-a", None, "error: 'team-a': expected NAMESPACE/NAME"),
     ("team-a/llama-finetune", "/nonexistent/kubeconfig", "error: no Kubernetes API to talk to"),
+    ("team-a/llama-finetune", "NOT-YAML", "error: no Kubernetes API to talk to"),
 ])
-def test_unusable_input_is_exit_2_with_one_line_and_no_traceback(api, ref, kubeconfig, message):
+def test_unusable_input_is_exit_2_with_one_line_and_no_traceback(api, tmp_path, ref, kubeconfig, message):
+    if kubeconfig == "NOT-YAML":
+        kubeconfig = str(tmp_path / "kubeconfig")
+        (tmp_path / "kubeconfig").write_text("clusters: [unclosed")
     done = subprocess.run([sys.executable, "-m", "kai_fn", "explain", ref, "--kubeconfig", kubeconfig or api.kubeconfig],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
