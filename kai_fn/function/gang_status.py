@@ -14,7 +14,7 @@ from typing import Any
 
 from kai_fn.core import gang, keys
 from kai_fn.function import metrics, report
-from kai_fn.function.cluster import Session, Transient
+from kai_fn.function.cluster import Gone, Session, Transient
 from kai_fn.function.events import PodGroupEvent
 from kai_fn.function.report import Outcome
 from kai_fn.function.settings import Settings
@@ -77,7 +77,10 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
         if not session.create_event(ns, body):
             raise Transient("GangBound could not be posted; the mark waits for it")
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        session.patch_trainjob(ns, name, {"metadata": {"annotations": {keys.GANG_BOUND_ANNOTATION: stamp}}})
+        try:
+            session.patch_trainjob(ns, name, {"metadata": {"annotations": {keys.GANG_BOUND_ANNOTATION: stamp}}})
+        except Gone:
+            return Outcome("ignored", "the TrainJob was deleted meanwhile", ns, name, uid, pg_name)
         metrics.GANG_STATUS.labels(report.GANG_BOUND).inc()
         return Outcome("done", f"{report.GANG_BOUND}: {message}", ns, name, uid, pg_name)
     waiting = f"waiting: {counted.summary()}"

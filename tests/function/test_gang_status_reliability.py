@@ -116,3 +116,17 @@ def test_while_the_gang_waits_late_updates_never_bring_back_a_reason_kai_no_long
     messages = {e["message"] for e in api.list("v1", "Event", NS) if e["reason"] == "GangUnschedulable"}
     assert messages == {f"PodGroup {PG}: OverLimit (queue team-a): {OVER_LIMIT['message']}"}
     assert api.get(KAI_PG, "PodGroup", NS, PG)["status"]["schedulingConditions"][0]["reasons"] == [OVER_LIMIT]
+
+
+def test_a_trainjob_deleted_between_the_read_and_the_bound_mark_is_ignored_not_a_500(api, function):
+    pg = released(api, function.url)
+    place(api, 4, 4)
+
+    def delete_before_the_mark(call: Call) -> Fault | None:
+        if call.verb == "patch" and call.resource == "trainjobs":
+            api.delete(TRAINER, "TrainJob", NS, NAME)
+        return None
+
+    api.faults = delete_before_the_mark
+    answer = Adapter(function.url, period=PERIOD).send(resource(pg, "update"))
+    assert answer.statuses == [200] and answer.tries[0].body == b""
