@@ -6,6 +6,7 @@ on the PodGroup and creates the gang's pods, bound (``spec.nodeName``) or not, a
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -267,3 +268,24 @@ def test_the_resync_reports_a_released_gang_that_got_bound_without_any_podgroup_
     api.reset_calls()
     assert send(function.url, ping()).status == 200
     assert verbs(api) == [("list", "trainjobs")], "a bound gang costs the resync nothing"
+
+
+def test_the_shipped_podgroup_samples_get_their_documented_answer(api, function):
+    from kai_fn.local.invoke import load_sample, post
+    from kai_fn.local.process import REPO
+
+    def shipped(name):
+        return load_sample(REPO / "samples" / "events" / f"{name}.json")
+
+    released(api, function.url)
+    body = json.loads(shipped("podgroup-unschedulable").body)
+    assert body["metadata"]["name"] == PG
+    kai_says(api, *body["status"]["schedulingConditions"][0]["reasons"])
+    place(api, 4, 0)
+    answer = post(function.url, shipped("podgroup-unschedulable"))
+    assert (answer.status, answer.headers["X-Kai-Fn-Outcome"], answer.body) == (200, "blocked", "")
+    kai_says(api)
+    place(api, 4, 4)
+    answer = post(function.url, shipped("podgroup-scheduled"))
+    assert (answer.status, answer.headers["X-Kai-Fn-Outcome"], answer.body) == (200, "done", "")
+    assert status_events(api) == ["GangBound", "GangUnschedulable"]
