@@ -190,7 +190,7 @@ def queue_view(session: Session, result: Plan) -> tuple[list[dict[str, Any]], st
     """
     if result.flavor != "kai" or not result.queue:
         return [], None
-    request = {short: _kai_units(result.min_resources.get(res), unit) for short, (res, unit) in _KAI_UNITS.items()}
+    request = gang_request(result)
     rows: list[dict[str, Any]] = []
     problem: str | None = None
     name: str | None = result.queue
@@ -215,6 +215,16 @@ def queue_view(session: Session, result: Plan) -> tuple[list[dict[str, Any]], st
                            f"{limit if limit is not None else 'none (unset)'}: raise the limit or ask for less")
         name = (queue.get("spec") or {}).get("parentQueue")
     return rows, problem
+
+
+def gang_request(result: Plan) -> dict[str, int | float]:
+    """What KAI must fit at once, in its units: the whole gang; or, staged, the largest subgroup, since KAI places
+    each subgroup on its own (root ``minSubGroup: 1``) and later ones exist only when earlier ones are done."""
+    if result.layout != "staged":
+        return {short: _kai_units(result.min_resources.get(res), unit) for short, (res, unit) in _KAI_UNITS.items()}
+    return {short: max((_kai_units(str(Quantity.parse(ps.requests[res]) * ps.count) if res in ps.requests else None,
+                                   unit) for ps in result.pod_sets), default=0)
+            for short, (res, unit) in _KAI_UNITS.items()}
 
 
 def _kai_units(text: str | None, unit: Decimal) -> int | float:
@@ -255,7 +265,9 @@ def render(report: Report) -> str:
         out += ["KAI SAYS", table([[c["reason"], c["queue"], c["message"]] for c in kai["conditions"]],
                                   ["REASON", "QUEUE", "MESSAGE"]), ""]
     if kai.get("queue"):
-        out += ["QUEUE (KAI units: cpu millicores, memory MB, gpu devices; -1 unlimited)",
+        staged = report.plan.get("layout") == "staged"
+        out += ["QUEUE (KAI units: cpu millicores, memory MB, gpu devices; -1 unlimited"
+                + ("; a staged gang needs room for its largest subgroup at once)" if staged else ")"),
                 table([[r["queue"], r["resource"], r["request"], r["quota"], r["limit"], r["allocated"]]
                        for r in kai["queue"]], ["QUEUE", "RESOURCE", "GANG NEEDS", "QUOTA", "LIMIT", "ALLOCATED"]), ""]
     if "pods" in kai:

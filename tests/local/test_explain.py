@@ -188,3 +188,18 @@ def test_a_cluster_that_does_not_answer_is_exit_2(tmp_path, capsys):
     code = cli.main(["explain", "team-a/x", "--kubeconfig", str(config)])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: cannot read TrainJob team-a/x: API unreachable")
+
+
+def test_a_staged_gang_is_held_against_its_queue_by_its_largest_subgroup_not_the_sum(api, function, capsys):
+    """KAI places each subgroup on its own: bert-pretrain's trainer nodes need 24 GPUs, its initializers none."""
+    from tests.ce import ref
+    small = sample_object("queue-team-a")
+    small["spec"]["resources"]["gpu"]["limit"] = 24
+    seed(api, small, sample_object("trainingruntime-torch-llm-kai"), sample_object("trainjob-bert-pretrain"),
+         sample_object("jobset-bert-pretrain"))
+    assert send(function.url, ref(NS, "bert-pretrain")).status == 200
+    code, out, _ = explain(api, f"{NS}/bert-pretrain", "-o", "json", capsys=capsys)
+    report = json.loads(out)
+    assert (code, report["status"]) == (0, "progressing"), report["next"]
+    cpu = [r["request"] for r in report["kai"]["queue"] if r["resource"] == "cpu"]
+    assert cpu == [24000, 24000], "the trainer subgroup (3 × 8 cores), not 25 cores for all five pods"
