@@ -252,10 +252,10 @@ class Session:
         response.read()
         return client.response_deserialize(response, {"200": "object"}).data
 
-    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        """The pods of one namespace that match a label selector."""
+    def jobset_pods(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
+        """The pods of a JobSet (of a TrainJob: same name), by the label JobSet puts on them."""
         try:
-            found = self._call(self._list_pods, namespace, selector)
+            found = self._call(self._list_pods, namespace, f"{keys.JOBSET_NAME_LABEL}={jobset}")
         except ApiException as error:
             raise Transient(f"API {error.status} on list pods") from None
         return list(found.get("items") or [])

@@ -69,7 +69,7 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
     meta = trainjob["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta.get("uid")
     pg_name = podgroup["metadata"]["name"]
-    pods = session.pods(ns, f"{keys.JOBSET_NAME_LABEL}={name}")
+    pods = session.jobset_pods(ns, name)
     counted = gang.count(podgroup, pods)
     if counted.bound:
         message = f"PodGroup {pg_name}: every pod of the gang is on a node ({counted.summary()})"

@@ -102,7 +102,7 @@ def explain(session: Session, settings: Settings, namespace: str, name: str) -> 
     jobset = session.jobset(namespace, name)
     out.state |= {"podGroup": podgroup["metadata"]["name"] if podgroup else None,
                   "jobSet": _jobset_state(result, jobset)}
-    pods = session.pods(namespace, f"{keys.JOBSET_NAME_LABEL}={name}") if jobset else []
+    pods = session.jobset_pods(namespace, name) if jobset else []
     reasons = gang.unschedulable(podgroup) if podgroup else ()
     out.kai = {
         "conditions": [{"reason": r.reason, "message": r.message, "queue": r.queue} for r in reasons],
