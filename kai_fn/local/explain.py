@@ -119,7 +119,7 @@ def explain(session: Session, settings: Settings, namespace: str, name: str) -> 
     if queue_problem:
         return out.verdict("blocked", queue_problem)
     if not released:
-        return out.verdict(*_before_release(obj, result, jobset, settings))
+        return out.verdict(*_before_release(obj, jobset))
     if podgroup is None:
         return out.verdict("blocked", "its PodGroup is gone, so its pods never schedule: delete the TrainJob and "
                                       "resubmit it")
@@ -168,8 +168,7 @@ def _jobset_state(result: Plan, jobset: dict[str, Any] | None) -> str:
     return ("carries the plan" if carries else "lacks the plan") + (", running" if running else ", suspended")
 
 
-def _before_release(obj: dict[str, Any], result: Plan, jobset: dict[str, Any] | None,
-                    settings: Settings) -> tuple[str, str]:
+def _before_release(obj: dict[str, Any], jobset: dict[str, Any] | None) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     if keys.KUEUE_QUEUE_LABEL in (meta.get("labels") or {}):
         return "progressing", "Kueue admits it: wait for Kueue to resume it"
