@@ -10,20 +10,15 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
-if not (Path(__file__).parent / "conftest.py").exists():  # the fixture comes with the testbed branch
-    pytest.skip("the testbed fixture (tests/testbed/conftest.py) is not in this checkout", allow_module_level=True)
-
-from kubernetes import client  # noqa: E402
-
-from kai_fn.local.process import REPO, FunctionProcess  # noqa: E402
-from tests.ce import resource, send  # noqa: E402
-from tests.testbed.conftest import LiveCluster  # noqa: E402
+from kai_fn.local.process import REPO, FunctionProcess
+from tests.ce import resource, send
+from tests.testbed.conftest import LiveCluster
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 KAI = ("scheduling.run.ai", "v2alpha2")
