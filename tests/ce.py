@@ -1,6 +1,7 @@
 """CloudEvents as the ApiServerSource adapter sends them (FACTS §4), built with the CloudEvents SDK."""
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -59,5 +60,11 @@ def _sample(event: CloudEvent, structured: bool) -> Sample:
     return Sample(event["type"], "", _go_case(dict(headers)), body if isinstance(body, bytes) else body.encode())
 
 
-def send(url: str, sample: Sample, timeout: float = 30.0) -> Answer:
+def send(url: str, sample: Sample, timeout: float = 30.0, *, token: str | None = None,
+         authorization: str | None = None) -> Answer:
+    """POST ``sample``; with ``token``, as a Knative source with OIDC on sends it (or any raw ``authorization``)."""
+    if token is not None:
+        authorization = f"Bearer {token}"
+    if authorization is not None:
+        sample = dataclasses.replace(sample, headers={**sample.headers, "Authorization": authorization})
     return post(url, sample, timeout=timeout)

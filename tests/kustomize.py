@@ -16,6 +16,16 @@ it can never quietly render something other than kustomize would:
   honoured, so a failed guard fails the render as it does in kustomize.
   Strategic-merge patches are refused.
 
+* ``components``: local directories holding a ``kind: Component``
+  kustomization (same fields, no ``namespace``). As in kustomize, a component's
+  resources join the including kustomization's after its own resources, and its
+  patches apply to everything accumulated so far; the includer's own
+  transformers (namespace, images) then apply to all of it.
+
+Like kustomize, the namespace goes only on kinds listed below as cluster-scoped:
+kustomize's built-in schema predates MutatingAdmissionPolicy, so it (and this
+renderer) set a namespace on those, which the API server clears.
+
 Transformers run in kustomize's order for these kinds: patches, then the
 namespace, then images. A patch target that matches nothing is an error here
 (kustomize ignores it), which only makes the renderer stricter.
@@ -31,7 +41,8 @@ import jsonpatch
 import yaml
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-SUPPORTED_KEYS = {"apiVersion", "kind", "namespace", "resources", "images", "patches"}
+SUPPORTED_KEYS = {"apiVersion", "kind", "namespace", "resources", "images", "patches", "components"}
+COMPONENT_KEYS = {"apiVersion", "kind", "resources", "images", "patches"}
 
 # Cluster-scoped kinds this project can contain (a namespace is never set on them).
 CLUSTER_SCOPED = {
@@ -192,16 +203,21 @@ def _set_images(objs: list[dict[str, Any]], images: list[dict[str, Any]]) -> Non
 
 def render(directory: str | Path) -> list[dict[str, Any]]:
     """Render the kustomization in ``directory`` to a list of objects."""
-    directory = Path(directory)
+    return _render(Path(directory), component=False)
+
+
+def _render(directory: Path, component: bool, objs: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     path = _kustomization_file(directory)
     kustomization = yaml.safe_load(path.read_text()) or {}
-    unknown = set(kustomization) - SUPPORTED_KEYS
+    kind = "Component" if component else "Kustomization"
+    allowed = COMPONENT_KEYS if component else SUPPORTED_KEYS
+    unknown = set(kustomization) - allowed
     if unknown:
-        raise KustomizeError(f"{path}: unsupported kustomization fields: {sorted(unknown)}")
-    if kustomization.get("kind", "Kustomization") != "Kustomization":
-        raise KustomizeError(f"{path}: kind must be Kustomization")
+        raise KustomizeError(f"{path}: unsupported {kind.lower()} fields: {sorted(unknown)}")
+    if kustomization.get("kind", "Kustomization") != kind:
+        raise KustomizeError(f"{path}: kind must be {kind}")
 
-    objs: list[dict[str, Any]] = []
+    objs = [] if objs is None else objs
     for resource in kustomization.get("resources") or []:
         if re.match(r"^[a-z][a-z0-9+.-]*://", resource) or resource.startswith("github.com/"):
             raise KustomizeError(f"{path}: remote resources are not supported: {resource}")
@@ -212,6 +228,11 @@ def render(directory: str | Path) -> list[dict[str, Any]]:
             objs.extend(copy.deepcopy(_load_docs(target)))
         else:
             raise KustomizeError(f"{path}: resource not found: {resource}")
+    for entry in kustomization.get("components") or []:
+        target = (directory / entry).resolve()
+        if not target.is_dir():
+            raise KustomizeError(f"{path}: component not found: {entry}")
+        objs = _render(target, component=True, objs=objs)
 
     _apply_patches(objs, kustomization.get("patches") or [], directory)
     if "namespace" in kustomization:

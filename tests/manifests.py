@@ -40,6 +40,19 @@ USE_KUBECTL = KUBECTL is not None and os.environ.get("KAI_FN_RENDERER", "") != "
 # Kubernetes versions to validate built-in kinds against: the oldest one that
 # Knative 1.22 supports and the newest schemas kubernetes_validate ships.
 K8S_VERSIONS = ("1.33", kubernetes_validate.latest_version())
+# Kinds newer than the oldest of those, with the first version that serves them. kustomize's built-in schema does
+# not know them either, so it sets a namespace on them (the API server drops it: they are cluster-scoped).
+ADMISSION_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+FIRST_SERVED = {
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): "1.36",
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): "1.36",
+    ("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicy"): "1.34",
+    ("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicyBinding"): "1.34",
+}
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 RESERVED_ENV = {"PORT", "K_SERVICE", "K_CONFIGURATION", "K_REVISION"}
 
@@ -54,6 +67,8 @@ SETTINGS_DEFAULTS = {
     "KAI_FN_API_TIMEOUT_SECONDS": "5",
     "KAI_FN_LOG_LEVEL": "INFO",
     "KAI_FN_RESYNC_LIMIT": "50",
+    "KAI_FN_AUDIENCE": "",
+    "KAI_FN_SENDERS": "",
 }
 
 # The exact API calls kai_fn makes: (apiGroup, resource, verb).
@@ -67,6 +82,7 @@ COMMON_TRIPLES = {
     ("jobset.x-k8s.io", "jobsets", "patch"),
     ("", "events", "create"),
     ("", "pods", "list"),  # the gang's status: are its pods on nodes?
+    ("authentication.k8s.io", "tokenreviews", "create"),  # KAI_FN_AUDIENCE set only
 }
 KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get")}
 SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", v) for v in ("create", "get")}

@@ -53,5 +53,7 @@ MARKER_SKIPPED = "kai-fn/skipped"
 HOLD_ANNOTATION = "kai-fn/hold"
 GANG_BOUND_ANNOTATION = "kai-fn/bound"  # when kai_fn saw every pod of the gang on a node (GangBound posted)
 TIMED_OUT_ANNOTATION = "kai-fn/timed-out"  # set by the schedule timeout (issue 12 part 3)
+# Set with spec.suspend: true by the MutatingAdmissionPolicy (knative/components/admission-policy): kai_fn releases it.
+AUTO_SUSPENDED_ANNOTATION = "kai-fn/auto-suspended"
 FIELD_MANAGER = "kai-fn"
 MIN_RESOURCES_ANNOTATION = "kai-fn/min-resources"

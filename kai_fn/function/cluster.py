@@ -220,17 +220,29 @@ class Session:
                 raise Gone(f"TrainJob {namespace}/{name}") from None
             raise Transient(f"API {error.status} on patch trainjob") from None
 
-    def _post_event(self, namespace: str, body: dict[str, Any], _request_timeout: float) -> None:
-        """POST /api/v1/.../events through the ApiClient: CoreV1Api would cost a 1.7 s import for one call."""
+    def _post(self, path: str, body: dict[str, Any], _request_timeout: float, **path_params: str) -> Any:
+        """POST a core kind through the ApiClient: CoreV1Api (or AuthenticationV1Api) would cost a 1.7 s import
+        for one call."""
         client = self.cluster.client
         request = client.param_serialize(
-            "POST", "/api/v1/namespaces/{namespace}/events", path_params={"namespace": namespace},
+            "POST", path, path_params=path_params,
             header_params={"Content-Type": "application/json", "Accept": "application/json"},
             body=body, auth_settings=["BearerToken"],
         )
         response = client.call_api(*request, _request_timeout=_request_timeout)
         response.read()
-        client.response_deserialize(response, {"201": "object"})
+        return client.response_deserialize(response, {"200": "object", "201": "object"}).data
+
+    def review_token(self, token: str, audience: str) -> dict[str, Any]:
+        """A TokenReview's ``status``; Transient when the API cannot answer (the sender should retry)."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "spec": {"token": token, "audiences": [audience]}}
+        try:
+            review = self._call(self._post, "/apis/authentication.k8s.io/v1/tokenreviews", body)
+        except ApiException as error:
+            raise Transient(f"API {error.status} on create tokenreview") from None
+        status = review.get("status") if isinstance(review, dict) else None
+        return status if isinstance(status, dict) else {}
 
     def podgroup(self, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
         group, version = api_version.split("/")
@@ -241,7 +253,7 @@ class Session:
         return self._get(self._custom.get_cluster_custom_object, group, version, "queues", name)
 
     def _list_pods(self, namespace: str, selector: str, _request_timeout: float) -> dict[str, Any]:
-        """GET /api/v1/.../pods through the ApiClient, like :meth:`_post_event` (no CoreV1Api import)."""
+        """GET /api/v1/.../pods through the ApiClient, like :meth:`_post` (no CoreV1Api import)."""
         client = self.cluster.client
         request = client.param_serialize(
             "GET", "/api/v1/namespaces/{namespace}/pods", path_params={"namespace": namespace},
@@ -272,7 +284,7 @@ class Session:
         """True when the Event is there (written now, or already: 409 on its content-derived name). Best effort:
         an Event that cannot be written never fails the work it reports."""
         try:
-            self._call(self._post_event, namespace, body)
+            self._call(self._post, "/api/v1/namespaces/{namespace}/events", body, namespace=namespace)
         except ApiException as error:
             return error.status == 409
         except Transient:

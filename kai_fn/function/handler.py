@@ -3,7 +3,9 @@
 This is an ``@functions_framework.http`` function rather than ``cloud_event``, because only then does it
 choose the status: 2xx with an empty body when done (a Broker turns a non-empty non-CloudEvent body into a
 redelivery), 503 + Retry-After when a retry can help (a direct sink does not retry 500), 400 for a bad event,
-413 for an oversized body. ``GET /metrics`` serves the Prometheus metrics (no auth: they hold no secrets).
+413 for an oversized body; with ``KAI_FN_AUDIENCE`` set, 401 / 403 for a sender that is not let in, checked
+before the body is read. ``GET /metrics`` serves the Prometheus metrics and ``GET`` elsewhere the health check
+(no auth: they hold no secrets).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 import flask
 
 from kai_fn.function import events, gang_status, metrics, reconcile
+from kai_fn.function.auth import Authenticator, Denied
 from kai_fn.function.cluster import Cluster, Transient
 from kai_fn.function.report import configure_logging, log
 from kai_fn.function.settings import Settings, load
@@ -28,6 +31,7 @@ class App:
         self.settings = settings or load()
         configure_logging(self.settings.log_level)
         self.cluster = cluster or Cluster.from_settings(self.settings)
+        self.auth = Authenticator(self.settings.audience, self.settings.senders) if self.settings.audience else None
 
     def __call__(self, request: flask.Request) -> flask.Response:
         if request.method in ("GET", "HEAD"):
@@ -47,7 +51,7 @@ class App:
                               outcome).inc()
         if "work" in fields:
             metrics.RECONCILE_SECONDS.labels(fields.pop("work")).observe(seconds)
-        level = logging.WARNING if status >= 500 else logging.INFO
+        level = logging.WARNING if status >= 500 or status in (401, 403) else logging.INFO
         log.log(level, "event", extra={"fields": fields})
         if status < 300:
             response = flask.Response(b"", status)
@@ -56,9 +60,22 @@ class App:
         response = _answer(status, reason)
         if status == 503:
             response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        elif status == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
         return response
 
     def deliver(self, request: flask.Request, fields: dict[str, Any]) -> tuple[int, str]:
+        session = self.cluster.session()
+        if self.auth is not None:
+            try:
+                sender = self.auth.check(request.headers.get("Authorization"), session.review_token)
+            except Denied as denied:
+                fields |= {"outcome": "denied", "api_calls": session.calls}
+                return denied.status, denied.reason
+            except Transient as error:
+                fields |= {"outcome": "retry", "api_calls": session.calls}
+                return 503, f"cannot check the sender: {error}"
+            fields["sender"] = sender.username
         limit = self.settings.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             return 413, f"body of {request.content_length} bytes is over KAI_FN_MAX_BODY_BYTES ({limit})"
@@ -74,7 +91,6 @@ class App:
         if isinstance(event, events.Ignored):
             fields["outcome"] = "ignored"
             return 200, event.reason
-        session = self.cluster.session()
         try:
             if isinstance(event, events.Resync):
                 fields["work"] = "resync"

@@ -4,6 +4,11 @@ Order is the safety property: a pod template never names a PodGroup that does no
 is released only once its JobSet carries the changes. Every step is idempotent, so duplicates, retries and
 concurrent deliveries are harmless; and a JobSet that already carries the plan means the work was done,
 so a stale event re-reads the TrainJob instead of acting on its old copy.
+
+An event's body is acted on only when its sender was authenticated (``KAI_FN_AUDIENCE``); otherwise anyone who
+can reach the Service could have written it, so it may only save work (a TrainJob it shows as done) and the plan
+comes from a fresh GET. TrainJobs the admission policy suspended (``kai-fn/auto-suspended``) are released
+whatever the plan says, except while it is blocked: with their gang when in scope, without one otherwise.
 """
 from __future__ import annotations
 
@@ -32,13 +37,17 @@ class TrainJobGone(Exception):
 
 
 def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
-    if not settings.watches(event.namespace):
+    hint = event.object
+    watched = settings.watches(event.namespace)
+    if not watched and not (hint is not None and _auto_suspended(hint)):
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", event.namespace, event.name, event.uid)
-    obj = event.object
+    if hint is not None and (_marked(hint) or _deleting(hint)):
+        return Reconciler(session, settings, hint).run()  # answered from the body alone: no API call, no write
+    obj = hint if settings.audience else None
     if obj is None:
         obj = session.trainjob(event.namespace, event.name)
-        if obj is None:
-            return Outcome("ignored", "the TrainJob no longer exists", event.namespace, event.name)
+        if obj is None or (event.uid and obj.get("metadata", {}).get("uid") != event.uid):
+            return Outcome("ignored", "the TrainJob no longer exists", event.namespace, event.name, event.uid)
     return Reconciler(session, settings, obj).run()
 
 
@@ -50,8 +59,8 @@ def resync(session: Session, settings: Settings) -> Outcome:
         o for o in listed
         if o.get("spec", {}).get("suspend") is True
         and not _marked(o)
-        and not o.get("metadata", {}).get("deletionTimestamp")
-        and settings.watches(o.get("metadata", {}).get("namespace", ""))
+        and not _deleting(o)
+        and (settings.watches(o.get("metadata", {}).get("namespace", "")) or _auto_suspended(o))
     ]
     waiting.sort(key=lambda o: o.get("metadata", {}).get("creationTimestamp") or "")
     tally: dict[str, int] = {}
@@ -75,6 +84,16 @@ def _marked(obj: dict[str, Any]) -> bool:
     return keys.MARKER_PODGROUP in notes or keys.MARKER_SKIPPED in notes
 
 
+def _deleting(obj: dict[str, Any]) -> bool:
+    return bool(obj.get("metadata", {}).get("deletionTimestamp"))
+
+
+def _auto_suspended(obj: dict[str, Any]) -> bool:
+    """Suspended by the admission policy, not by its author: kai_fn owes it a release."""
+    notes = obj.get("metadata", {}).get("annotations") or {}
+    return notes.get(keys.AUTO_SUSPENDED_ANNOTATION) == "true" and obj.get("spec", {}).get("suspend") is True
+
+
 class Reconciler:
     """One TrainJob's pass; each method is one step, and returns the Outcome when the pass ends there."""
 
@@ -96,8 +115,10 @@ class Reconciler:
             return self.outcome("skipped", "already gang-scheduled", notes[keys.MARKER_PODGROUP])
         if keys.MARKER_SKIPPED in notes:
             return self.outcome("skipped", f"skipped earlier ({notes[keys.MARKER_SKIPPED]})")
-        if self.obj.get("metadata", {}).get("deletionTimestamp"):
+        if _deleting(self.obj):
             return self.outcome("ignored", "the TrainJob is being deleted")
+        if not self.settings.watches(self.namespace):
+            return self.release_without_gang("namespace not in KAI_FN_NAMESPACES")
         try:
             job = parse(TrainJob, self.obj)
             where = target(job)
@@ -113,7 +134,7 @@ class Reconciler:
         except InputError as error:
             return self.warn(report.INVALID_RUNTIME, f"{where}: {error}")
         if result.ignored:
-            return self.outcome("ignored", result.ignored)
+            return self.release_without_gang(result.ignored)
         if result.blocked:
             return self.warn(report.PLAN_BLOCKED, "; ".join(str(p) for p in result.problems))
         try:
@@ -200,12 +221,27 @@ class Reconciler:
                                                                    key=result.podgroup_name))
         return self.outcome("done", message, result.podgroup_name)
 
-    def hold_reason(self, obj: dict[str, Any]) -> str | None:
+    def release_without_gang(self, why: str) -> Outcome:
+        """Out of scope. One the admission policy suspended is released (and marked, so later events cost
+        nothing); one its author suspended stays as it is."""
+        if not _auto_suspended(self.obj):
+            return self.outcome("ignored", why)
+        hold = self.hold_reason(self.obj, resume_setting=False)
+        if hold:
+            return self.outcome("ignored", f"{why}; auto-suspended, left suspended: {hold}")
+        try:
+            self.session.patch_trainjob(self.namespace, self.name, {
+                "metadata": {"annotations": {keys.MARKER_SKIPPED: "out-of-scope"}}, "spec": {"suspend": False}})
+        except Gone:
+            return self.outcome("ignored", "the TrainJob no longer exists")
+        return self.outcome("done", f"released without a gang: {why}")
+
+    def hold_reason(self, obj: dict[str, Any], resume_setting: bool = True) -> str | None:
         meta = obj.get("metadata", {})
         if keys.KUEUE_QUEUE_LABEL in (meta.get("labels") or {}):
             return f"Kueue admits it ({keys.KUEUE_QUEUE_LABEL})"
         if (meta.get("annotations") or {}).get(keys.HOLD_ANNOTATION) == "true":
             return f"{keys.HOLD_ANNOTATION} is true"
-        if not self.settings.resume:
+        if resume_setting and not self.settings.resume:
             return "KAI_FN_RESUME is false"
         return None

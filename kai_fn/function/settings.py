@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from kai_fn.core import validation
@@ -26,6 +26,8 @@ class Settings(BaseSettings):
     api_timeout_seconds: float = Field(5.0, gt=0, alias="KAI_FN_API_TIMEOUT_SECONDS")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="KAI_FN_LOG_LEVEL")
     resync_limit: int = Field(50, ge=1, alias="KAI_FN_RESYNC_LIMIT")
+    audience: str = Field("", alias="KAI_FN_AUDIENCE")
+    senders: Annotated[tuple[str, ...], NoDecode] = Field((), alias="KAI_FN_SENDERS")
 
     @field_validator("default_queue")
     @classmethod
@@ -35,11 +37,24 @@ class Settings(BaseSettings):
             raise ValueError(problem or "must not be empty")
         return value
 
-    @field_validator("namespaces", mode="before")
+    @field_validator("namespaces", "senders", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("senders")
+    @classmethod
+    def _service_accounts(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        """Senders are ServiceAccounts (what a TokenReview names); a list without an audience would check nothing."""
+        if value and not info.data.get("audience"):
+            raise ValueError("needs KAI_FN_AUDIENCE: without it no sender is checked")
+        for sender in value:
+            system, kind, namespace, name = (sender.split(":") + ["", "", "", ""])[:4]
+            if (system, kind) != ("system", "serviceaccount") or sender.count(":") != 3 or \
+                    not namespace or not name or validation.dns_label(namespace) or validation.dns_subdomain(name):
+                raise ValueError(f"{sender!r} is not system:serviceaccount:<namespace>:<name>")
         return value
 
     @field_validator("log_level", mode="before")

@@ -59,16 +59,29 @@ def scenario_gang_status(api, url):
     assert "kai-fn/bound" in api.get(TRAINER, "TrainJob", NS, "llama-finetune")["metadata"]["annotations"]
 
 
-SCENARIOS = [scenario_new_trainjob_by_resource, scenario_new_trainjob_by_ref_with_a_namespaced_runtime,
-             scenario_running_jobset_too_late, scenario_resync, scenario_gang_status]
+def scenario_authenticated_delivery(api, url):
+    seed(api, sample_object("clustertrainingruntime-torch-kai"), sample_object("trainjob-llama-finetune"),
+         sample_object("jobset-llama-finetune"))
+    token = api.issue_token("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource", [AUDIENCE])
+    assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "llama-finetune")), token=token).status == 200
+
+
+AUDIENCE = "kai-fn"
+SCENARIOS = [  # (scenario, the settings it runs with on top of the flavor)
+    (scenario_new_trainjob_by_resource, {}),
+    (scenario_new_trainjob_by_ref_with_a_namespaced_runtime, {}),
+    (scenario_running_jobset_too_late, {}),
+    (scenario_resync, {}),
+    (scenario_gang_status, {}),
+    (scenario_authenticated_delivery, {"KAI_FN_AUDIENCE": AUDIENCE}),
+]
 
 
 @pytest.mark.parametrize("variant, flavor", [(BASE, "kai"), (SCHEDULER_PLUGINS, "scheduler-plugins")])
 def test_cluster_role_grants_exactly_what_the_scenarios_call(api, functions, variant, flavor):
-    fn = functions(KAI_PODGROUP_FLAVOR=flavor)
     used: set[tuple[str, str, str]] = set()
-    for scenario in SCENARIOS:
-        scenario(api, fn.url)
+    for scenario, settings in SCENARIOS:
+        scenario(api, functions(KAI_PODGROUP_FLAVOR=flavor, **settings).url)
         used |= {(c.group, c.resource, c.verb) for c in api.calls}
         api.reset_calls()
     granted = bound_triples(render(variant), FUNCTION)
@@ -118,5 +131,8 @@ def test_every_granted_custom_resource_exists_upstream(variant):
     for group, plural, _ in triples:
         if group == "":
             assert plural in ("events", "pods")
+            continue
+        if group == "authentication.k8s.io":
+            assert plural == "tokenreviews"
             continue
         assert (group, plural) in crd_plurals(), (group, plural)

@@ -97,6 +97,22 @@ def test_renderer_applies_json6902_patches_with_test_guards(tmp_path, guard, ok)
             kustomize.render(tmp_path / "overlay")
 
 
+def test_renderer_adds_a_components_objects_and_patches_then_the_includers_namespace(tmp_path):
+    component = """\
+apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
+resources: [cm.yaml]
+patches:
+  - target: {group: apps, version: v1, kind: Deployment, name: d}
+    patch: '[{op: replace, path: /spec/template/spec/containers/0/image, value: from-component}]'
+"""
+    _write(tmp_path, {"c/kustomization.yaml": component, "c/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: m}\n",
+                      "k/d.yaml": DEPLOY, "k/kustomization.yaml": "namespace: ns\nresources: [d.yaml]\ncomponents: [../c]\n"})
+    deploy, role, cm = kustomize.render(tmp_path / "k")
+    assert deploy["spec"]["template"]["spec"]["containers"][0]["image"] == "from-component"
+    assert (cm["kind"], cm["metadata"]["namespace"], "namespace" in role["metadata"]) == ("ConfigMap", "ns", False)
+
+
 @pytest.mark.parametrize(
     "kustomization",
     [
@@ -105,8 +121,10 @@ def test_renderer_applies_json6902_patches_with_test_guards(tmp_path, guard, ok)
         "resources: [d.yaml]\npatches:\n  - path: p.yaml\n",  # strategic merge
         "resources: [d.yaml]\npatches:\n  - target: {kind: Nope}\n    patch: '[]'\n",
         "resources: [d.yaml, d.yaml]\n",
+        "resources: [d.yaml]\ncomponents: [missing]\n",
     ],
-    ids=["unsupported-field", "remote-resource", "strategic-merge", "target-matches-nothing", "duplicate"],
+    ids=["unsupported-field", "remote-resource", "strategic-merge", "target-matches-nothing", "duplicate",
+         "missing-component"],
 )
 def test_renderer_refuses_what_it_does_not_support(tmp_path, kustomization):
     _write(tmp_path, {"d.yaml": DEPLOY, "p.yaml": "kind: Deployment\n", "kustomization.yaml": kustomization})

@@ -10,7 +10,8 @@ import pytest
 
 from tests import crds
 from tests.manifests import (
-    BASE, DEFAULT_ENABLED_FLAGS, K8S_VERSIONS, VARIANTS, container, knative_services, ksvc, render,
+    BASE, DEFAULT_ENABLED_FLAGS, FIRST_SERVED, K8S_VERSIONS, VARIANTS, container, knative_services, ksvc, render,
+    version_key,
 )
 
 
@@ -71,8 +72,10 @@ def test_every_object_validates_against_its_schema(variant, obj):
         crds.validate(obj)
         assert undeclared_fields(obj) == []
     else:
-        for version in K8S_VERSIONS:
-            kubernetes_validate.validate(obj, version, strict=True)
+        first = FIRST_SERVED.get((obj["apiVersion"], obj["kind"]), K8S_VERSIONS[0])
+        for version in sorted({first, *K8S_VERSIONS}, key=version_key):
+            if version_key(version) >= version_key(first):
+                kubernetes_validate.validate(obj, version, strict=True)
 
 
 def _template_as_pod(svc: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The ApiServerSources watch TrainJobs and kai_fn's PodGroups in labelled namespaces; the PingSource sends the
-resync directly."""
+resync directly; whatever delivers to the function names its OIDC audience, and the manifests name the identities
+the function will see."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,8 @@ import pytest
 
 from kai_fn.core import keys
 from tests.manifests import (
-    BASE, BROKER, FUNCTION, KNATIVE, SCHEDULER_PLUGINS, SOURCE_SA, VARIANTS, by_kind, crd_plurals, one, render,
+    BASE, BROKER, FUNCTION, KNATIVE, NAMESPACE, SCHEDULER_PLUGINS, SOURCE_SA, VARIANTS, by_kind, crd_plurals, one,
+    render,
 )
 
 
@@ -78,3 +80,69 @@ def test_pingsource_sends_resync_to_the_service_directly(variant):
     assert json.loads(spec["data"]) == {"resync": True}
     ref = spec["sink"]["ref"]
     assert (ref["apiVersion"], ref["kind"], ref["name"]) == ("serving.knative.dev/v1", "Service", FUNCTION)
+
+
+# --------------------------------------------------------------------------- sender identity (OIDC)
+
+AUDIENCE = "kai-fn"
+SA_PREFIX = f"system:serviceaccount:{NAMESPACE}:"
+
+
+def oidc_identity(name: str, group: str, kind: str) -> str:
+    """The ServiceAccount Knative makes for a source or Trigger when authentication-oidc is on
+    (knative.dev/eventing pkg/auth GetOIDCServiceAccountNameForResource; all of ours stay under 63 characters)."""
+    account = f"{name}-oidc-{group}-{kind}".lower()
+    assert len(account) <= 63
+    return SA_PREFIX + account
+
+
+@pytest.mark.parametrize(
+    "variant,kind,name,sink",
+    [
+        (BASE, "ApiServerSource", "kai-fn-trainjobs", "sink"),
+        (BASE, "ApiServerSource", "kai-fn-podgroups", "sink"),
+        (BASE, "PingSource", "kai-fn-resync", "sink"),
+        (BROKER, "ApiServerSource", "kai-fn-podgroups", "sink"),
+        (BROKER, "PingSource", "kai-fn-resync", "sink"),
+        (BROKER, "Trigger", "kai-fn-trainjobs", "subscriber"),
+        (SCHEDULER_PLUGINS, "ApiServerSource", "kai-fn-trainjobs", "sink"),
+    ],
+)
+def test_whatever_delivers_to_the_function_names_its_audience(variant, kind, name, sink):
+    destination = one(render(variant), kind, name)["spec"][sink]
+    assert destination["ref"]["name"] == FUNCTION
+    assert destination["audience"] == AUDIENCE
+
+
+def test_behind_the_broker_the_trainjob_source_takes_the_brokers_own_audience():
+    src = one(render(BROKER), "ApiServerSource", "kai-fn-trainjobs")
+    assert src["spec"]["sink"]["ref"]["kind"] == "Broker" and "audience" not in src["spec"]["sink"]
+
+
+@pytest.mark.parametrize(
+    "path,identity",
+    [
+        (BASE + "/service.yaml", oidc_identity("kai-fn-trainjobs", "sources.knative.dev", "ApiServerSource")),
+        (BASE + "/service.yaml", oidc_identity("kai-fn-podgroups", "sources.knative.dev", "ApiServerSource")),
+        (BASE + "/service.yaml", oidc_identity("kai-fn-resync", "sources.knative.dev", "PingSource")),
+        (BASE + "/apiserversource-podgroups.yaml",
+         oidc_identity("kai-fn-podgroups", "sources.knative.dev", "ApiServerSource")),
+        (BASE + "/apiserversource.yaml", oidc_identity("kai-fn-trainjobs", "sources.knative.dev", "ApiServerSource")),
+        (BASE + "/pingsource.yaml", oidc_identity("kai-fn-resync", "sources.knative.dev", "PingSource")),
+        (BROKER + "/trigger.yaml", oidc_identity("kai-fn-trainjobs", "eventing.knative.dev", "Trigger")),
+    ],
+)
+def test_manifests_document_the_sender_identities_the_function_sees(path, identity):
+    assert identity in (KNATIVE / path).read_text()
+
+
+def test_documented_senders_are_a_valid_kai_fn_senders_value():
+    settings = pytest.importorskip("kai_fn.function.settings")
+    text = (KNATIVE / BASE / "service.yaml").read_text()
+    (line,) = [l.strip().lstrip("#").strip() for l in text.splitlines() if l.strip().startswith(f"#   {SA_PREFIX}")]
+    loaded = settings.load(KAI_FN_AUDIENCE=AUDIENCE, KAI_FN_SENDERS=line)
+    assert set(loaded.senders) == {
+        oidc_identity("kai-fn-trainjobs", "sources.knative.dev", "ApiServerSource"),
+        oidc_identity("kai-fn-podgroups", "sources.knative.dev", "ApiServerSource"),
+        oidc_identity("kai-fn-resync", "sources.knative.dev", "PingSource"),
+    }

@@ -36,6 +36,9 @@ UNMARKED_ADD = resource(fuzz_trainjob(False), event_id="fuzz-2")
 REF_ADD = ref(FUZZ_NS, "fuzz", event_id="fuzz-3")
 
 
+VALID = "the run's valid token"  # Case.authorization: send the token of the fuzzed server's own source
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     family: str
@@ -44,6 +47,8 @@ class Case:
     body: bytes | Any  # bytes, or an iterator of chunks (sent chunked, without Content-Length)
     statuses: frozenset[int]
     calls_allowed: bool = False  # False: the function must not call the API at all
+    # The Authorization header: VALID, None (left out), a value, or a function of the run's tokens giving one.
+    authorization: Any = VALID
 
     def __repr__(self) -> str:
         return f"Case({self.family}: {self.what}; statuses {sorted(self.statuses)})"
@@ -256,18 +261,79 @@ def test_a_trainjob_whose_annotations_are_not_a_map_is_refused_not_a_500(api, fu
     assert api.calls == []
 
 
+B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+SEGMENT = st.text(st.sampled_from(B64URL), min_size=1, max_size=60)
+
+
+def _mangle(token: str, at: int, how: str) -> str:
+    """The valid token, changed by one character (or cut or grown): a different token that no one issued."""
+    i = at % len(token)
+    if how == "cut":
+        return token[:i] or token[:-1]
+    if how == "grow":
+        return token[:i] + "A" + token[i:]
+    old = token[i]
+    new = "B" if old == "A" else "A"
+    return token[:i] + new + token[i + 1:]
+
+
+@st.composite
+def odd_authorizations(draw) -> Case:
+    """A valid event for a TrainJob that is done already, with an Authorization no Knative source sends:
+    401, or 403 for a real token of a sender not listed; never an API call but the TokenReview."""
+    kind = draw(st.sampled_from(["absent", "scheme", "bearer-text", "jwt-like", "mangled", "other-audience",
+                                 "other-sender", "doubled"]))
+    statuses = frozenset({401})
+    value: Any
+    if kind == "absent":
+        value, what = None, "no header"
+    elif kind == "scheme":
+        scheme = draw(st.sampled_from(["Basic", "Digest", "Token", "Bearer:", "Bearerx", "JWT", "Negotiate"])
+                      | HEADER_TEXT.filter(lambda s: s.lower() != "bearer"))
+        value = f"{scheme} {draw(HEADER_TEXT)}"
+        what = value
+    elif kind == "bearer-text":
+        value = draw(st.sampled_from(["Bearer", "bearer", "BEARER"])) + draw(
+            st.sampled_from(["", " ", "  ", " \t "])) + draw(st.just("") | HEADER_TEXT)
+        what = repr(value)
+    elif kind == "jwt-like":
+        value = "Bearer " + ".".join(draw(st.lists(SEGMENT, min_size=3, max_size=3)))
+        what = "three random base64url segments"
+    elif kind == "mangled":
+        at, how = draw(st.integers(0, 10_000)), draw(st.sampled_from(["cut", "grow", "flip"]))
+        value, what = (lambda tokens: "Bearer " + _mangle(tokens["valid"], at, how)), f"valid token, {how} at {at}"
+    elif kind == "other-audience":
+        value, what = (lambda tokens: "Bearer " + tokens["other-audience"]), "a real token for another audience"
+    elif kind == "other-sender":
+        value, what = (lambda tokens: "Bearer " + tokens["other-sender"]), "a real token of a sender not listed"
+        statuses = frozenset({403})
+    else:
+        value, what = (lambda tokens: f"Bearer {tokens['valid']} {tokens['valid']}"), "the valid token twice"
+    return Case("odd Authorization", what, dict(MARKED_ADD.headers), MARKED_ADD.body, statuses, authorization=value)
+
+
 FUZZ_CASES = 1200
-CASES = st.one_of(garbage_bodies(), broken_identities(), mangled_headers(), ignorable(), sizes(), mangled_specs())
+FUZZ_AUDIENCE = "kai-fn"
+FUZZ_SENDER = ("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource")
+CASES = st.one_of(garbage_bodies(), broken_identities(), mangled_headers(), ignorable(), sizes(), mangled_specs(),
+                  odd_authorizations())
 
 
 @pytest.mark.slow
 def test_fuzzed_headers_and_bodies_get_their_status_and_only_a_warning_event_is_ever_written(api, functions):
-    """1,200 hypothesis cases (derandomized) against the real server with a 64 KiB body limit, on a cluster
-    holding only the runtime (no TrainJob, no JobSet): each case's family fixes the statuses it may get."""
-    fn = functions(KAI_FN_MAX_BODY_BYTES=str(FUZZ_LIMIT))
+    """1,200 hypothesis cases (derandomized) against the real server with a 64 KiB body limit and authenticated
+    delivery (so bodies are acted on), on a cluster holding only the runtime (no TrainJob, no JobSet): each case's
+    family fixes the statuses it may get."""
+    fn = functions(KAI_FN_MAX_BODY_BYTES=str(FUZZ_LIMIT), KAI_FN_AUDIENCE=FUZZ_AUDIENCE,
+                   KAI_FN_SENDERS="system:serviceaccount:{}:{}".format(*FUZZ_SENDER))
     seed(api, sample_object("clustertrainingruntime-torch-kai"))
+    tokens = {"valid": api.issue_token(*FUZZ_SENDER, [FUZZ_AUDIENCE]),
+              "other-audience": api.issue_token(*FUZZ_SENDER, ["https://kubernetes.default.svc.cluster.local"]),
+              "other-sender": api.issue_token("rel-fuzz", "default", [FUZZ_AUDIENCE])}
     tally: collections.Counter[tuple[str, int]] = collections.Counter()
     session = requests.Session()
+    assert session.post(fn.url, data=MARKED_ADD.body, headers={**MARKED_ADD.headers, "Authorization": "Bearer "
+                        + tokens["valid"]}, timeout=10).status_code == 200  # the valid token is reviewed once, here
     started = time.perf_counter()
 
     @settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None,
@@ -276,7 +342,11 @@ def test_fuzzed_headers_and_bodies_get_their_status_and_only_a_warning_event_is_
     def one(case: Case) -> None:
         assert time.perf_counter() - started < 150, "wall-clock guard: the fuzz ran over 150 s"
         api.reset_calls()
-        response = session.post(fn.url, data=case.body, headers=case.headers, timeout=10)
+        headers = dict(case.headers)
+        authorization = case.authorization(tokens) if callable(case.authorization) else case.authorization
+        if authorization is not None:
+            headers["Authorization"] = "Bearer " + tokens["valid"] if authorization is VALID else authorization
+        response = session.post(fn.url, data=case.body, headers=headers, timeout=10)
         tally[(case.family, response.status_code)] += 1
         assert response.status_code in case.statuses, (case, response.text[:200])
         if response.status_code < 300:
@@ -285,10 +355,13 @@ def test_fuzzed_headers_and_bodies_get_their_status_and_only_a_warning_event_is_
             assert int(response.headers["Retry-After"]) > 0
         else:
             assert len(response.text.strip().splitlines()) == 1, response.text  # one line saying why
-        if not case.calls_allowed or response.status_code in (400, 413):
+        if response.status_code in (401, 403):  # refused at the door: a TokenReview at most
+            assert {(c.verb, c.resource) for c in api.calls} <= {("create", "tokenreviews")}, (case, api.calls)
+        elif not case.calls_allowed or response.status_code in (400, 413):
             assert api.calls == [], (case, [shape(c) for c in api.calls])
         # The only write a bad TrainJob may cause is a Warning Event on it.
-        bad = [c for c in api.writes() if not (c.resource == "events" and (c.body or {}).get("type") == "Warning")]
+        bad = [c for c in api.writes() if c.resource != "tokenreviews"
+               and not (c.resource == "events" and (c.body or {}).get("type") == "Warning")]
         assert bad == [], (case, [shape(c) for c in bad])
 
     with session:
@@ -301,7 +374,8 @@ def test_fuzzed_headers_and_bodies_get_their_status_and_only_a_warning_event_is_
         families[family][status] = n
     publish("Bad input (hypothesis, derandomized)", [
         f"- cases: {sum(tally.values())} in {elapsed:.1f} s against the real server "
-        f"(KAI_FN_MAX_BODY_BYTES={FUZZ_LIMIT}); 0 unexpected statuses; no write but Warning Events; "
+        f"(KAI_FN_MAX_BODY_BYTES={FUZZ_LIMIT}, authenticated delivery); 0 unexpected statuses; no write but "
+        "Warning Events; "
         "GET /healthz 200 after",
         *[f"- {family}: " + ", ".join(f"{s} x{n}" for s, n in statuses.items())
           for family, statuses in families.items()],

@@ -79,7 +79,8 @@ def test_new_suspended_trainjob_gets_podgroup_labelled_pods_and_is_released(api,
     assert "queue team-a" in event_obj["message"] and "nvidia.com/gpu=8" in event_obj["message"]
     expected = [("get", "clustertrainingruntimes"), ("get", "jobsets"), ("create", "podgroups"),
                 ("patch", "jobsets"), ("patch", "trainjobs"), ("create", "events")]
-    assert verbs(api) == ([("get", "trainjobs")] if mode == "ref" else []) + expected
+    # Unauthenticated delivery (no KAI_FN_AUDIENCE): the TrainJob is read first, whatever the event carried.
+    assert verbs(api) == [("get", "trainjobs")] + expected
 
 
 def test_pods_are_labelled_only_after_the_podgroup_exists_and_resumed_only_after_that(api, function):
@@ -202,15 +203,21 @@ def test_a_duplicate_carrying_the_marker_costs_no_api_call(api, function):
     assert api.calls == []
 
 
-def test_a_stale_duplicate_rereads_instead_of_acting_on_its_old_copy(api, function):
+@pytest.mark.parametrize("authenticated, calls", [
+    (True, [("get", "clustertrainingruntimes"), ("get", "jobsets"), ("get", "trainjobs")]),  # token reviewed before
+    (False, [("get", "trainjobs")]),
+], ids=["body-trusted-then-reread", "read-first"])
+def test_a_stale_duplicate_rereads_instead_of_acting_on_its_old_copy(api, functions, authenticated, calls):
+    fn = functions(KAI_FN_AUDIENCE="kai-fn") if authenticated else functions()
+    token = api.issue_token("kai-fn", "source", ["kai-fn"]) if authenticated else None
     tj = seed_llama(api)
-    send(function.url, resource(tj))
+    send(fn.url, resource(tj), token=token)
     live = api.get(TRAINER, "TrainJob", NS, NAME)
     live["spec"]["suspend"] = True  # the user pauses it again
     api.put(live)
     api.reset_calls()
-    assert send(function.url, resource(tj)).status == 200  # the original add, redelivered
-    assert verbs(api) == [("get", "clustertrainingruntimes"), ("get", "jobsets"), ("get", "trainjobs")]
+    assert send(fn.url, resource(tj), token=token).status == 200  # the original add, redelivered
+    assert verbs(api) == calls
     assert api.get(TRAINER, "TrainJob", NS, NAME)["spec"]["suspend"] is True
 
 
@@ -380,12 +387,12 @@ def test_warm_runtime_cache_saves_the_runtime_get(api, functions):
     api.reset_calls()
     assert send(fn.url, resource(api.get(TRAINER, "TrainJob", NS, "gpt-small"))).status == 200
     assert [c for c in api.calls if "runtimes" in c.resource] == []
-    assert len([c for c in api.calls if c.resource != "events"]) == 4
+    assert len([c for c in api.calls if c.resource != "events"]) == 5  # GET TrainJob, JobSet; PodGroup; 2 patches
 
 
 @pytest.mark.parametrize("name, value", [
     ("KAI_PODGROUP_FLAVOR", "volcano"), ("KAI_FN_API_TIMEOUT_SECONDS", "-1"), ("KAI_FN_RESUME", "maybe"),
-    ("KAI_DEFAULT_QUEUE", "not a queue"), ("KAI_FN_MAX_BODY_BYTES", "lots"),
+    ("KAI_DEFAULT_QUEUE", "not a queue"), ("KAI_FN_MAX_BODY_BYTES", "lots"), ("KAI_FN_SENDERS", "alice"),
 ])
 def test_an_invalid_setting_stops_the_server_at_start_up_naming_it(emulator, name, value):
     with tempfile.TemporaryFile() as log:
@@ -413,7 +420,7 @@ def test_one_json_log_line_per_event(api, emulator):
     assert {k: first[k] for k in ("type", "id", "namespace", "name", "uid", "status")} == {
         "type": "dev.knative.apiserver.resource.add", "id": "id-1", "namespace": NS, "name": NAME, "uid": UID,
         "status": 200}
-    assert first["api_calls"] == 6 and first["ms"] > 0 and PG in first["reason"]
+    assert first["api_calls"] == 7 and first["ms"] > 0 and PG in first["reason"]
 
 
 def test_a_suspended_trainjob_whose_jobset_still_runs_is_retried_not_given_up(api, function):

@@ -20,6 +20,7 @@ import kubernetes.client
 from kai_fn.local.emulator.faults import Call, Fault
 from kai_fn.local.emulator.kinds import KINDS, WRITE_VERBS, KindInfo, Validator
 from kai_fn.local.emulator.server import Server, now
+from kai_fn.local.emulator.tokens import API_AUDIENCES
 
 
 class Emulator:
@@ -150,6 +151,12 @@ class Emulator:
 
     def reset_calls(self) -> None:
         self._server.reset_calls()
+
+    # -- ServiceAccount tokens ---------------------------------------------------------------------
+
+    def issue_token(self, namespace: str, name: str, audiences: list[str] | None = None, seconds: int = 3600) -> str:
+        """What a TokenRequest for ServiceAccount ``namespace/name`` returns; TokenReviews here then accept it."""
+        return self._server.tokens.issue(namespace, name, audiences or list(API_AUDIENCES), seconds)
 
     # -- direct state access (no Call recorded, no admission) --------------------------------------
 

@@ -29,6 +29,7 @@ from kai_fn.local.emulator.faults import Call, Fault, fault_response, hang
 from kai_fn.local.emulator.kinds import APPLY_PATCH, BY_RESOURCE, KINDS, KindInfo, Validator
 from kai_fn.local.emulator.patches import patched
 from kai_fn.local.emulator.routing import Route, dotted, matches, parse_route, selector, verb_of
+from kai_fn.local.emulator.tokens import Tokens
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class Server(kmock.KubernetesEmulator):
     """
 
     validate: Validator | None = None
+    tokens: Tokens = attrs.field(factory=Tokens)
     faults: Callable[[Call], Fault | None] | None = None
     require_namespaces: bool = False
     stopping: asyncio.Event | None = None
@@ -182,6 +184,9 @@ class Server(kmock.KubernetesEmulator):
         return response
 
     def _serve(self, route: Route, call: Call, payload: bytes, media: str | None) -> tuple[int, Any]:
+        if (route.group, route.version, route.plural, route.namespace, route.name) == (
+                "authentication.k8s.io", "v1", "tokenreviews", None, None) and call.method == "POST":
+            return self.tokens.review(call.body)
         info = BY_RESOURCE.get((route.group, route.version, route.plural))
         if info is None:
             raise ApiError(404, "the server could not find the requested resource")

@@ -1,0 +1,142 @@
+"""Who sent this event: the bearer token of a Knative source, checked by a TokenReview (FACTS §4, sender identity).
+
+With ``KAI_FN_AUDIENCE`` set, every POST must carry ``Authorization: Bearer <token>``, a ServiceAccount token for
+that audience; ``KAI_FN_SENDERS`` then narrows who may send. The answer of each review is cached until the token
+expires, at most ``MAX_AGE_SECONDS``, so a steady stream of events costs one TokenReview per token, not per event.
+The token itself is never kept or logged: entries are keyed, and log lines name, a short SHA-256 of it.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MAX_AGE_SECONDS = 600.0
+MAX_ENTRIES = 1024
+# A JWT in compact form: three base64url segments. Anything else is not a ServiceAccount token.
+_JWT = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
+
+Review = Callable[[str, str], Mapping[str, Any]]
+"""(token, audience) -> the TokenReview's ``status``; raises (e.g. ``Transient``) when the API cannot answer."""
+
+
+class Denied(Exception):
+    """The sender is refused: 401 (no valid token for the audience) or 403 (a sender not allowed)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+@dataclass(frozen=True)
+class Sender:
+    username: str
+    token_sha: str
+
+
+def token_sha(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def bearer(authorization: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header; :class:`Denied` (401) for anything else."""
+    if authorization is None:
+        raise Denied(401, "no Authorization header")
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        raise Denied(401, f"Authorization scheme {scheme[:20]!r} is not Bearer")
+    token = token.strip()
+    if not token:
+        raise Denied(401, "empty bearer token")
+    if not _JWT.match(token):
+        raise Denied(401, f"malformed bearer token (sha256 {token_sha(token)}): not a JWT")
+    return token
+
+
+def expiry(token: str) -> float | None:
+    """The ``exp`` claim, unverified: used only to bound how long a review's answer is kept."""
+    try:
+        segment = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
+        exp = claims.get("exp") if isinstance(claims, dict) else None
+    except (IndexError, ValueError, binascii.Error, UnicodeDecodeError):
+        return None
+    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
+
+
+class Authenticator:
+    """Thread-safe; one per process. ``clock`` is wall-clock seconds (``exp`` is a Unix time)."""
+
+    def __init__(self, audience: str, senders: tuple[str, ...], *, clock: Callable[[], float] = time.time,
+                 max_age: float = MAX_AGE_SECONDS, max_entries: int = MAX_ENTRIES) -> None:
+        self.audience, self.senders = audience, frozenset(senders)
+        self.clock, self.max_age, self.max_entries = clock, max_age, max_entries
+        self._cache: OrderedDict[str, tuple[float, str | tuple[int, str]]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._reviewing: dict[str, threading.Lock] = {}
+
+    def check(self, authorization: str | None, review: Review) -> Sender:
+        """The sender, or :class:`Denied`. A review the API cannot answer raises what ``review`` raises."""
+        token = bearer(authorization)
+        key = token_sha(token)
+        answer = self._cached(key)
+        if answer is None:
+            with self._review_lock(key):
+                answer = self._cached(key)
+                if answer is None:
+                    answer = self._review(token, key, review)
+            with self._lock:
+                self._reviewing.pop(key, None)
+        if isinstance(answer, tuple):
+            raise Denied(*answer)
+        if self.senders and answer not in self.senders:
+            raise Denied(403, f"sender {answer} is not in KAI_FN_SENDERS")
+        return Sender(answer, key)
+
+    def _review(self, token: str, key: str, review: Review) -> str | tuple[int, str]:
+        """Ask, and remember the answer: a valid token until it expires, a refused one (which stays refused)
+        for the full ``max_age``, so a sender repeating a bad token costs one review per ``max_age``."""
+        status = review(token, self.audience)
+        user = status.get("user") or {}
+        username = user.get("username") if isinstance(user, Mapping) else None
+        now = self.clock()
+        until = now + self.max_age
+        answer: str | tuple[int, str]
+        if status.get("authenticated") is not True or not isinstance(username, str) or not username:
+            error = str(status.get("error") or "not authenticated")[:200]
+            answer = (401, f"token (sha256 {key}) rejected by TokenReview: {error}")
+        elif self.audience not in (status.get("audiences") or []):
+            answer = (401, f"token (sha256 {key}) is not for audience {self.audience!r}")
+        else:
+            answer = username
+            until = min(until, expiry(token) or until)
+        with self._lock:
+            self._cache[key] = (until, answer)
+            self._cache.move_to_end(key)
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
+        return answer
+
+    def _cached(self, key: str) -> str | tuple[int, str] | None:
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is None:
+                return None
+            if hit[0] <= self.clock():
+                del self._cache[key]
+                return None
+            self._cache.move_to_end(key)
+            return hit[1]
+
+    def _review_lock(self, key: str) -> threading.Lock:
+        """One review per token at a time: concurrent first events with one token wait for one TokenReview."""
+        with self._lock:
+            return self._reviewing.setdefault(key, threading.Lock())

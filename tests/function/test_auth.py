@@ -1,0 +1,225 @@
+"""The sender check on its own: header syntax, the TokenReview's answer, the cache and its bounds; and the settings."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+
+import pytest
+
+from kai_fn.function.auth import MAX_AGE_SECONDS, Authenticator, Denied, bearer, expiry, token_sha
+from kai_fn.function.settings import SettingsError, load
+
+AUDIENCE = "kai-fn"
+SOURCE = "system:serviceaccount:kai-fn:kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource"
+OTHER = "system:serviceaccount:team-a:default"
+T0 = 1_800_000_000.0
+
+
+def jwt(claims: dict | None = None, sub: str = "x") -> str:
+    def part(obj):
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+    return f"{part({'alg': 'RS256'})}.{part({'sub': sub, **(claims or {})})}.c2ln"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Reviews:
+    """A fake TokenReview: answers like the API server for the tokens it was told about, and counts."""
+
+    def __init__(self, **users: tuple[str, list[str], dict]) -> None:
+        self.tokens = {name: jwt(claims, sub=name) for name, (_, _, claims) in users.items()}
+        self.users = {self.tokens[name]: (username, audiences) for name, (username, audiences, _) in users.items()}
+        self.calls = 0
+
+    def __call__(self, token: str, audience: str) -> dict:
+        self.calls += 1
+        known = self.users.get(token)
+        if known is None:
+            return {"user": {}, "error": "[invalid bearer token, square/go-jose: error in cryptographic primitive]"}
+        username, audiences = known
+        if audience not in audiences:
+            return {"user": {}, "error": "[invalid bearer token, token audiences is invalid for the target audiences]"}
+        return {"authenticated": True, "user": {"username": username, "groups": ["system:serviceaccounts"]},
+                "audiences": [audience]}
+
+
+def reviews() -> Reviews:
+    return Reviews(source=(SOURCE, [AUDIENCE], {"exp": T0 + 3600}),
+                   other=(OTHER, [AUDIENCE], {"exp": T0 + 3600}),
+                   elsewhere=(SOURCE, ["https://kubernetes.default.svc"], {"exp": T0 + 3600}),
+                   short=(SOURCE, [AUDIENCE], {"exp": T0 + 60}),
+                   forever=(SOURCE, [AUDIENCE], {}))
+
+
+@pytest.mark.parametrize(
+    "header,status,reason",
+    [
+        (None, 401, "no Authorization header"),
+        ("", 401, "is not Bearer"),
+        ("Bearer", 401, "empty bearer token"),
+        ("Bearer  ", 401, "empty bearer token"),
+        ("Basic a2FpOmZu", 401, "is not Bearer"),
+        ("Bearer not-a-jwt", 401, "not a JWT"),
+        ("Bearer a.b.c.d", 401, "not a JWT"),
+        ("Bearer a b.c", 401, "not a JWT"),
+        ("Token abc.def.ghi", 401, "is not Bearer"),
+    ],
+    ids=["missing", "empty", "bearer-alone", "bearer-spaces", "basic", "garbage", "four-segments", "inner-space",
+         "other-scheme"],
+)
+def test_a_header_that_carries_no_token_is_refused_before_any_review(header, status, reason):
+    fake = reviews()
+    with pytest.raises(Denied) as denied:
+        Authenticator(AUDIENCE, ()).check(header, fake)
+    assert (denied.value.status, fake.calls) == (status, 0)
+    assert reason in denied.value.reason
+
+
+@pytest.mark.parametrize(
+    "who,senders,status",
+    [
+        ("source", (), 200),
+        ("other", (), 200),
+        ("source", (SOURCE,), 200),
+        ("other", (SOURCE,), 403),
+        ("elsewhere", (), 401),
+        ("unknown", (), 401),
+    ],
+    ids=["any-sender", "any-sender-other", "allowed", "not-allowed", "wrong-audience", "unknown-jwt"],
+)
+def test_the_review_decides_401_and_the_senders_403(who, senders, status):
+    fake = reviews()
+    token = fake.tokens.get(who) or jwt(sub="forged")
+    auth = Authenticator(AUDIENCE, senders)
+    if status == 200:
+        assert auth.check(f"Bearer {token}", fake).username in (SOURCE, OTHER)
+    else:
+        with pytest.raises(Denied) as denied:
+            auth.check(f"Bearer {token}", fake)
+        assert denied.value.status == status
+        assert token not in denied.value.reason
+    assert fake.calls == 1
+
+
+def test_the_scheme_is_case_insensitive_and_surrounding_space_ignored():
+    fake = reviews()
+    assert Authenticator(AUDIENCE, ()).check(f"  bearer   {fake.tokens['source']} ", fake).username == SOURCE
+
+
+def test_a_steady_stream_with_one_token_costs_one_review():
+    fake, clock = reviews(), Clock()
+    auth = Authenticator(AUDIENCE, (SOURCE,), clock=clock)
+    for _ in range(50):
+        auth.check(f"Bearer {fake.tokens['source']}", fake)
+        clock.now += 1
+    assert fake.calls == 1
+
+
+def test_a_refused_token_is_remembered_too():
+    fake = reviews()
+    auth = Authenticator(AUDIENCE, (SOURCE,), clock=Clock())
+    for who in ("elsewhere", "other") * 5:
+        with pytest.raises(Denied):
+            auth.check(f"Bearer {fake.tokens[who]}", fake)
+    assert fake.calls == 2
+
+
+@pytest.mark.parametrize(
+    "who,still_cached_at,reviewed_again_at",
+    [("short", 59, 60), ("source", MAX_AGE_SECONDS - 1, MAX_AGE_SECONDS), ("forever", MAX_AGE_SECONDS - 1,
+                                                                            MAX_AGE_SECONDS)],
+    ids=["until-the-token-expires", "at-most-ten-minutes", "ten-minutes-without-exp"],
+)
+def test_an_answer_is_kept_until_the_token_expires_at_most_ten_minutes(who, still_cached_at, reviewed_again_at):
+    fake, clock = reviews(), Clock()
+    auth = Authenticator(AUDIENCE, (), clock=clock)
+    header = f"Bearer {fake.tokens[who]}"
+    auth.check(header, fake)
+    clock.now = T0 + still_cached_at
+    auth.check(header, fake)
+    assert fake.calls == 1
+    clock.now = T0 + reviewed_again_at
+    auth.check(header, fake)
+    assert fake.calls == 2
+
+
+def test_the_cache_is_bounded_and_drops_the_least_recently_used():
+    fake = reviews()
+    auth = Authenticator(AUDIENCE, (), clock=Clock(), max_entries=3)
+    garbage = [f"Bearer {jwt(sub=f'g{i}')}" for i in range(3)]
+    source = f"Bearer {fake.tokens['source']}"
+    auth.check(source, fake)
+    for header in garbage:
+        with pytest.raises(Denied):
+            auth.check(header, fake)
+    assert fake.calls == 4 and len(auth._cache) == 3
+    auth.check(source, fake)  # evicted by the third garbage token: reviewed again
+    assert fake.calls == 5
+
+
+def test_concurrent_first_events_with_one_token_share_one_review():
+    fake = reviews()
+    release = threading.Event()
+
+    def slow(token, audience):
+        release.wait(5)
+        return fake(token, audience)
+
+    auth = Authenticator(AUDIENCE, ())
+    header = f"Bearer {fake.tokens['source']}"
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(auth.check(header, slow).username)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert answers == [SOURCE] * 8 and fake.calls == 1
+
+
+@pytest.mark.parametrize(
+    "token,exp",
+    [(jwt({"exp": 1700000000}), 1700000000.0), (jwt({"exp": "soon"}), None), (jwt({"exp": True}), None),
+     ("a.!!!.c", None), ("a.bm90IGpzb24.c", None), (jwt(), None)],
+    ids=["int", "string", "bool", "bad-base64", "not-json", "absent"],
+)
+def test_expiry_is_read_without_verifying_and_only_when_well_formed(token, exp):
+    assert expiry(token) == exp
+
+
+def test_bearer_returns_the_token_alone():
+    token = jwt()
+    assert bearer(f"Bearer {token}") == token
+
+
+@pytest.mark.parametrize(
+    "audience,senders,problem",
+    [
+        ("kai-fn", f"{SOURCE}, {OTHER}", None),
+        ("kai-fn", "", None),
+        ("", "", None),
+        ("", SOURCE, "needs KAI_FN_AUDIENCE"),
+        ("kai-fn", "system:serviceaccount:kai-fn", "is not system:serviceaccount:<namespace>:<name>"),
+        ("kai-fn", "system:serviceaccount:Kai-Fn:x", "is not system:serviceaccount:<namespace>:<name>"),
+        ("kai-fn", "system:serviceaccount:kai-fn:a:b", "is not system:serviceaccount:<namespace>:<name>"),
+        ("kai-fn", "kai-fn:x", "is not system:serviceaccount:<namespace>:<name>"),
+        ("kai-fn", "system:node:worker-1", "is not system:serviceaccount:<namespace>:<name>"),
+    ],
+    ids=["two-senders", "any-sender", "off", "senders-without-audience", "no-name", "upper-case-namespace",
+         "extra-part", "no-prefix", "a-node"],
+)
+def test_senders_are_service_accounts_and_need_an_audience(audience, senders, problem):
+    if problem is None:
+        settings = load(KAI_FN_AUDIENCE=audience, KAI_FN_SENDERS=senders)
+        assert settings.senders == tuple(s.strip() for s in senders.split(",") if s.strip())
+    else:
+        with pytest.raises(SettingsError, match=f"invalid setting KAI_FN_SENDERS: .*{re.escape(problem)}"):
+            load(KAI_FN_AUDIENCE=audience, KAI_FN_SENDERS=senders)

@@ -1,0 +1,159 @@
+"""Authenticated delivery, end to end: the real function server, its TokenReviews answered by the emulator.
+
+With KAI_FN_AUDIENCE set, a POST without a valid ServiceAccount token for that audience is 401, one from a sender
+outside KAI_FN_SENDERS is 403, and neither costs any API call but the TokenReview. Without it, an event's body is
+never what the function acts on: it reads the TrainJob first.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kai_fn.local.process import FunctionProcess
+from tests.ce import ping, resource, send
+from tests.conftest import KAI_PG, TRAINER, sample_object, seed
+
+NS, NAME = "team-a", "llama-finetune"
+AUDIENCE = "kai-fn"
+SOURCE = ("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource")
+SENDER = f"system:serviceaccount:{SOURCE[0]}:{SOURCE[1]}"
+REVIEW = ("create", "tokenreviews")
+
+
+@pytest.fixture
+def secured(functions, api):
+    return functions(KAI_FN_AUDIENCE=AUDIENCE, KAI_FN_SENDERS=SENDER)
+
+
+def seed_llama(api) -> dict:
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
+         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+    return api.get(TRAINER, "TrainJob", NS, NAME)
+
+
+def verbs(api) -> list[tuple[str, str]]:
+    return [(c.verb, c.resource) for c in api.calls]
+
+
+def forged_jwt() -> str:
+    """JWT-shaped, so only a TokenReview can tell it is not a real token; fresh, so no cache has seen it."""
+    return f"eyJhbGciOiJSUzI1NiJ9.{uuid.uuid4().hex}.{uuid.uuid4().hex}"
+
+
+AUTHORIZATIONS = [
+    # (id, Authorization header or a recipe for it, status, calls)
+    ("missing", None, 401, []),
+    ("bearer-alone", "Bearer", 401, []),
+    ("bearer-blank", "Bearer  ", 401, []),
+    ("basic", "Basic x", 401, []),
+    ("garbage", "Bearer !!not a token!!", 401, []),
+    ("forged-jwt", lambda api: f"Bearer {forged_jwt()}", 401, [REVIEW]),
+    ("wrong-audience", lambda api: f"Bearer {api.issue_token(*SOURCE, audiences=['other'])}", 401, [REVIEW]),
+    ("expired", lambda api: f"Bearer {api.issue_token(*SOURCE, audiences=[AUDIENCE], seconds=-1)}", 401, [REVIEW]),
+    ("other-sender", lambda api: f"Bearer {api.issue_token('team-a', 'default', audiences=[AUDIENCE])}", 403,
+     [REVIEW]),
+]
+
+
+@pytest.mark.parametrize("header,status,calls", [a[1:] for a in AUTHORIZATIONS], ids=[a[0] for a in AUTHORIZATIONS])
+@pytest.mark.parametrize("event", ["trainjob", "resync"])
+def test_a_sender_not_let_in_gets_401_or_403_and_costs_no_call_but_the_review(api, secured, header, status, calls,
+                                                                              event):
+    tj = seed_llama(api)
+    api.reset_calls()
+    authorization = header(api) if callable(header) else header
+    answer = send(secured.url, resource(tj) if event == "trainjob" else ping(), authorization=authorization)
+    assert answer.status == status
+    assert answer.body.count("\n") == 1 and "Bearer ey" not in answer.body
+    assert (answer.headers.get("WWW-Authenticate") == "Bearer") is (status == 401)
+    assert verbs(api) == calls
+    assert api.get(TRAINER, "TrainJob", NS, NAME)["spec"]["suspend"] is True
+
+
+def test_the_right_sender_is_served_from_the_body_it_sent(api, secured):
+    tj = seed_llama(api)
+    api.reset_calls()
+    answer = send(secured.url, resource(tj), token=api.issue_token(*SOURCE, audiences=[AUDIENCE]))
+    assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "done")
+    assert verbs(api) == [REVIEW, ("get", "clustertrainingruntimes"), ("get", "jobsets"), ("create", "podgroups"),
+                          ("patch", "jobsets"), ("patch", "trainjobs"), ("create", "events")]
+
+
+def test_any_sender_for_the_audience_is_served_when_no_senders_are_listed(api, functions):
+    fn = functions(KAI_FN_AUDIENCE=AUDIENCE)
+    tj = seed_llama(api)
+    assert send(fn.url, resource(tj), token=api.issue_token("team-a", "default", audiences=[AUDIENCE])).status == 200
+    assert api.get(TRAINER, "TrainJob", NS, NAME)["spec"]["suspend"] is False
+
+
+def test_a_stream_of_events_with_one_token_costs_one_review(api, secured):
+    tj = seed_llama(api)
+    token = api.issue_token(*SOURCE, audiences=[AUDIENCE])
+    for action in ["add"] + ["update"] * 9:
+        assert send(secured.url, resource(tj, action), token=token).status == 200
+    assert verbs(api).count(REVIEW) == 1
+
+
+def test_a_cached_token_is_reviewed_again_once_it_expires(api, secured):
+    tj = seed_llama(api)
+    token = api.issue_token(*SOURCE, audiences=[AUDIENCE], seconds=1)
+    assert send(secured.url, ping(), token=token).status == 200
+    expires = json.loads(_claims(token))["exp"]
+    while time.time() <= expires + 0.05:  # bounded: at most about a second
+        time.sleep(0.1)
+    api.reset_calls()
+    assert send(secured.url, resource(tj), token=token).status == 401
+    assert verbs(api) == [REVIEW]
+
+
+def _claims(token: str) -> str:
+    segment = token.split(".")[1]
+    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)).decode()
+
+
+def test_a_refusal_is_logged_with_its_reason_and_never_the_token(api, emulator):
+    token = api.issue_token(*SOURCE, audiences=["other"])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "log"
+        env = {"KUBECONFIG": emulator.kubeconfig, "KAI_FN_AUDIENCE": AUDIENCE}
+        with path.open("wb") as log, FunctionProcess(env, log=log) as fn:
+            assert send(fn.url, ping(), token=token).status == 401
+            assert send(fn.url, ping(), authorization="Basic x").status == 401
+        text = path.read_text()
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    denied = [line for line in lines if line.get("outcome") == "denied"]
+    assert [(d["status"], d["level"]) for d in denied] == [(401, "warning"), (401, "warning")]
+    assert "TokenReview" in denied[0]["reason"] and "not Bearer" in denied[1]["reason"]
+    assert token not in text and token.split(".")[2] not in text
+
+
+# -- without KAI_FN_AUDIENCE: the body is a hint, never a source of truth -----------------------------------------
+
+def test_unauthenticated_a_forged_body_cannot_bring_a_trainjob_into_scope(api, function):
+    seed(api, sample_object("clustertrainingruntime-torch"), sample_object("trainjob-resnet-eval"),
+         sample_object("queue-team-a"))
+    forged = api.get(TRAINER, "TrainJob", NS, "resnet-eval")
+    forged["metadata"]["labels"] = {"kai.scheduler/queue": "team-a"}  # not what the cluster holds
+    api.reset_calls()
+    assert send(function.url, resource(forged)).status == 200
+    assert verbs(api) == [("get", "trainjobs"), ("get", "clustertrainingruntimes")]
+    assert api.list(KAI_PG, "PodGroup", NS) == []
+
+
+def test_unauthenticated_a_forged_body_of_a_trainjob_that_does_not_exist_costs_one_get(api, function):
+    forged = sample_object("trainjob-llama-finetune")
+    assert send(function.url, resource(forged)).status == 200
+    assert verbs(api) == [("get", "trainjobs")]
+
+
+def test_unauthenticated_a_body_showing_the_work_done_costs_nothing(api, function):
+    tj = sample_object("trainjob-llama-finetune")
+    tj["metadata"]["annotations"] = {"kai-fn/podgroup": "pg"}
+    assert send(function.url, resource(tj)).status == 200
+    assert api.calls == []

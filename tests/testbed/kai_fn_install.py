@@ -1,0 +1,139 @@
+"""knative/base on the testbed, as far as a cluster without Knative can hold it: the admission policy, and the
+function's Namespace, ServiceAccount and ClusterRoles, applied from the rendered manifests with the testbed's
+kubectl; and the function itself as a local process that talks to the API server with its ServiceAccount's token,
+so the real RBAC authorizer judges each of its calls against what knative/base grants.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kai_fn.local.process import FunctionProcess
+from tests.conftest import sample_object
+from tests.manifests import BASE, render
+
+if TYPE_CHECKING:
+    from tests.testbed.conftest import LiveCluster
+
+NAMESPACE = "kai-fn"
+AUDIENCE = "kai-fn"
+POLICY = "kai-fn-auto-suspend"
+ENABLED = {"kai-fn.io/enabled": "true"}
+TRAINER = ("trainer.kubeflow.org", "v1alpha1")
+# The identity Knative gives the ApiServerSource when authentication-oidc is on (knative/base/apiserversource.yaml).
+SOURCE_SA = "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource"
+SOURCE = f"system:serviceaccount:{NAMESPACE}:{SOURCE_SA}"
+_FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+_POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+
+
+def apply(testbed: LiveCluster, objs: list[dict[str, Any]]) -> None:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        yaml.safe_dump_all(objs, f)
+        f.flush()
+        testbed.kubectl("apply", "--server-side", "--field-manager=kai-fn-tests", "-f", f.name)
+
+
+def rendered(kinds: set[str]) -> list[dict[str, Any]]:
+    return [o for o in render(BASE) if o["kind"] in kinds]
+
+
+def enabled_namespace(testbed: LiveCluster, prefix: str, labels: dict[str, str] | None = ENABLED) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(testbed.api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    return name
+
+
+def trainjob(name: str, runtime: str, *, labels: dict[str, str] | None = None, annotations: dict[str, str] | None =
+             None, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A TrainJob as a user writes it: no suspend."""
+    meta: dict[str, Any] = {"name": name}
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": meta,
+            "spec": {"runtimeRef": {"name": runtime}, **(spec or {})}}
+
+
+def create_trainjob(testbed: LiveCluster, namespace: str, body: dict[str, Any], dry_run: bool = False
+                    ) -> dict[str, Any]:
+    return client.CustomObjectsApi(testbed.api).create_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", body, dry_run="All" if dry_run else None)
+
+
+@contextmanager
+def admission_policy(testbed: LiveCluster) -> Iterator[None]:
+    """The policy and its binding from knative/base, loaded (the API server loads policies asynchronously: a
+    dry-run create in a labelled namespace tells when it acts), and removed afterwards: the testbed may be shared.
+    Right after the CRDs are installed the policy answers 503 until the TrainJob schema reaches /openapi/v3
+    (whatever its failurePolicy; users would see the same); that is waited out too."""
+    apply(testbed, rendered(_POLICY_KINDS))
+    probe_ns = enabled_namespace(testbed, "adm-probe")
+    runtime = sample_object("clustertrainingruntime-torch")  # Trainer's webhook, where it runs, wants one that exists
+    create_ignoring_conflict(lambda: client.CustomObjectsApi(testbed.api).create_cluster_custom_object(
+        *TRAINER, "clustertrainingruntimes", runtime))
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                made = create_trainjob(testbed, probe_ns, trainjob("probe", runtime["metadata"]["name"]),
+                                       dry_run=True)
+            except ApiException as e:  # 503 while the admission chain catches up with a CRD installed just now
+                if e.status != 503:
+                    raise
+                made = {"metadata": {}}
+            if (made["metadata"].get("annotations") or {}).get("kai-fn/auto-suspended") == "true":
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError("the admission policy never took effect")
+            time.sleep(0.5)
+        yield
+    finally:
+        client.CoreV1Api(testbed.api).delete_namespace(probe_ns)
+        for kind, plural in (("MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings"),
+                             ("MutatingAdmissionPolicy", "mutatingadmissionpolicies")):
+            testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", POLICY, "--ignore-not-found")
+
+
+def function_kubeconfig(testbed: LiveCluster, directory: Path) -> Path:
+    """A kubeconfig holding only the token of ServiceAccount kai-fn/kai-fn: what the function has in its pod."""
+    apply(testbed, rendered(_FUNCTION_KINDS))
+    token = testbed.sa_token(NAMESPACE, "kai-fn")
+    admin = testbed.api.configuration
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "kai-fn",
+        "clusters": [{"name": "testbed", "cluster": {"server": admin.host, "certificate-authority": admin.ssl_ca_cert}}],
+        "users": [{"name": "kai-fn", "user": {"token": token}}],
+        "contexts": [{"name": "kai-fn", "context": {"cluster": "testbed", "user": "kai-fn"}}],
+    }
+    path = directory / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@contextmanager
+def function_process(testbed: LiveCluster, **settings: str) -> Iterator[FunctionProcess]:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"KUBECONFIG": str(function_kubeconfig(testbed, Path(tmp))), "KAI_FN_RUNTIME_CACHE_SECONDS": "0",
+               **settings}
+        with FunctionProcess(env) as fn:
+            yield fn
+
+
+def create_ignoring_conflict(create) -> None:
+    try:
+        create()
+    except ApiException as e:
+        if e.status != 409:
+            raise
