@@ -6,7 +6,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${1:?usage: start.sh KWOK_BINARY}
-: "${KUBECONFIG:?KUBECONFIG must name the testbed's admin kubeconfig}"
+: "${KUBECONFIG:?KUBECONFIG must name the admin kubeconfig of the testbed}"
 stages=$(cd "$here" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
 exec "$bin" --kubeconfig="$KUBECONFIG" \
   --config="$stages/node/fast/node-initialize.yaml" \

@@ -36,8 +36,7 @@ if ! k get crd podgroups.scheduling.x-k8s.io >/dev/null 2>&1; then
 fi
 
 step "start kube-scheduler, podgroup-controller, kwok (logs in $logs)"
-"$sched/kube-scheduler" --kubeconfig="$KUBECONFIG" --config="$here/scheduler-config.yaml" \
-  --secure-port=0 >"$logs/kube-scheduler.log" 2>&1 & pids+=($!)
+"$here/start.sh" "$sched" >"$logs/kube-scheduler.log" 2>&1 & pids+=($!)
 "$sched/podgroup-controller" --kubeconfig="$KUBECONFIG" >"$logs/podgroup-controller.log" 2>&1 & pids+=($!)
 "$here/../kwok/start.sh" "$kwokbin/kwok" >"$logs/kwok.log" 2>&1 & pids+=($!)
 
@@ -75,13 +74,13 @@ tried() {
   fail "the scheduler did not try every pod of $1"
 }
 
-step "3 nodes x 8 GPUs; PodGroup gang minMember 4; 4 pods x 8 GPUs for scheduler-plugins-scheduler"
+step "3 nodes x 8 GPUs; PodGroup gang minMember 4 (minResources 32 GPUs, as kai_fn writes); 4 pods x 8 GPUs"
 "$kwokbin/simnodes" -prefix "$pool-" 3x8
 k apply -f - <<EOF
 apiVersion: scheduling.x-k8s.io/v1alpha1
 kind: PodGroup
 metadata: {name: gang, namespace: $ns}
-spec: {minMember: 4}
+spec: {minMember: 4, minResources: {nvidia.com/gpu: "32"}}
 EOF
 pods gang scheduler-plugins-scheduler gang | k apply -f - >/dev/null
 for _ in $(seq 60); do # every pod Unschedulable: the gang was tried and rejected as a whole
