@@ -3,8 +3,9 @@
 # Starts kube-scheduler (+ Coscheduling), podgroup-controller and kwok against the testbed, then:
 #   1. 3 nodes x 8 GPUs, a PodGroup of minMember 4 and 4 pods of 8 GPUs for scheduler-plugins-scheduler: none binds;
 #   2. a 4th node: all 4 bind;
-#   3. the contrast, default-scheduler, no gang, 3 nodes: 3 bind and 1 waits;
-#   4. kwok: bound pods run; a pod of an initializer job completes, a trainer pod keeps running.
+#   3. a second gang waits whole while the first holds the GPUs, and binds whole once the first is deleted;
+#   4. the contrast, default-scheduler, no gang, 3 nodes: 3 bind and 1 waits;
+#   5. kwok: bound pods run; a pod of an initializer job completes, a trainer pod keeps running.
 # Stops what it started and deletes what it created. Env: KUBECTL (default kubectl), KAI_FN_TESTBED_DIR (logs).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -74,6 +75,16 @@ tried() {
   fail "the scheduler did not try every pod of $1"
 }
 
+# Waits until the scheduler has turned every selected pod away (PodScheduled=False, Unschedulable).
+rejected() {
+  for _ in $(seq 60); do
+    n=$(k get pods -n "$ns" -l "$1" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="PodScheduled")].reason}{"\n"}{end}' | grep -c Unschedulable || true)
+    [ "$n" -eq 4 ] && return 0
+    sleep 1
+  done
+  fail "the pods of $1 were not all marked Unschedulable"
+}
+
 step "3 nodes x 8 GPUs; PodGroup gang minMember 4 (minResources 32 GPUs, as kai_fn writes); 4 pods x 8 GPUs"
 "$kwokbin/simnodes" -prefix "$pool-" 3x8
 k apply -f - <<EOF
@@ -83,29 +94,43 @@ metadata: {name: gang, namespace: $ns}
 spec: {minMember: 4, minResources: {nvidia.com/gpu: "32"}}
 EOF
 pods gang scheduler-plugins-scheduler gang | k apply -f - >/dev/null
-for _ in $(seq 60); do # every pod Unschedulable: the gang was tried and rejected as a whole
-  n=$(k get pods -n "$ns" -l scheduling.x-k8s.io/pod-group=gang -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="PodScheduled")].reason}{"\n"}{end}' | grep -c Unschedulable || true)
-  [ "$n" -eq 4 ] && break
-  sleep 1
-done
+rejected scheduling.x-k8s.io/pod-group=gang
 [ "$(bound scheduling.x-k8s.io/pod-group=gang)" -eq 0 ] || fail "a gang pod bound on 3 nodes"
 echo "ok: 0 of 4 bound, all 4 Unschedulable"
-k get podgroup gang -n "$ns" -o jsonpath='PodGroup phase={.status.phase} scheduled={.status.scheduled}{"\n"}'
+k get podgroups.scheduling.x-k8s.io gang -n "$ns" -o jsonpath='PodGroup status: {.status}{"\n"}'
 
 step "add a 4th node"
+added=$(date +%s)
 "$kwokbin/simnodes" -prefix "$pool-" 4x8
 k wait pods -n "$ns" -l scheduling.x-k8s.io/pod-group=gang --for=condition=PodScheduled --timeout=120s >/dev/null ||
   fail "the gang did not bind after the 4th node"
-echo "ok: 4 of 4 bound"
+echo "ok: 4 of 4 bound, $(($(date +%s) - added))s after the 4th node"
 k get pods -n "$ns" -l scheduling.x-k8s.io/pod-group=gang -o \
   custom-columns=POD:.metadata.name,NODE:.spec.nodeName,SCHEDULED:'.status.conditions[?(@.type=="PodScheduled")].lastTransitionTime'
 k wait pods -n "$ns" -l scheduling.x-k8s.io/pod-group=gang --for=jsonpath='{.status.phase}'=Running --timeout=60s >/dev/null ||
   fail "kwok did not run the bound pods"
 echo "ok: kwok runs them"
-k get podgroup gang -n "$ns" -o jsonpath='PodGroup phase={.status.phase} scheduled={.status.scheduled}{"\n"}'
+k get podgroups.scheduling.x-k8s.io gang -n "$ns" -o jsonpath='PodGroup status: {.status}{"\n"}'
+
+step "competition: a second gang of 4 x 8 GPUs waits whole, and binds whole once the first is deleted"
+k apply -f - >/dev/null <<EOF
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: PodGroup
+metadata: {name: second, namespace: $ns}
+spec: {minMember: 4, minResources: {nvidia.com/gpu: "32"}}
+EOF
+pods second scheduler-plugins-scheduler second | k apply -f - >/dev/null
+rejected scheduling.x-k8s.io/pod-group=second
+[ "$(bound scheduling.x-k8s.io/pod-group=second)" -eq 0 ] || fail "part of the second gang bound"
+echo "ok: 0 of 4 bound while the first gang holds the GPUs"
+deleted=$(date +%s)
+k delete pods -n "$ns" -l scheduling.x-k8s.io/pod-group=gang --wait=true >/dev/null
+k wait pods -n "$ns" -l scheduling.x-k8s.io/pod-group=second --for=condition=PodScheduled --timeout=120s >/dev/null ||
+  fail "the second gang did not bind after the first was deleted"
+echo "ok: 4 of 4 bound, $(($(date +%s) - deleted))s after deleting the first gang"
 
 step "contrast: default-scheduler, no gang, 3 nodes"
-k delete pods -n "$ns" --all --grace-period=0 --wait=true >/dev/null
+k delete pods -n "$ns" --all --wait=true >/dev/null
 k delete node "$pool-3" >/dev/null
 pods plain default-scheduler | sed 's/labels: {}/labels: {run: plain}/' | k apply -f - >/dev/null
 tried run=plain
@@ -114,7 +139,7 @@ echo "ok: 3 of 4 bound, one waits"
 k get pods -n "$ns" -l run=plain -o custom-columns=POD:.metadata.name,NODE:.spec.nodeName
 
 step "kwok: an initializer pod completes, a trainer pod keeps running"
-k delete pods -n "$ns" --all --grace-period=0 --wait=true >/dev/null
+k delete pods -n "$ns" --all --wait=true >/dev/null
 for job in dataset-initializer node; do
   k apply -f - >/dev/null <<EOF
 apiVersion: v1

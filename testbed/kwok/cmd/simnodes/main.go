@@ -62,6 +62,7 @@ func NewNode(pool, name string, gpus int) *corev1.Node {
 				corev1.LabelOSStable:   "linux",
 				corev1.LabelArchStable: "amd64",
 				"type":                 "kwok",
+				PoolLabel:              pool,
 			},
 			Annotations: map[string]string{KwokAnnotation: KwokValue},
 		},
