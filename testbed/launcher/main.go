@@ -144,6 +144,9 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
+	if err := configureAudit(env.ControlPlane.APIServer, o.stateDir); err != nil {
+		return err
+	}
 	step("starting etcd and kube-apiserver, then installing the CRDs of " + o.crdsDir)
 	cfg, err := env.Start()
 	defer func() {
@@ -226,6 +229,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	step("ready: kubeconfig " + kubeconfig)
+	go restartAPIServerOnSignal(ctx, env.ControlPlane.APIServer, o.stateDir, func() { _ = writePids(o.stateDir, kcm) })
 
 	select {
 	case <-ctx.Done():
