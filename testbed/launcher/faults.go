@@ -38,14 +38,16 @@ func configureAudit(api *envtest.APIServer, stateDir string) error {
 	return nil
 }
 
-// restartAPIServerOnSignal stops and starts kube-apiserver on SIGUSR1, on the same port, certificates and etcd,
-// for the fault scenarios: every client sees the API server go away and come back. It writes "restarted <n>"
-// into <state>/apiserver-restarts once the new one is healthy (or "failed <n>: why").
+// restartAPIServerOnSignal kills kube-apiserver (SIGKILL, as a crash: a graceful stop waits out every open
+// watch, 30 s here) and starts it again on SIGUSR1, on the same port, certificates and etcd, for the fault
+// scenarios: every client sees the API server go away and come back. It writes "restarted <n>" into
+// <state>/apiserver-restarts once the new one is healthy (or "failed <n>: why").
 func restartAPIServerOnSignal(ctx context.Context, api *envtest.APIServer, stateDir string, after func()) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1)
 	defer signal.Stop(sig)
 	record := filepath.Join(stateDir, "apiserver-restarts")
+	_ = os.Remove(record)
 	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
@@ -54,6 +56,9 @@ func restartAPIServerOnSignal(ctx context.Context, api *envtest.APIServer, state
 		}
 		fmt.Println("launcher: SIGUSR1: restarting kube-apiserver")
 		status := fmt.Sprintf("restarted %d\n", n)
+		if pid, ok := childPIDs()["kube-apiserver"]; ok {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 		if err := api.Stop(); err != nil {
 			status = fmt.Sprintf("failed %d: stop: %v\n", n, err)
 		} else if err := api.Start(); err != nil {
