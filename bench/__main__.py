@@ -1,5 +1,10 @@
 import sys
 
+if sys.argv[1:2] == ["chain"]:
+    from bench.chain import main as chain_main
+
+    sys.exit(chain_main(sys.argv[2:]))
+
 from bench.run import main
 
 sys.exit(main())
