@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
-import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -47,7 +47,7 @@ class PathResult:
         ordered = sorted(self.latencies)
         if not ordered:
             return float("nan")
-        return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+        return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]  # nearest rank
 
 
 def component(event: dict) -> str:
