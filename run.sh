@@ -34,7 +34,7 @@ case "${1:-}" in
     exec testbed/cluster.sh "$@"
     ;;
   *)
-    echo "usage: ./run.sh demo | ./run.sh test [pytest args] | ./run.sh cluster up [--chain]|down|status" >&2
+    echo "usage: ./run.sh demo [--real] | ./run.sh test [pytest args] | ./run.sh cluster up [--chain]|down|status" >&2
     exit 2
     ;;
 esac

@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_explain)
 
     d = sub.add_parser("demo", help="emulated cluster + real function server + the sample events")
+    d.add_argument("--real", action="store_true",
+                   help="the story on the real chain (testbed/, needs Go; builds the first time)")
     d.set_defaults(func=cmd_demo)
     return parser
 
@@ -152,6 +154,10 @@ def cmd_invoke(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.real:
+        from kai_fn.local.demo_real import run as run_real
+
+        return run_real()
     from kai_fn.local.demo import run
 
     return run()

@@ -34,6 +34,7 @@ TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 GANG_SCHEDULER = "scheduler-plugins-scheduler"
 ANCHOR_RUNTIME, KAI_FN_RUNTIME = "bench-anchor-coscheduling", "bench-kai-fn"
 ENABLED = {"kai-fn.io/enabled": "true"}
+POOL_LABEL = "kai-fn.testbed/pool"
 FUNCTION_NS, FUNCTION_SA = "kai-fn", "kai-fn"
 
 
@@ -81,16 +82,26 @@ def chain_cluster(nodes: str = "3x8", env: dict[str, str] | None = None, quiet: 
             _run_sh("cluster", "down", env=env, quiet=True)
 
 
-def add_nodes(cluster: Cluster, spec: str) -> None:
-    """simnodes makes sure the nodes of ``spec`` exist (``4x8`` after ``3x8`` adds the fourth)."""
+def add_nodes(cluster: Cluster, spec: str, pool: str | None = None) -> None:
+    """simnodes makes sure the nodes of ``spec`` exist (``4x8`` after ``3x8`` adds the fourth); ``pool`` names
+    another set (``<pool>-0…``, labelled ``kai-fn.testbed/pool=<pool>``)."""
     bin_env = dict(line.split("=", 1) for line in (cluster.state / "bin.env").read_text().split())
-    simnodes = bin_env.get("simnodes") or str(Path(bin_env["kwok"]).parent / "simnodes")
-    done = subprocess.run([simnodes, "--kubeconfig", str(cluster.kubeconfig), spec], capture_output=True, text=True)
+    simnodes = bin_env.get("simnodes") or (str(Path(bin_env["kwok"]).parent / "simnodes") if "kwok" in bin_env else
+                                           _build_dir(REPO / "testbed" / "kwok" / "build.sh") + "/simnodes")
+    done = subprocess.run([simnodes, "--kubeconfig", str(cluster.kubeconfig), *(["--prefix", f"{pool}-"] if pool else []),
+                           spec], capture_output=True, text=True)
     if done.returncode != 0:
         raise ChainError(f"simnodes {spec} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
 
 
-def runtime(name: str, anchor: bool, gpus: int = 1) -> dict[str, Any]:
+def _build_dir(script: Path) -> str:
+    done = subprocess.run([str(script)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ChainError(f"{script.relative_to(REPO)} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def runtime(name: str, anchor: bool, gpus: int = 1, pool: str | None = None) -> dict[str, Any]:
     """A torch runtime whose pods the gang scheduler places. The anchor's gang is Trainer's own (podGroupPolicy
     coscheduling: Trainer writes the PodGroup and the pod label); kai_fn's asks for a gang by its queue label."""
     labels = {"trainer.kubeflow.org/framework": "torch"}
@@ -105,16 +116,16 @@ def runtime(name: str, anchor: bool, gpus: int = 1) -> dict[str, Any]:
                                "limits": {"nvidia.com/gpu": str(gpus)}}}
     spec["template"] = {"spec": {"replicatedJobs": [{"name": "node", "template": {
         "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-        "spec": {"template": {"spec": {"schedulerName": GANG_SCHEDULER, "containers": [container]}}}}}]}}
+        "spec": {"template": {"spec": {"schedulerName": GANG_SCHEDULER, "containers": [container],
+                                       **({"nodeSelector": {POOL_LABEL: pool}} if pool else {})}}}}}]}}
     return {"apiVersion": "/".join(TRAINER), "kind": "ClusterTrainingRuntime",
             "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
-def ensure_runtimes(cluster: Cluster, gpus: int = 1) -> None:
+def ensure_runtimes(cluster: Cluster, *extra: dict[str, Any]) -> None:
     objs = client.CustomObjectsApi(cluster.api)
-    for name, anchor in ((ANCHOR_RUNTIME, True), (KAI_FN_RUNTIME, False)):
-        _ignore_conflict(lambda: objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes",
-                                                                   runtime(name, anchor, gpus)))
+    for body in (runtime(ANCHOR_RUNTIME, True), runtime(KAI_FN_RUNTIME, False), *extra):
+        _ignore_conflict(lambda: objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", body))
 
 
 def namespace(cluster: Cluster, prefix: str, enabled: bool) -> str:

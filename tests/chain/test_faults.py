@@ -60,9 +60,10 @@ def released(cluster: Cluster, ns: str) -> set[str]:
 @pytest.mark.parametrize("fault", [kill_and_restart_function, restart_api_server],
                          ids=["function-killed", "api-server-restarted"])
 def test_a_fault_in_the_middle_of_a_burst_loses_no_trainjob_and_no_pod_names_a_missing_podgroup(
-        cluster: Cluster, fault: Callable[[Cluster, FunctionProcess], None]):
+        cluster: Cluster, fault: Callable[[Cluster, FunctionProcess], None], request: pytest.FixtureRequest):
     ns = namespace(cluster, "faults", enabled=True)
     names = [f"burst-{i:02d}" for i in range(BURST)]
+    request.addfinalizer(lambda: client.CoreV1Api(cluster.api).delete_namespace(ns))
     with kai_fn_running(cluster, [ns]) as fn, PodWatch(cluster.api, ns, check_groups=True) as pods:
         for i, name in enumerate(names):
             if i == BURST // 2:
@@ -80,8 +81,10 @@ def test_a_fault_in_the_middle_of_a_burst_loses_no_trainjob_and_no_pod_names_a_m
     assert [p.name for p in seen if not p.group] == []
 
 
-def test_the_pod_watcher_reports_a_pod_that_names_a_podgroup_that_does_not_exist(cluster: Cluster):
+def test_the_pod_watcher_reports_a_pod_that_names_a_podgroup_that_does_not_exist(cluster: Cluster,
+                                                                                  request: pytest.FixtureRequest):
     ns = namespace(cluster, "faults-watch", enabled=False)
+    request.addfinalizer(lambda: client.CoreV1Api(cluster.api).delete_namespace(ns))
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="orphan", labels={"scheduling.x-k8s.io/pod-group": "never-made"}),
         spec=client.V1PodSpec(scheduler_name="scheduler-plugins-scheduler",
