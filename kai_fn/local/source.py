@@ -78,13 +78,15 @@ def apiserver_event(resource: Resource, obj: dict[str, Any], action: str, source
     kind = "resource" if mode == "Resource" else "ref"
     return sample_of(CloudEvent({
         "id": str(uuid.uuid4()), "type": f"dev.knative.apiserver.{kind}.{action}", "source": source,
+        "datacontenttype": "application/json",
         "subject": f"{prefix}{where}/{resource.plural}/{name}",
         "kind": resource.kind, "apiversion": resource.api_version, "name": name, "namespace": ns,
     }, data))
 
 
 def ping_event() -> Sample:
-    return sample_of(CloudEvent({"id": str(uuid.uuid4()), "type": "dev.knative.sources.ping", "source": PING_SOURCE},
+    return sample_of(CloudEvent({"id": str(uuid.uuid4()), "type": "dev.knative.sources.ping", "source": PING_SOURCE,
+                                "datacontenttype": "application/json"},
                                 {"resync": True}))
 
 
