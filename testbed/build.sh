@@ -8,6 +8,9 @@
 #   testbed/build.sh                    # etcd kube-apiserver kube-controller-manager kubectl launcher
 #   testbed/build.sh kubectl oracle     # any of: etcd kube-apiserver kube-controller-manager kube-scheduler
 #                                       #   kubectl launcher, or <dir> for a main package in testbed/<dir>
+#   testbed/build.sh scheduler kwok     # two binaries each, one directory: "<component>=<dir>"
+#     scheduler: kube-scheduler (+ scheduler-plugins Coscheduling) and podgroup-controller (testbed/scheduler)
+#     kwok:      kwok (sigs.k8s.io/kwok/cmd/kwok) and simnodes (testbed/kwok)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,12 +31,21 @@ log() { echo "build.sh: $*" >&2; }
 exec 9>"$bin_root/.build.lock"
 flock -n 9 || { log "waiting for another build.sh to finish"; flock 9; }
 
-# module_of <component> -> "<module dir> <package> <version label> <hash sources?>"
+# module_of <component> -> "<module dir> <package[,package]> <version label> <hash sources?>"
+# Several packages: one binary each, named after the package's last element, in one directory.
 module_of() {
   case $1 in
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
       echo "$here/kube k8s.io/kubernetes/cmd/$1 $KUBE_VERSION no" ;;
     etcd) echo "$here/etcd . $ETCD_VERSION no" ;;
+    scheduler)
+      local sp
+      sp=$(awk '$1 == "sigs.k8s.io/scheduler-plugins" {print $2}' "$here/scheduler/go.mod")
+      echo "$here/scheduler ./cmd/kube-scheduler,./cmd/podgroup-controller $KUBE_VERSION-$sp yes" ;;
+    kwok)
+      local kw
+      kw=$(awk '$1 == "sigs.k8s.io/kwok" {print $2}' "$here/kwok/go.mod")
+      echo "$here/kwok sigs.k8s.io/kwok/cmd/kwok,./cmd/simnodes $kw yes" ;;
     launcher)
       local js tr
       js=$(awk '$1 == "sigs.k8s.io/jobset" {print $2}' "$here/launcher/go.mod")
@@ -59,7 +71,7 @@ key_of() {
 ldflags_of() {
   local flags="-s -w"
   case $1 in
-    kube-*|kubectl)
+    kube-*|kubectl|scheduler)
       local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
       for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         flags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
@@ -85,17 +97,28 @@ build_one() {
   read -r dir pkg version sources <<<"$(module_of "$c")"
   key=$(key_of "$dir" "$version" "$sources")
   out=$bin_root/$c-$key
-  if [ -x "$out/$c" ]; then
+  local pkgs=() bins=() p built=true result=$out/$c
+  IFS=, read -r -a pkgs <<<"$pkg"
+  if [ ${#pkgs[@]} -gt 1 ]; then
+    result=$out
+    for p in "${pkgs[@]}"; do bins+=("${p##*/}"); done
+  else
+    bins=("$c")
+  fi
+  for p in "${bins[@]}"; do [ -x "$out/$p" ] || built=false; done
+  if $built; then
     log "$c: up to date (nothing built)"
-    echo "$c=$out/$c"
+    echo "$c=$result"
     return
   fi
   local tmp start pid n next
   tmp=$(mktemp -d "$bin_root/.$c.XXXXXX")
   start=$SECONDS
   log "$c: building $version from testbed/${dir#"$here"/} (cold builds take minutes; log: $tmp/build.log)"
+  local target=$tmp/$c
+  [ ${#pkgs[@]} -gt 1 ] && target=$tmp/
   (cd "$dir" && CGO_ENABLED=0 nice -n "$nice_level" go build -mod=readonly -trimpath -v \
-      -ldflags "$(ldflags_of "$c")" -o "$tmp/$c" "$pkg") >"$tmp/build.log" 2>&1 &
+      -ldflags "$(ldflags_of "$c")" -o "$target" "${pkgs[@]}") >"$tmp/build.log" 2>&1 &
   pid=$!
   next=$((start + 30))
   while kill -0 "$pid" 2>/dev/null; do
@@ -116,7 +139,7 @@ build_one() {
   rm -rf "$out"
   mv "$tmp" "$out"
   log "$c: built in $((SECONDS - start))s"
-  echo "$c=$out/$c"
+  echo "$c=$result"
 }
 
 total=$SECONDS

@@ -3,6 +3,9 @@
 #   up      builds what is missing, starts the launcher detached (own session), waits until the API server is
 #           ready and the JobSet webhook answers, and prints the admin kubeconfig path as the last stdout line.
 #           A running testbed is reused.
+#           --chain: the launcher also runs Trainer in-process; once it is ready, kube-scheduler (+ Coscheduling),
+#           podgroup-controller and kwok start (each detached, a log each, pids in chain.pids) and simnodes makes
+#           the nodes of ${KAI_FN_TESTBED_NODES:-4x8} (pool gpu-node).
 #   down    stops the launcher and everything it started; nothing outlives it.
 #   status  reports each component; exit 0 only if the testbed is up and ready.
 # State: ${KAI_FN_TESTBED_DIR:-$HOME/.cache/kai-fn/testbed} (kubeconfig, pids, ready, one log per component).
@@ -72,6 +75,7 @@ up() {
     fi
     say "reusing the running testbed (pid $pid)"
     wait_ready "$pid"
+    $chain && start_chain
     echo "$state/kubeconfig"
     return
   fi
@@ -79,7 +83,9 @@ up() {
   [ -d "$crds" ] || { say "CRD directory $crds is missing (set KAI_FN_CRDS_DIR)"; exit 1; }
   mkdir -p "$state"
   local paths
-  paths=$("$here/build.sh" etcd kube-apiserver kube-controller-manager kubectl launcher) \
+  local build=(etcd kube-apiserver kube-controller-manager kubectl launcher)
+  $chain && build+=(scheduler kwok)
+  paths=$("$here/build.sh" "${build[@]}") \
     || { say "FAILED: build (see the build.sh lines above)"; exit 1; }
   echo "$paths" >"$state/bin.env"
   get() { sed -n "s/^$1=//p" <<<"$paths"; }
@@ -92,12 +98,59 @@ up() {
   echo "$pid" >"$state/launcher.pid"
   say "starting the testbed (launcher pid $pid, chain=$chain)"
   wait_ready "$pid"
+  $chain && start_chain
   say "ready: $(sed -n 's/^api //p' "$state/ready")"
   echo "$state/kubeconfig"
 }
 
+# The chain's scheduling side, started after the launcher is ready; what runs already is kept.
+start_chain() {
+  local sched kwok name p
+  sched=$(sed -n 's/^scheduler=//p' "$state/bin.env")
+  kwok=$(sed -n 's/^kwok=//p' "$state/bin.env")
+  [ -n "$sched" ] && [ -n "$kwok" ] || { echo "bin.env names no scheduler/kwok (log: $state/launcher.log)" >"$state/failure"; fail; }
+  export KUBECONFIG=$state/kubeconfig KAI_FN_TESTBED_DIR=$state
+  touch "$state/chain.pids"
+  start_one() { # start_one NAME COMMAND...: detached, own session, log NAME.log
+    while read -r name p; do
+      [ "$name" = "$1" ] && alive "$p" && pid_is "$p" "$1" && return 0
+    done <"$state/chain.pids"
+    setsid "${@:2}" </dev/null >"$state/$1.log" 2>&1 &
+    echo "$1 $!" >>"$state/chain.pids"
+  }
+  start_one kube-scheduler "$here/scheduler/start.sh" "$sched"
+  start_one podgroup-controller "$sched/podgroup-controller" --kubeconfig="$KUBECONFIG"
+  start_one kwok "$here/kwok/start.sh" "$kwok/kwok"
+  "$kwok/simnodes" "${KAI_FN_TESTBED_NODES:-4x8}" >>"$state/simnodes.log" 2>&1 ||
+    { echo "simnodes: could not make the nodes ${KAI_FN_TESTBED_NODES:-4x8} (log: $state/simnodes.log)" >"$state/failure"; fail; }
+  sleep 1
+  while read -r name p; do
+    alive "$p" || { echo "$name exited at start-up (log: $state/$name.log)" >"$state/failure"; fail; }
+  done <"$state/chain.pids"
+  say "chain: kube-scheduler, podgroup-controller, kwok running; nodes ${KAI_FN_TESTBED_NODES:-4x8}"
+}
+
+stop_chain() {
+  local name p
+  [ -f "$state/chain.pids" ] || return 0
+  while read -r name p; do
+    alive "$p" && pid_is "$p" "$name" && kill -TERM "$p" 2>/dev/null
+  done <"$state/chain.pids"
+  for _ in $(seq 1 20); do
+    local left=false
+    while read -r name p; do alive "$p" && pid_is "$p" "$name" && left=true; done <"$state/chain.pids"
+    $left || break
+    sleep 0.25
+  done
+  while read -r name p; do
+    alive "$p" && pid_is "$p" "$name" && kill -KILL "$p" 2>/dev/null
+  done <"$state/chain.pids"
+  rm -f "$state/chain.pids"
+}
+
 down() {
   local pid name p
+  stop_chain
   pid=$(launcher_pid)
   if alive "$pid" && pid_is "$pid" launcher; then
     kill -TERM "$pid"
@@ -139,6 +192,15 @@ status() {
         echo "  $name: NOT running (log $state/$name.log)"; ok=1
       fi
     done <"$state/pids"
+  fi
+  if [ -f "$state/chain.pids" ]; then
+    while read -r name p; do
+      if alive "$p" && pid_is "$p" "$name"; then
+        echo "  $name: running (pid $p, log $state/$name.log)"
+      else
+        echo "  $name: NOT running (log $state/$name.log)"; ok=1
+      fi
+    done <"$state/chain.pids"
   fi
   echo "  jobset controllers+webhooks: in-process in the launcher (log $state/launcher.log)"
   if [ -f "$state/ready" ]; then

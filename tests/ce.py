@@ -9,13 +9,9 @@ from cloudevents.conversion import to_binary, to_structured
 from cloudevents.http import CloudEvent
 
 from kai_fn.local.invoke import Answer, Sample, post
+from kai_fn.local.source import go_case as _go_case
 
 SOURCE = "https://10.96.0.1:443"
-
-
-def _go_case(headers: dict[str, str]) -> dict[str, str]:
-    """The adapter is written in Go: ``Ce-Specversion``, not ``ce-specversion``."""
-    return {"-".join(part.capitalize() for part in k.split("-")): v for k, v in headers.items()}
 
 
 def _event(ce_type: str, namespace: str, name: str, data: Any, event_id: str | None,

@@ -165,24 +165,47 @@ def _kai(base: Plan, job: TrainJob, sets: list[PodSet], policy: GangPolicy, prob
 
 
 def _scheduler_plugins(base: Plan, job: TrainJob, sets: list[PodSet], problems: list[Problem]) -> Plan:
+    """One flat gang. With ``dependsOn`` only the trainer stage is ganged: Coscheduling has no subgroups, and a
+    gang over every stage could never be met at once (the initializers must finish before the trainer starts)."""
     name = job.metadata.name
     if why := validation.label_value(name):
         problems.append(Problem(f"TrainJob metadata.name (the {keys.SP_POD_GROUP_LABEL} label value)", why))
     problems += _identity_label_problems(job)
-    if any(ps.depends_on for ps in sets):
-        problems.append(Problem(
-            "runtime spec.template.spec.replicatedJobs[].dependsOn",
-            "replicatedJobs start in order, so a flat minMember over all of them can never be met at once; "
-            "the kai flavor uses one subgroup per replicatedJob instead",
-            blocking=False,
-        ))
+    ganged = trainer_stage(sets)
+    if ganged is not sets:
+        base = replace(
+            base,
+            min_member=sum(ps.count for ps in ganged),
+            min_resources={k: str(q) for k, q in sorted(total_requests(ganged).items())},
+            pod_sets=tuple(p for p in base.pod_sets if p.name in {ps.name for ps in ganged}),
+        )
+    problems += [
+        Problem(f"replicatedJob {ps.name!r} spec.template.spec.schedulerName",
+                "is unset (default-scheduler): the gang is only honoured where the scheduler runs Coscheduling; "
+                "name that scheduler's profile (e.g. scheduler-plugins-scheduler) in the runtime's pod templates",
+                blocking=False)
+        for ps in ganged if not ps.pod_spec.scheduler_name
+    ]
     spec = {
         "minMember": base.min_member,
         "minResources": base.min_resources,
         "scheduleTimeoutSeconds": base.schedule_timeout_seconds,
     }
-    templates = tuple(PodTemplateChange(ps.name, labels={keys.SP_POD_GROUP_LABEL: name}, annotations={}) for ps in sets)
+    templates = tuple(PodTemplateChange(ps.name, labels={keys.SP_POD_GROUP_LABEL: name}, annotations={})
+                      for ps in ganged)
     return _finish(base, problems, _podgroup(keys.SP_PODGROUP_API, name, job, spec, base), templates, {})
+
+
+def trainer_stage(sets: list[PodSet]) -> list[PodSet]:
+    """The pod sets of a staged runtime that run together last: those of the trainer ancestor step, else those no
+    other set depends on. ``sets`` itself when nothing depends on anything."""
+    if not any(ps.depends_on for ps in sets):
+        return sets
+    trainer = [ps for ps in sets if ps.ancestor == keys.ANCESTOR_TRAINER]
+    if trainer:
+        return trainer
+    needed = {d for ps in sets for d in ps.depends_on}
+    return [ps for ps in sets if ps.name not in needed]
 
 
 def _pod_set_problems(sets: list[PodSet]) -> list[Problem]:

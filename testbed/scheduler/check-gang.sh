@@ -37,9 +37,13 @@ if ! k get crd podgroups.scheduling.x-k8s.io >/dev/null 2>&1; then
 fi
 
 step "start kube-scheduler, podgroup-controller, kwok (logs in $logs)"
-"$here/start.sh" "$sched" >"$logs/kube-scheduler.log" 2>&1 & pids+=($!)
-"$sched/podgroup-controller" --kubeconfig="$KUBECONFIG" >"$logs/podgroup-controller.log" 2>&1 & pids+=($!)
-"$here/../kwok/start.sh" "$kwokbin/kwok" >"$logs/kwok.log" 2>&1 & pids+=($!)
+if [ -s "$logs/chain.pids" ]; then  # `cluster up --chain` runs them already
+  echo "using the running chain's kube-scheduler, podgroup-controller and kwok"
+else
+  "$here/start.sh" "$sched" >"$logs/kube-scheduler.log" 2>&1 & pids+=($!)
+  "$sched/podgroup-controller" --kubeconfig="$KUBECONFIG" >"$logs/podgroup-controller.log" 2>&1 & pids+=($!)
+  "$here/../kwok/start.sh" "$kwokbin/kwok" >"$logs/kwok.log" 2>&1 & pids+=($!)
+fi
 
 k create namespace "$ns" >/dev/null
 

@@ -15,7 +15,6 @@ from kubernetes.client.rest import ApiException
 
 from tests.ce import ping, send
 from tests.conftest import sample_object
-from tests.testbed.conftest import live_cluster
 from tests.testbed.kai_fn_install import (
     TRAINER, admission_policy, create_ignoring_conflict, create_trainjob, enabled_namespace, function_process,
 )
@@ -29,16 +28,9 @@ JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 
 
 @pytest.fixture(scope="module")
-def chain(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
-    started = live_cluster(pytestconfig, "--chain")
-    cluster = next(started)
-    try:
-        webhooks = cluster.kubectl("get", "validatingwebhookconfigurations", "-o", "name").stdout
-        if "trainer" not in webhooks:
-            pytest.skip("a testbed without Trainer is running (reused); stop it to run the chain tier")
-        yield cluster
-    finally:
-        started.close()  # stops the testbed if this fixture started it
+def chain(chain_testbed: LiveCluster) -> LiveCluster:
+    """The session's chain testbed (tests/chain/conftest.py), without kai_fn's chain process: this test runs its own."""
+    return chain_testbed
 
 
 def wait_for(what: str, probe, deadline_s: float = 120) -> Any:

@@ -16,7 +16,7 @@ STAGED = runtime(rjob("dataset-initializer", ancestor="dataset-initializer"),
 FLAT = runtime(ml_policy={"numNodes": 2, "torch": {}})
 
 
-@pytest.mark.parametrize("rt", [FLAT, STAGED], ids=["flat", "staged"])
+@pytest.mark.parametrize("rt", [FLAT, STAGED], ids=["flat", "staged"])  # scheduler-plugins gangs only "node" of STAGED
 @pytest.mark.parametrize("flavor", ["kai", "scheduler-plugins"])
 def test_patched_jobset_carries_the_plan_fits_the_crd_and_keeps_everything_else(rt, flavor):
     job = trainjob()
@@ -26,10 +26,13 @@ def test_patched_jobset_carries_the_plan_fits_the_crd_and_keeps_everything_else(
     ops = jobset_patch(result, live)
     patched = jsonpatch.apply_patch(live, ops)
     crds.validate(patched)
-    for change, rj in zip(result.pod_templates, patched["spec"]["replicatedJobs"], strict=True):
-        meta = rj["template"]["spec"]["template"]["metadata"]
+    by_name = {rj["name"]: rj["template"]["spec"]["template"].get("metadata", {})
+               for rj in patched["spec"]["replicatedJobs"]}
+    for change in result.pod_templates:
+        meta = by_name.pop(change.replicated_job)
         assert change.labels.items() <= meta["labels"].items()
         assert change.annotations.items() <= meta.get("annotations", {}).items()
+    assert all(not meta for meta in by_name.values())  # a stage outside the gang is left as it was
     assert result.jobset_annotations.items() <= patched["metadata"].get("annotations", {}).items()
     # Nothing but the added metadata changed: strip it and the original comes back.
     for rj, original in zip(patched["spec"]["replicatedJobs"], live["spec"]["replicatedJobs"], strict=True):

@@ -191,11 +191,46 @@ def test_empty_runtime_blocks():
     assert result.blocked and "no pods" in str(result.problems[0])
 
 
-def test_scheduler_plugins_with_depends_on_warns_but_plans():
-    rt = runtime(rjob("init", ancestor="dataset-initializer"), rjob("node", depends_on=["init"]))
+GPU = {"nvidia.com/gpu": "8"}
+STAGED = [
+    # (runtime, ganged replicatedJobs, minMember, minResources gpus)
+    pytest.param(runtime(rjob("dataset-initializer", ancestor="dataset-initializer"),
+                         rjob("node", depends_on=["dataset-initializer"],
+                              containers=[container(requests=GPU, limits=GPU)]), ml_policy={"numNodes": 4, "torch": {}}),
+                 ["node"], 4, "32", id="initializer-then-trainer"),
+    pytest.param(runtime(rjob("dataset-initializer", ancestor="dataset-initializer"),
+                         rjob("model-initializer", ancestor="model-initializer"),
+                         rjob("node", depends_on=["dataset-initializer", "model-initializer"],
+                              containers=[container(requests=GPU, limits=GPU)]), ml_policy={"numNodes": 2, "torch": {}}),
+                 ["node"], 2, "16", id="two-initializers-then-trainer"),
+    pytest.param(runtime(rjob("prep", ancestor=None), rjob("work", ancestor=None, depends_on=["prep"],
+                                                              containers=[container(requests=GPU, limits=GPU)])),
+                 ["work"], 1, "8", id="no-trainer-ancestor-the-last-stage"),
+    pytest.param(runtime(rjob("launcher", ancestor=None), rjob("node", containers=[container(requests=GPU, limits=GPU)]),
+                         ml_policy={"numNodes": 2, "torch": {}}),
+                 ["launcher", "node"], 3, "16", id="no-dependsOn-every-replicatedJob"),
+]
+
+
+@pytest.mark.parametrize("rt, ganged, min_member, gpus", STAGED)
+def test_scheduler_plugins_gangs_only_the_trainer_stage_of_a_staged_runtime(rt, ganged, min_member, gpus):
+    """Coscheduling has no subgroups: a gang over every stage would wait for initializers that cannot start."""
     result = make(trainjob(), rt, flavor="scheduler-plugins")
-    assert result.actionable and not result.blocked
-    assert [p.blocking for p in result.problems] == [False]
+    assert result.actionable and not result.problems
+    assert [t.replicated_job for t in result.pod_templates] == ganged
+    assert result.podgroup["spec"]["minMember"] == min_member == result.min_member
+    assert result.podgroup["spec"]["minResources"]["nvidia.com/gpu"] == gpus
+    assert [p.name for p in result.pod_sets] == ganged
+    crds.validate(result.podgroup)
+
+
+def test_scheduler_plugins_warns_when_a_gang_pod_names_no_scheduler():
+    """The Coscheduling profile's name is the cluster's choice, so a missing schedulerName warns, never blocks."""
+    rt = runtime(rjob("init", ancestor="dataset-initializer", scheduler=None),
+                 rjob("node", depends_on=["init"], scheduler=None))
+    result = make(trainjob(), rt, flavor="scheduler-plugins")
+    assert result.actionable
+    assert [(p.blocking, "'node'" in str(p)) for p in result.problems] == [(False, True)]
 
 
 @pytest.mark.parametrize("ref, message", [

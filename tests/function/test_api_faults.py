@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from kai_fn.local.emulator import Call, Fault
-from tests.adapter import Adapter
+from kai_fn.local.delivery import Adapter
 from tests.ce import ping
 from tests.reliability import (
     DONE, JS_PATCHED, PERIOD, PG_ONLY, RETRYABLE_STATES, SEED, check_answers, deliver_all, gang_events, make_job,

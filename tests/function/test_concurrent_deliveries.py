@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from kai_fn.local.emulator import Call, Fault
-from tests.adapter import Adapter, Delivery
+from kai_fn.local.delivery import Adapter, Delivery
 from tests.conftest import JOBSET, KAI_PG
 from tests.reliability import (
     DONE, PERIOD, check_answers, gang_events, make_job, plant, pod_templates, publish, safety_violations, state_of,

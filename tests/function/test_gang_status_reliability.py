@@ -1,6 +1,6 @@
 """The gang's status under faults, duplicates and reordering: never a wrong report, never the same one twice.
 
-Deliveries go through :class:`tests.adapter.Adapter` (the ApiServerSource's retries for a direct sink). The test
+Deliveries go through :class:`kai_fn.local.delivery.Adapter` (the ApiServerSource's retries for a direct sink). The test
 plays KAI: it writes the PodGroup's conditions and binds pods, then delivers the PodGroup updates a watch would
 have seen, in order, shuffled, duplicated or all at once.
 """
@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from kai_fn.local.emulator import Call, Fault
-from tests.adapter import Adapter, Delivery
+from kai_fn.local.delivery import Adapter, Delivery
 from tests.ce import ping, resource
 from tests.conftest import KAI_PG, TRAINER
 from tests.function.test_function import NAME, NS, PG

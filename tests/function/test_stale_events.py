@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kai_fn.local.emulator import Emulator
-from tests.adapter import Adapter
+from kai_fn.local.delivery import Adapter
 from tests.ce import ref, resource
 from tests.conftest import JOBSET, KAI_PG, TRAINER, seed
 from tests.reliability import (

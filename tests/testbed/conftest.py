@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -88,12 +89,23 @@ def _cluster(*args: str, capture: bool) -> subprocess.CompletedProcess[str]:
                           stdout=subprocess.PIPE if capture else subprocess.DEVNULL, stderr=None)
 
 
+# The testbed this run started, and how to stop it: a run holds one testbed at a time (`up --chain` and plain `up`
+# refuse each other), so asking for the other kind stops ours first. pytest runs tests/chain before tests/testbed.
+_ours: dict[str, Any] = {}
+
+
 def live_cluster(pytestconfig: pytest.Config, *up_args: str) -> Iterator[LiveCluster]:
     """Start (or reuse) the testbed with `./run.sh cluster up *up_args`; stop it at the end only if this call
-    started it. For other tiers' session fixtures, e.g. ``yield from live_cluster(pytestconfig, "--chain")``."""
+    started it. For other tiers' session fixtures, e.g. ``yield from live_cluster(pytestconfig, "--chain")``.
+    A testbed of the other kind that this run started is stopped first."""
     if SKIPPED:
         pytest.skip(NO_GO)
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    if _ours and _ours["args"] != up_args:
+        for callback in reversed(_ours["before_stop"]):
+            callback()
+        _ours["stop"]()
+        _ours.clear()
     with capture.global_and_fixture_disabled():  # build and start-up progress, live
         reused = _cluster("status", capture=True).returncode == 0
         up = _cluster("up", *up_args, capture=True)
@@ -104,13 +116,27 @@ def live_cluster(pytestconfig: pytest.Config, *up_args: str) -> Iterator[LiveClu
     state = kubeconfig.parent
     kubectl = Path(dict(line.split("=", 1) for line in (state / "bin.env").read_text().split())["kubectl"])
     api = config.new_client_from_config(config_file=str(kubeconfig))
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        if not stopped and not reused:
+            with capture.global_and_fixture_disabled():
+                _cluster("down", capture=False)
+        stopped = True
+
+    _ours.update(args=up_args, stop=stop, before_stop=[])
     try:
         yield LiveCluster(kubeconfig=kubeconfig, api=api, kubectl_path=kubectl)
     finally:
         api.close()
-        if not reused:
-            with capture.global_and_fixture_disabled():
-                _cluster("down", capture=False)
+        stop()
+
+
+def before_stop(callback) -> None:
+    """Run ``callback`` before this run stops its testbed for one of the other kind (what runs against it)."""
+    if _ours:
+        _ours["before_stop"].append(callback)
 
 
 @pytest.fixture(scope="session")

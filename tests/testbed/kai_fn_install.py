@@ -40,7 +40,7 @@ def apply(testbed: LiveCluster, objs: list[dict[str, Any]]) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
         yaml.safe_dump_all(objs, f)
         f.flush()
-        testbed.kubectl("apply", "--server-side", "--field-manager=kai-fn-tests", "-f", f.name)
+        testbed.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=kai-fn-tests", "-f", f.name)
 
 
 def rendered(kinds: set[str]) -> list[dict[str, Any]]:

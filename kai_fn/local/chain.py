@@ -1,0 +1,205 @@
+"""kai_fn on the chain testbed (``./run.sh cluster up --chain``), as a cluster would run it, for the tests and the demo.
+
+:func:`running` applies from knative/overlays/scheduler-plugins what a cluster without Knative can hold (the
+function's Namespace, ServiceAccounts, ClusterRoles and bindings; the admission policy), the sample runtimes of
+samples/chain, and then runs the function as a functions-framework process with its ServiceAccount's token and
+``KAI_PODGROUP_FLAVOR=scheduler-plugins``, fed by the ApiServerSource and PingSource stand-ins of
+:mod:`kai_fn.local.source` (with OIDC-style tokens when ``audience`` is set). Everything it started stops on exit,
+and the admission policy is removed (the testbed may be shared with tiers that do not expect it).
+"""
+from __future__ import annotations
+
+import copy
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from kai_fn.local.process import REPO, FunctionProcess
+from kai_fn.local.source import PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
+
+OVERLAY = REPO / "knative" / "overlays" / "scheduler-plugins"
+SAMPLES = REPO / "samples" / "chain"
+NAMESPACE = "kai-fn"
+FUNCTION_SA = "kai-fn"
+ENABLED = {"kai-fn.io/enabled": "true"}
+POLICY = "kai-fn-auto-suspend"
+TRAINER = ("trainer.kubeflow.org", "v1alpha1")
+FLAVOR = "scheduler-plugins"
+# The identities Knative gives each source when authentication-oidc is on (see knative/base).
+SOURCE_SAS = {
+    "trainjobs": "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource",
+    "podgroups": "kai-fn-podgroups-oidc-sources.knative.dev-apiserversource",
+    "ping": "kai-fn-resync-oidc-sources.knative.dev-pingsource",
+}
+RUNTIMES = ("clustertrainingruntime-chain.yaml", "clustertrainingruntime-chain-staged.yaml")
+_FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+_POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+
+
+def kubectl_of(kubeconfig: Path) -> Path:
+    """The testbed's kubectl, named in bin.env next to its kubeconfig."""
+    env = dict(line.split("=", 1) for line in (kubeconfig.parent / "bin.env").read_text().split())
+    return Path(env["kubectl"])
+
+
+def sample(name: str) -> dict[str, Any]:
+    return yaml.safe_load((SAMPLES / name).read_text())
+
+
+@dataclass
+class Chain:
+    """The running chain: the admin client and kubectl, the function's URL, and the sources feeding it."""
+
+    kubeconfig: Path
+    api: client.ApiClient
+    kubectl_path: Path
+    function: FunctionProcess
+    sources: list[ApiServerSource | PingSource] = field(default_factory=list)
+    log_dir: Path | None = None
+
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(self.kubectl_path), "--kubeconfig", str(self.kubeconfig), *args],
+                              input=stdin, capture_output=True, text=True, check=check)
+
+    def apply(self, objs: list[dict[str, Any]]) -> None:
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=kai-fn-chain", "-f", "-",
+                     stdin=yaml.safe_dump_all(objs))
+
+    def namespace(self, prefix: str, *, enabled: bool = True) -> str:
+        """A fresh namespace, labelled for kai_fn (sources and admission policy) unless ``enabled`` is False."""
+        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        client.CoreV1Api(self.api).create_namespace(client.V1Namespace(
+            metadata=client.V1ObjectMeta(name=name, labels=ENABLED if enabled else None)))
+        return name
+
+    def runtime(self, namespace: str, *, staged: bool = False, pool: str | None = None,
+                scheduler: str | None = None, name: str = "chain") -> dict[str, Any]:
+        """A namespaced TrainingRuntime copied from samples/chain: its pods kept on the simnodes pool ``pool``
+        (``kai-fn.testbed/pool``) and, with ``scheduler``, sent to another scheduler profile."""
+        rt = sample(RUNTIMES[1] if staged else RUNTIMES[0])
+        rt["kind"], rt["metadata"] = "TrainingRuntime", {**rt["metadata"], "name": name, "namespace": namespace}
+        for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]:
+            pod = rj["template"]["spec"]["template"]["spec"]
+            if pool:
+                pod["nodeSelector"] = {"kai-fn.testbed/pool": pool}
+            if scheduler:
+                pod["schedulerName"] = scheduler
+        return client.CustomObjectsApi(self.api).create_namespaced_custom_object(
+            *TRAINER, namespace, "trainingruntimes", rt)
+
+    def trainjob(self, namespace: str, name: str, runtime: str = "chain", *, kind: str = "TrainingRuntime",
+                 num_nodes: int = 4) -> dict[str, Any]:
+        """Submits a TrainJob plainly (no suspend); in a labelled namespace the admission policy suspends it."""
+        job = copy.deepcopy(sample("trainjob-chain.yaml"))
+        job["metadata"] = {"name": name, "namespace": namespace}
+        job["spec"]["runtimeRef"] = {"name": runtime, "kind": kind, "apiGroup": TRAINER[0]}
+        job["spec"]["trainer"]["numNodes"] = num_nodes
+        return client.CustomObjectsApi(self.api).create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", job)
+
+
+def _token(core: client.CoreV1Api, namespace: str, name: str, audiences: list[str], seconds: int) -> str:
+    _ignore_conflict(lambda: core.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))))
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=audiences, expiration_seconds=seconds))
+    return core.create_namespaced_service_account_token(name, namespace, request).status.token
+
+
+def _ignore_conflict(create: Callable[[], Any]) -> None:
+    try:
+        create()
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def _wait_for_policy(chain: Chain, timeout: float = 120) -> None:
+    """The API server loads a policy asynchronously; a dry-run create in a labelled namespace tells when it acts
+    (503 meanwhile, right after the CRDs are installed, until the TrainJob schema reaches /openapi/v3)."""
+    ns = chain.namespace("kai-fn-probe")
+    objs = client.CustomObjectsApi(chain.api)
+    job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "probe"},
+           "spec": {"runtimeRef": {"name": "chain-gang"}}}
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                made = objs.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", job, dry_run="All")
+            except ApiException as e:
+                if e.status != 503:
+                    raise
+                made = {"metadata": {}}
+            if (made["metadata"].get("annotations") or {}).get("kai-fn/auto-suspended") == "true":
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the admission policy {POLICY} did not take effect within {timeout:.0f}s")
+            time.sleep(0.5)
+    finally:
+        client.CoreV1Api(chain.api).delete_namespace(ns)
+
+
+@contextmanager
+def running(kubeconfig: str | Path, *, audience: str | None = "kai-fn", ping_seconds: float = 30.0,
+            policy: bool = True, log_dir: str | Path | None = None, settings: dict[str, str] | None = None,
+            token_seconds: int = 6 * 3600) -> Iterator[Chain]:
+    """The chain around a running ``cluster up --chain`` testbed; see the module docstring.
+
+    ``audience``: None delivers without tokens (authentication-oidc off). ``log_dir``: where ``function.log``
+    goes (default: the testbed's state dir, next to the kubeconfig). ``settings``: more KAI_* variables.
+    """
+    kubeconfig = Path(kubeconfig)
+    logs = Path(log_dir) if log_dir else kubeconfig.parent
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+        stack.callback(api.close)
+        kubectl = kubectl_of(kubeconfig)
+        rendered = yaml.safe_load_all(subprocess.run([str(kubectl), "kustomize", str(OVERLAY)], capture_output=True,
+                                                     text=True, check=True).stdout)
+        objs = [o for o in rendered if o]
+        probe = Chain(kubeconfig, api, kubectl, function=None)  # type: ignore[arg-type]
+        probe.apply([o for o in objs if o["kind"] in _FUNCTION_KINDS] + [sample(r) for r in RUNTIMES])
+        if policy:
+            stack.callback(lambda: [probe.kubectl("delete", f"{plural}.admissionregistration.k8s.io", POLICY,
+                                                  "--ignore-not-found", check=False)
+                                    for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies")])
+            probe.apply([o for o in objs if o["kind"] in _POLICY_KINDS])
+            _wait_for_policy(probe)
+
+        core = client.CoreV1Api(api)
+        admin = api.configuration
+        fn_config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "kai-fn",
+            "clusters": [{"name": "testbed", "cluster": {"server": admin.host,
+                                                         "certificate-authority": admin.ssl_ca_cert}}],
+            "users": [{"name": "kai-fn", "user": {"token": _token(core, NAMESPACE, FUNCTION_SA, [], token_seconds)}}],
+            "contexts": [{"name": "kai-fn", "context": {"cluster": "testbed", "user": "kai-fn"}}],
+        }
+        (Path(tmp) / "kubeconfig").write_text(yaml.safe_dump(fn_config))
+        env = {"KUBECONFIG": str(Path(tmp) / "kubeconfig"), "KAI_PODGROUP_FLAVOR": FLAVOR,
+               "KAI_FN_RUNTIME_CACHE_SECONDS": "0"}
+        tokens: dict[str, Callable[[], str] | None] = dict.fromkeys(SOURCE_SAS)
+        if audience:
+            env |= {"KAI_FN_AUDIENCE": audience,
+                    "KAI_FN_SENDERS": ",".join(f"system:serviceaccount:{NAMESPACE}:{sa}" for sa in SOURCE_SAS.values())}
+            for key, sa in SOURCE_SAS.items():
+                token = _token(core, NAMESPACE, sa, [audience], token_seconds)
+                tokens[key] = lambda token=token: token
+        log = stack.enter_context((logs / "function.log").open("ab"))
+        function = stack.enter_context(FunctionProcess({**env, **(settings or {})}, log=log))
+        chain = Chain(kubeconfig, api, kubectl, function, log_dir=logs)
+        chain.sources = [
+            stack.enter_context(ApiServerSource(api, TRAINJOBS, function.url, token=tokens["trainjobs"])),
+            stack.enter_context(ApiServerSource(api, PODGROUPS[FLAVOR], function.url, token=tokens["podgroups"])),
+            stack.enter_context(PingSource(function.url, ping_seconds, token=tokens["ping"])),
+        ]
+        yield chain

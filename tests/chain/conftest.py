@@ -1,0 +1,121 @@
+"""The chain tier: the testbed with Trainer in-process, kube-scheduler with Coscheduling, kwok and simulated GPU nodes
+(``./run.sh cluster up --chain``), and kai_fn running on it as a cluster runs it (kai_fn/local/chain.py).
+
+Every test under tests/chain is marked ``chain``. One chain per session; scenarios keep to their own namespaces and
+to their own simnodes pools (nodes ``<pool>-N`` labelled ``kai-fn.testbed/pool=<pool>``), and delete both.
+The chain's function and sources live from the first scenario to the end of the session; a test that runs its own
+function (test_plain_submission.py, kai flavor) must run before them, hence the scenario files' names
+(test_scenario_N_*.py sort after it).
+Figures worth reading (binding spread, timings) are printed in the terminal summary, never asserted.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kai_fn.local.chain import Chain, running
+from tests.testbed.conftest import SKIPPED, LiveCluster, before_stop, live_cluster
+
+HERE = Path(__file__).resolve().parent
+POOL_LABEL = "kai-fn.testbed/pool"
+REPORT: list[str] = []
+collect_ignore_glob = ["test_*.py"] if SKIPPED else []  # tests/testbed/conftest.py says why, in one line
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.chain)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if REPORT:
+        terminalreporter.section("chain figures")
+        for line in REPORT:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def chain_testbed(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
+    started = live_cluster(pytestconfig, "--chain")
+    cluster = next(started)
+    try:
+        if "trainer" not in cluster.kubectl("get", "validatingwebhookconfigurations", "-o", "name").stdout:
+            pytest.fail("a testbed without Trainer is running (not started by this run): "
+                        "./run.sh cluster down, then run the chain tier again", pytrace=False)
+        yield cluster
+    finally:
+        started.close()
+
+
+@pytest.fixture(scope="session")
+def chain(chain_testbed: LiveCluster) -> Iterator[Chain]:
+    """kai_fn on the chain: function process, ApiServerSource and PingSource stand-ins, admission policy."""
+    stack = ExitStack()
+    before_stop(stack.close)
+    with stack:
+        yield stack.enter_context(running(chain_testbed.kubeconfig, ping_seconds=10))
+
+
+class Pool:
+    """A set of simulated GPU nodes of a scenario's own (simnodes ``-prefix <name>-``)."""
+
+    def __init__(self, chain: Chain, name: str) -> None:
+        self.chain, self.name = chain, name
+        env = dict(line.split("=", 1) for line in (chain.kubeconfig.parent / "bin.env").read_text().split())
+        self.simnodes = Path(env["kwok"]) / "simnodes"
+
+    def ensure(self, spec: str) -> None:
+        """``NxG``: nodes <name>-0..N-1 with G GPUs each exist (existing ones are kept)."""
+        subprocess.run([str(self.simnodes), "-kubeconfig", str(self.chain.kubeconfig), "-prefix", f"{self.name}-",
+                        spec], check=True, capture_output=True, text=True)
+
+    def delete(self) -> None:
+        self.chain.kubectl("delete", "nodes", "-l", f"{POOL_LABEL}={self.name}", "--ignore-not-found", "--wait=false",
+                           check=False)
+
+
+@pytest.fixture
+def pool(chain: Chain, request: pytest.FixtureRequest) -> Callable[[str], Pool]:
+    made: list[Pool] = []
+
+    def make(name: str) -> Pool:
+        p = Pool(chain, name)
+        p.delete()  # a previous run's leftovers
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.delete()
+
+
+@pytest.fixture
+def namespaces(chain: Chain) -> Iterator[Callable[..., str]]:
+    made: list[str] = []
+
+    def make(prefix: str, *, enabled: bool = True) -> str:
+        made.append(chain.namespace(prefix, enabled=enabled))
+        return made[-1]
+
+    yield make
+    for ns in made:
+        client.CoreV1Api(chain.api).delete_namespace(ns)
+
+
+def wait_for(what: str, probe: Callable[[], Any], deadline_s: float = 120, explain: Callable[[], str] | None = None
+             ) -> Any:
+    """Polls until ``probe()`` is truthy; the deadline only bounds a hang, and the failure says what was seen."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if found := probe():
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"not within {deadline_s:.0f}s: {what}" + (f"\n{explain()}" if explain else ""))

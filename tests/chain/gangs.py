@@ -1,0 +1,61 @@
+"""What the chain scenarios read off the cluster: a TrainJob's pods, bound or waiting, and its PodGroup."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kai_fn.local.chain import Chain
+
+JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+TRAINJOB = "jobset.sigs.k8s.io/jobset-name"  # Trainer names the JobSet after the TrainJob
+SP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+def pods(chain: Chain, ns: str, trainjob: str, replicated_job: str = "node") -> list[client.V1Pod]:
+    return [p for p in client.CoreV1Api(chain.api).list_namespaced_pod(
+        ns, label_selector=f"{TRAINJOB}={trainjob},{JOB}={replicated_job}").items
+        if p.metadata.deletion_timestamp is None]
+
+
+def bound(ps: list[client.V1Pod]) -> list[client.V1Pod]:
+    return [p for p in ps if p.spec.node_name]
+
+
+def turned_away(p: client.V1Pod) -> bool:
+    """The scheduler tried the pod and left it pending (PodScheduled=False, Unschedulable)."""
+    return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+               for c in p.status.conditions or [])
+
+
+def tried(ps: list[client.V1Pod]) -> bool:
+    return all(p.spec.node_name or turned_away(p) for p in ps)
+
+
+def scheduled_at(p: client.V1Pod) -> datetime:
+    return next(c.last_transition_time for c in p.status.conditions or []
+                if c.type == "PodScheduled" and c.status == "True")
+
+
+def spread(ps: list[client.V1Pod]) -> float:
+    """Seconds between the first and the last binding (the API's timestamps have whole seconds)."""
+    times = [scheduled_at(p) for p in ps]
+    return (max(times) - min(times)).total_seconds()
+
+
+def podgroup(chain: Chain, ns: str, name: str) -> dict | None:
+    try:
+        return client.CustomObjectsApi(chain.api).get_namespaced_custom_object(
+            "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", name)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def table(chain: Chain, ns: str) -> str:
+    """Every pod of the namespace, its node and phase: what a failure message shows."""
+    rows = [f"{p.metadata.name:40} {p.spec.node_name or '-':16} {p.status.phase}"
+            for p in client.CoreV1Api(chain.api).list_namespaced_pod(ns).items]
+    return "\n".join([f"pods in {ns}:", *rows] if rows else [f"no pods in {ns}"])

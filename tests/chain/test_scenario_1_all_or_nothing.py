@@ -1,0 +1,42 @@
+"""Scenario 1, all or nothing: a TrainJob of 4 nodes x 8 GPUs on a pool with 3 free nodes gets its PodGroup and all 4
+trainer pods, none bound; a fourth node makes all 4 bind. Without a gang (default-scheduler, same kube-scheduler
+binary), the same pods on 3 nodes: 3 bind and hold 24 GPUs, the fourth waits."""
+from __future__ import annotations
+
+from tests.chain.conftest import REPORT, wait_for
+from tests.chain.gangs import SP_LABEL, bound, podgroup, pods, spread, table, tried
+
+
+def test_a_gang_binds_whole_only_once_the_fourth_node_is_there(chain, pool, namespaces):
+    nodes = pool("aon")
+    nodes.ensure("3x8")
+    ns = namespaces("aon")
+    chain.runtime(ns, pool="aon")
+    chain.trainjob(ns, "tj", num_nodes=4)
+    seen = lambda: table(chain, ns)  # noqa: E731
+
+    group = wait_for("kai_fn makes the PodGroup", lambda: podgroup(chain, ns, "tj"), explain=seen)
+    assert group["spec"]["minMember"] == 4 and group["spec"]["minResources"]["nvidia.com/gpu"] == "32"
+    trainers = wait_for("Trainer's 4 trainer pods exist and the scheduler tried each",
+                        lambda: (ps := pods(chain, ns, "tj")) and len(ps) == 4 and tried(ps) and ps, explain=seen)
+    assert all(p.metadata.labels.get(SP_LABEL) == "tj" for p in trainers)
+    assert bound(trainers) == [], "a gang of 4 pods must not bind in part on 3 nodes"
+
+    nodes.ensure("4x8")
+    trainers = wait_for("all 4 trainer pods bind after the 4th node",
+                        lambda: len(bound(ps := pods(chain, ns, "tj"))) == 4 and ps, explain=seen)
+    assert len({p.spec.node_name for p in trainers}) == 4
+    REPORT.append(f"all-or-nothing: the 4 pods bound within {spread(trainers):.0f} s of each other "
+                  "(PodScheduled timestamps, whole seconds)")
+
+
+def test_without_a_gang_three_pods_hold_their_gpus_and_the_fourth_waits(chain, pool, namespaces):
+    pool("plain").ensure("3x8")
+    ns = namespaces("plain", enabled=False)  # out of kai_fn's sight: no policy, no events
+    chain.runtime(ns, pool="plain", scheduler="default-scheduler")
+    chain.trainjob(ns, "tj", num_nodes=4)
+    trainers = wait_for("4 trainer pods exist and default-scheduler tried each",
+                        lambda: (ps := pods(chain, ns, "tj")) and len(ps) == 4 and tried(ps) and ps,
+                        explain=lambda: table(chain, ns))
+    assert len(bound(trainers)) == 3
+    assert podgroup(chain, ns, "tj") is None and not any(SP_LABEL in p.metadata.labels for p in trainers)
