@@ -28,8 +28,8 @@ from kubernetes import client
 
 from kai_fn.local.podwatch import PodWatch
 from kai_fn.local.realchain import (
-    ANCHOR_RUNTIME, KAI_FN_RUNTIME, ChainError, Cluster, chain_cluster, ensure_runtimes, kai_fn_running, namespace,
-    submit, trainjob,
+    ANCHOR_RUNTIME, KAI_FN_RUNTIME, ChainError, Cluster, chain_cluster, ensure_anchor_runtime, kai_fn_running,
+    namespace, submit, trainjob,
 )
 from kai_fn.local.tables import table
 
@@ -174,11 +174,11 @@ def main(argv: list[str] | None = None) -> int:
             if not audit.exists():
                 raise ChainError(f"no audit log at {audit}: a testbed started without it is running there; "
                                  "./run.sh cluster down first")
-            ensure_runtimes(cluster)
+            ensure_anchor_runtime(cluster)
             anchor_ns = namespace(cluster, "bench-anchor", enabled=False)
             kai_ns = namespace(cluster, "bench-kai-fn", enabled=True)
             results = []
-            with kai_fn_running(cluster, [kai_ns], log=state / "kai-fn.log"):
+            with kai_fn_running(cluster):
                 for name, ns, rt in (("anchor", anchor_ns, ANCHOR_RUNTIME), ("kai-fn", kai_ns, KAI_FN_RUNTIME)):
                     print(f"bench chain: {name}: {args.jobs} TrainJobs in {ns}", flush=True)
                     results.append(burst(cluster, name, ns, rt, args.jobs, args.pods, audit, args.deadline))

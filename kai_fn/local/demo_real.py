@@ -14,14 +14,10 @@ from collections.abc import Callable
 from kubernetes import client
 
 from kai_fn.local.podwatch import PodSeen, PodWatch
-from kai_fn.local.realchain import (
-    POOL_LABEL, ChainError, Cluster, add_nodes, chain_cluster, ensure_runtimes, kai_fn_running, namespace, runtime,
-    submit, trainjob,
-)
+from kai_fn.local.realchain import POOL_LABEL, ChainError, Cluster, add_nodes, chain_cluster, kai_fn_running
 from kai_fn.local.tables import table
 
 POOL = "demo-gpu"
-RUNTIME = "demo-torch-gang"
 JOB = "llama-pretrain"
 NODES, GPUS = 4, 8
 
@@ -88,36 +84,44 @@ def _story(cluster: Cluster, began: float) -> int:
     core = client.CoreV1Api(cluster.api)
     say(f"adding a pool of 3 simulated GPU nodes ({POOL}-0..2, 8 GPUs each)")
     add_nodes(cluster, "3x8", POOL)
-    ensure_runtimes(cluster, runtime(RUNTIME, anchor=False, gpus=GPUS, pool=POOL))
-    ns = namespace(cluster, "demo-real", enabled=True)
+    ns = None
     try:
-        say("starting kai_fn: the function (its ServiceAccount's token) and its event source")
-        with kai_fn_running(cluster, [ns], log=cluster.state / "demo-kai-fn.log"), PodWatch(cluster.api, ns) as pods:
-            say(f"submitting TrainJob {ns}/{JOB} plainly: {NODES} nodes x {GPUS} GPUs, on 3 nodes")
-            submit(cluster, ns, trainjob(JOB, RUNTIME, nodes=NODES, gpus=GPUS))
-            seen = watch_until(pods, lambda s: len(s) == NODES and _tried(core, ns, s), 60)
-            if len(seen) != NODES:
-                raise ChainError(f"{len(seen)} of {NODES} pods were made within 60 s")
-            groups = {p.group for p in seen}
-            if any(p.node for p in seen):
-                raise ChainError("a pod was bound on 3 nodes: the gang did not hold")
-            say(f"all or nothing: {NODES} pods exist, all in PodGroup {groups.pop()}, none bound (needs 32 GPUs, 24 free)")
-            say(f"adding a 4th node ({POOL}-3)")
-            added = time.monotonic()
-            add_nodes(cluster, "4x8", POOL)
-            seen = watch_until(pods, lambda s: all(p.node for p in s), 60)
-            if not all(p.node for p in seen):
-                raise ChainError("the gang did not bind within 60 s of the 4th node")
-            times = [p.bound_at for p in seen if p.bound_at]
-            say(f"the gang bound: all {NODES} pods within {max(times) - min(times):.1f} s of each other, "
-                f"{max(times) - added:.1f} s after the node was added")
+        say("starting kai_fn: the function (its ServiceAccount's token), its event sources, the admission policy")
+        with kai_fn_running(cluster) as chain:
+            ns = chain.namespace("demo-real")
+            chain.runtime(ns, pool=POOL)
+            with PodWatch(cluster.api, ns) as pods:
+                say(f"submitting TrainJob {ns}/{JOB} plainly: {NODES} nodes x {GPUS} GPUs, on 3 nodes")
+                chain.trainjob(ns, JOB, num_nodes=NODES)
+                _show(cluster, core, ns, pods)
     finally:
         say("stopping what the demo started")
-        core.delete_namespace(ns)
+        if ns:
+            core.delete_namespace(ns)
         if not cluster.started:
             core.delete_collection_node(label_selector=f"{POOL_LABEL}={POOL}")
     say(f"done in {time.monotonic() - began:.0f} s")
     return 0
+
+
+def _show(cluster: Cluster, core: client.CoreV1Api, ns: str, pods: PodWatch) -> None:
+    """3 nodes: the 4 pods wait whole; a 4th node: they bind at once."""
+    seen = watch_until(pods, lambda s: len(s) == NODES and _tried(core, ns, s), 60)
+    if len(seen) != NODES:
+        raise ChainError(f"{len(seen)} of {NODES} pods were made within 60 s")
+    groups = {p.group for p in seen}
+    if any(p.node for p in seen):
+        raise ChainError("a pod was bound on 3 nodes: the gang did not hold")
+    say(f"all or nothing: {NODES} pods exist, all in PodGroup {groups.pop()}, none bound (needs 32 GPUs, 24 free)")
+    say(f"adding a 4th node ({POOL}-3)")
+    added = time.monotonic()
+    add_nodes(cluster, "4x8", POOL)
+    seen = watch_until(pods, lambda s: all(p.node for p in s), 60)
+    if not all(p.node for p in seen):
+        raise ChainError("the gang did not bind within 60 s of the 4th node")
+    times = [p.bound_at for p in seen if p.bound_at]
+    say(f"the gang bound: all {NODES} pods within {max(times) - min(times):.1f} s of each other, "
+        f"{max(times) - added:.1f} s after the node was added")
 
 
 def _tried(core: client.CoreV1Api, ns: str, seen: list[PodSeen]) -> bool:

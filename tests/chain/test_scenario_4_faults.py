@@ -1,0 +1,83 @@
+"""Scenario 4, faults: a burst of 20 plainly submitted TrainJobs while (a) the function is killed and restarted,
+(b) the API server is restarted (the launcher's SIGUSR1: kube-apiserver killed and started again on the same port
+and etcd). Either way the resync releases every TrainJob, every gang binds, and no pod ever names a PodGroup that
+did not exist when the pod was made (a pod watcher checks each pod as it is first seen). Bounded; nothing timed."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+from kubernetes import client
+
+from kai_fn.local.chain import TRAINER, Chain
+from kai_fn.local.podwatch import PodWatch
+from kai_fn.local.realchain import Cluster, submit, trainjob
+from tests.chain.conftest import wait_for
+
+BURST, PODS = 20, 2
+
+
+def kill_and_restart_function(chain: Chain) -> None:
+    fn = chain.function
+    assert fn.proc is not None
+    fn.proc.kill()
+    fn.proc.wait()
+    time.sleep(2)  # events of this gap find no one; the sources give up on them after their retries
+    fn.start()
+
+
+def restart_api_server(chain: Chain) -> None:
+    state = chain.kubeconfig.parent
+    restarts = state / "apiserver-restarts"
+    restarts.unlink(missing_ok=True)
+    os.kill(int((state / "launcher.pid").read_text()), signal.SIGUSR1)
+    wait_for("the API server restarted", restarts.exists, 90)
+    assert restarts.read_text().startswith("restarted"), restarts.read_text()
+
+
+def released(chain: Chain, ns: str) -> set[str]:
+    """TrainJobs kai_fn finished: marked with their PodGroup and resumed."""
+    items = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(*TRAINER, ns, "trainjobs")["items"]
+    return {j["metadata"]["name"] for j in items
+            if not j["spec"].get("suspend") and "kai-fn/podgroup" in (j["metadata"].get("annotations") or {})}
+
+
+@pytest.mark.parametrize("fault", [kill_and_restart_function, restart_api_server],
+                         ids=["function-killed", "api-server-restarted"])
+def test_a_fault_in_the_middle_of_a_burst_loses_no_trainjob_and_no_pod_names_a_missing_podgroup(
+        chain: Chain, pool, namespaces, fault: Callable[[Chain], None]):
+    pool("faults").ensure(f"{BURST * PODS // 8}x8")  # room for every gang: all of them bind
+    ns = namespaces("faults")
+    chain.runtime(ns, pool="faults")
+    cluster = Cluster(chain.kubeconfig, chain.kubeconfig.parent, chain.api, started=False)
+    names = [f"burst-{i:02d}" for i in range(BURST)]
+    with PodWatch(chain.api, ns, check_groups=True) as pods:
+        for i, name in enumerate(names):
+            if i == BURST // 2:
+                fault(chain)
+            submit(cluster, ns, trainjob(name, "chain", nodes=PODS, gpus=1, kind="TrainingRuntime"))
+        wait_for("the resync releases every TrainJob", lambda: released(chain, ns) == set(names), 180,
+                 explain=lambda: f"not released: {sorted(set(names) - released(chain, ns))}")
+        wait_for("every gang bound", lambda: (seen := pods.snapshot()) and len(seen) == BURST * PODS
+                 and all(p.node for p in seen), 120,
+                 explain=lambda: f"{sum(1 for p in pods.snapshot() if p.node)}/{BURST * PODS} pods bound")
+    assert pods.violations == []
+    seen = pods.snapshot()
+    assert {p.jobset for p in seen} == set(names)  # every TrainJob made its pods, so the check covered each
+    assert [p.name for p in seen if not p.group] == []
+
+
+def test_the_pod_watcher_reports_a_pod_that_names_a_podgroup_that_does_not_exist(chain: Chain, namespaces):
+    ns = namespaces("faults-watch", enabled=False)
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="orphan", labels={"scheduling.x-k8s.io/pod-group": "never-made"}),
+        spec=client.V1PodSpec(scheduler_name="scheduler-plugins-scheduler",
+                              node_selector={"kai-fn.testbed/pool": "nowhere"},
+                              containers=[client.V1Container(name="c", image="none")]))
+    with PodWatch(chain.api, ns, check_groups=True) as pods:
+        client.CoreV1Api(chain.api).create_namespaced_pod(ns, pod)
+        wait_for("the watcher's report", lambda: pods.violations, 30)
+    assert pods.violations == ["pod orphan names PodGroup never-made, which did not exist when the pod was made"]
