@@ -21,6 +21,7 @@ import platform
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -42,12 +43,18 @@ class PathResult:
     unbound: int
     writes: Counter[tuple[str, str]]
     jobs: int
+    stages: dict[str, list[float]]
 
     def pct(self, q: float) -> float:
         ordered = sorted(self.latencies)
         if not ordered:
             return float("nan")
-        return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]  # nearest rank
+        return nearest_rank(ordered, q)
+
+
+def nearest_rank(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else float("nan")
 
 
 def component(event: dict) -> str:
@@ -88,6 +95,50 @@ def count_writes(audit: Path, offset: int, ns: str) -> Counter[tuple[str, str]]:
     return out
 
 
+def _ts(e: dict) -> float:
+    return datetime.fromisoformat(e["stageTimestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def stages(audit: Path, offset: int, ns: str) -> dict[str, list[float]]:
+    """Per TrainJob, seconds from its create (as the API server saw it) to: its PodGroup written (by Trainer or
+    kai_fn), its release by kai_fn, its first and its last pod bound. From the audit log alone."""
+    created: dict[str, float] = {}
+    marks: dict[str, dict[str, float]] = {}
+    with audit.open() as f:
+        f.seek(offset)
+        for line in f:
+            e = json.loads(line)
+            ref = e.get("objectRef") or {}
+            if e.get("stage") != "ResponseComplete" or ref.get("namespace") != ns or \
+                    not 200 <= (e.get("responseStatus") or {}).get("code", 0) < 300:
+                continue
+            res, name, verb = ref.get("resource"), ref.get("name") or "", e["verb"]
+            if res == "trainjobs" and verb == "create" and not ref.get("subresource"):
+                created[name] = _ts(e)
+                continue
+            if res == "podgroups" and not ref.get("subresource") and verb in ("create", "patch") and \
+                    component(e) in ("kai-fn (its ServiceAccount)", "trainer (launcher)"):
+                key, job = "PodGroup written", name
+            elif res == "trainjobs" and verb == "patch" and component(e).startswith("kai-fn"):
+                key, job = "TrainJob released (kai_fn)", name
+            elif res == "pods" and ref.get("subresource") == "binding":
+                job = name.split("-node-")[0]
+                mark = marks.setdefault(job, {})
+                mark["first pod bound"] = min(mark.get("first pod bound", 1e18), _ts(e))
+                key = "last pod bound"
+            else:
+                continue
+            first = key in ("PodGroup written", "TrainJob released (kai_fn)")
+            mark = marks.setdefault(job, {})
+            mark[key] = min(mark.get(key, 1e18), _ts(e)) if first else max(mark.get(key, 0), _ts(e))
+    out: dict[str, list[float]] = {"PodGroup written": [], "TrainJob released (kai_fn)": [], "first pod bound": [],
+                                   "last pod bound": []}
+    for job, t0 in created.items():
+        for key, t in marks.get(job, {}).items():
+            out[key].append(t - t0)
+    return out
+
+
 def burst(cluster: Cluster, name: str, ns: str, runtime: str, jobs: int, nodes: int, audit: Path,
           deadline_s: float) -> PathResult:
     offset = audit.stat().st_size
@@ -112,7 +163,8 @@ def burst(cluster: Cluster, name: str, ns: str, runtime: str, jobs: int, nodes: 
         else:
             unbound += 1
     time.sleep(2)  # status writes that trail the binding (kwok, controllers) land in the audit log
-    return PathResult(name, ns, latencies, unbound, count_writes(audit, offset, ns), jobs)
+    return PathResult(name, ns, latencies, unbound, count_writes(audit, offset, ns), jobs,
+                      stages(audit, offset, ns))
 
 
 def cleanup(cluster: Cluster, ns: str) -> None:
@@ -140,6 +192,12 @@ def report(results: list[PathResult], args: argparse.Namespace, elapsed: float) 
                      f"{max(r.latencies, default=float('nan')):.2f} | {sum(r.writes.values()) / r.jobs:.1f} |")
     ratio = kai.pct(95) / anchor.pct(95) if anchor.latencies else float("nan")
     lines += ["", f"**kai_fn p95 / anchor p95 = {ratio:.2f}** (target ≤ 1.2).", "",
+              "Where the time goes (audit log timestamps, seconds after the TrainJob's create; p50 / p95):", "",
+              "| stage | anchor | kai_fn |", "|---|---|---|"]
+    for key in anchor.stages:
+        cells = [f"{nearest_rank(r.stages[key], 50):.2f} / {nearest_rank(r.stages[key], 95):.2f}" for r in results]
+        lines.append(f"| {key} | {cells[0]} | {cells[1]} |")
+    lines += ["",
               "API writes per TrainJob by component (audit log, successful write verbs in the path's namespace):", "",
               "| component | anchor | kai_fn |", "|---|---|---|"]
     by = [Counter() for _ in results]
