@@ -139,6 +139,21 @@ def stages(audit: Path, offset: int, ns: str) -> dict[str, list[float]]:
     return out
 
 
+def function_work(log: Path, ns: str) -> dict[str, list[float]]:
+    """From the function's JSON log: milliseconds per event it handled for ns, by kind of event and outcome."""
+    out: dict[str, list[float]] = {}
+    if not log.exists():
+        return out
+    for line in log.read_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        e = json.loads(line)
+        if e.get("msg") == "event" and e.get("namespace") == ns:
+            key = f"{e.get('kind')} {e.get('type', '').rsplit('.', 1)[-1]} {e.get('outcome')}"
+            out.setdefault(key, []).append(float(e.get("ms", 0)))
+    return out
+
+
 def burst(cluster: Cluster, name: str, ns: str, runtime: str, jobs: int, nodes: int, audit: Path,
           deadline_s: float) -> PathResult:
     offset = audit.stat().st_size
@@ -200,12 +215,18 @@ def report(results: list[PathResult], args: argparse.Namespace, elapsed: float) 
     lines += ["",
               "API writes per TrainJob by component (audit log, successful write verbs in the path's namespace):", "",
               "| component | anchor | kai_fn |", "|---|---|---|"]
+    kai_work = function_work(args.state / "function.log", kai.namespace)
     by = [Counter() for _ in results]
     for i, r in enumerate(results):
         for (comp, _), n in r.writes.items():
             by[i][comp] += n
     for comp in sorted(set(by[0]) | set(by[1])):
         lines.append(f"| {comp} | {by[0][comp] / anchor.jobs:.2f} | {by[1][comp] / kai.jobs:.2f} |")
+    lines += ["", "kai_fn's own work per event in the kai_fn path (its JSON log; events are delivered one at a time by "
+              "each source, as the ApiServerSource adapter's informer hands them over):", "",
+              "| event, outcome | count | ms p50 | ms p95 | ms total |", "|---|---|---|---|---|"]
+    for key, ms in sorted(kai_work.items()):
+        lines.append(f"| {key} | {len(ms)} | {nearest_rank(ms, 50):.0f} | {nearest_rank(ms, 95):.0f} | {sum(ms):.0f} |")
     lines += ["", "<details><summary>writes by component, verb and resource (totals)</summary>", "",
               "| component | write | anchor | kai_fn |", "|---|---|---|---|"]
     for key in sorted(set(anchor.writes) | set(kai.writes)):
@@ -226,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                  Path.home() / ".cache" / "kai-fn") / "testbed-bench")
     audit = state / "audit.log"
     env = {"KAI_FN_TESTBED_DIR": str(state), "KAI_FN_TESTBED_AUDIT_LOG": str(audit)}
+    args.state = state
     began = time.monotonic()
     try:
         with chain_cluster(args.nodes, env) as cluster:
