@@ -32,6 +32,7 @@ SAMPLES = REPO / "samples" / "chain"
 NAMESPACE = "kai-fn"
 FUNCTION_SA = "kai-fn"
 ENABLED = {"kai-fn.io/enabled": "true"}
+POOL_LABEL = "kai-fn.testbed/pool"
 POLICY = "kai-fn-auto-suspend"
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 FLAVOR = "scheduler-plugins"
@@ -46,10 +47,13 @@ _FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBin
 _POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
 
 
+def _bin_env(kubeconfig: Path) -> dict[str, str]:
+    """What `cluster up` built, from bin.env next to its kubeconfig."""
+    return dict(line.split("=", 1) for line in (kubeconfig.parent / "bin.env").read_text().split())
+
+
 def kubectl_of(kubeconfig: Path) -> Path:
-    """The testbed's kubectl, named in bin.env next to its kubeconfig."""
-    env = dict(line.split("=", 1) for line in (kubeconfig.parent / "bin.env").read_text().split())
-    return Path(env["kubectl"])
+    return Path(_bin_env(kubeconfig)["kubectl"])
 
 
 def sample(name: str) -> dict[str, Any]:
@@ -91,11 +95,20 @@ class Chain:
         for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]:
             pod = rj["template"]["spec"]["template"]["spec"]
             if pool:
-                pod["nodeSelector"] = {"kai-fn.testbed/pool": pool}
+                pod["nodeSelector"] = {POOL_LABEL: pool}
             if scheduler:
                 pod["schedulerName"] = scheduler
         return client.CustomObjectsApi(self.api).create_namespaced_custom_object(
             *TRAINER, namespace, "trainingruntimes", rt)
+
+    def nodes(self, spec: str, pool: str = "gpu-node") -> None:
+        """simnodes: nodes ``<pool>-0..N-1`` of ``NxG`` exist (existing ones kept), labelled ``kai-fn.testbed/pool``."""
+        simnodes = Path(_bin_env(self.kubeconfig)["kwok"]) / "simnodes"
+        subprocess.run([str(simnodes), "-kubeconfig", str(self.kubeconfig), "-prefix", f"{pool}-", spec],
+                       check=True, capture_output=True, text=True)
+
+    def delete_nodes(self, pool: str) -> None:
+        self.kubectl("delete", "nodes", "-l", f"{POOL_LABEL}={pool}", "--ignore-not-found", "--wait=false", check=False)
 
     def trainjob(self, namespace: str, name: str, runtime: str = "chain", *, kind: str = "TrainingRuntime",
                  num_nodes: int = 4) -> dict[str, Any]:
