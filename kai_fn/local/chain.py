@@ -61,15 +61,12 @@ def sample(name: str) -> dict[str, Any]:
 
 
 @dataclass
-class Chain:
-    """The running chain: the admin client and kubectl, the function's URL, and the sources feeding it."""
+class Testbed:
+    """The chain testbed as its admin: the client, kubectl, and what scenarios make on it."""
 
     kubeconfig: Path
     api: client.ApiClient
     kubectl_path: Path
-    function: FunctionProcess
-    sources: list[ApiServerSource | PingSource] = field(default_factory=list)
-    log_dir: Path | None = None
 
     def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.kubectl_path), "--kubeconfig", str(self.kubeconfig), *args],
@@ -120,6 +117,15 @@ class Chain:
         return client.CustomObjectsApi(self.api).create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", job)
 
 
+@dataclass
+class Chain(Testbed):
+    """The running chain: the testbed, the function process (``function.url``), and the sources feeding it."""
+
+    function: FunctionProcess
+    sources: list[ApiServerSource | PingSource] = field(default_factory=list)
+    log_dir: Path | None = None
+
+
 def _token(core: client.CoreV1Api, namespace: str, name: str, audiences: list[str], seconds: int) -> str:
     _ignore_conflict(lambda: core.create_namespaced_service_account(
         namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))))
@@ -136,7 +142,7 @@ def _ignore_conflict(create: Callable[[], Any]) -> None:
             raise
 
 
-def _wait_for_policy(chain: Chain, timeout: float = 120) -> None:
+def _wait_for_policy(chain: Testbed, timeout: float = 120) -> None:
     """The API server loads a policy asynchronously; a dry-run create in a labelled namespace tells when it acts
     (503 meanwhile, right after the CRDs are installed, until the TrainJob schema reaches /openapi/v3)."""
     ns = chain.namespace("kai-fn-probe")
@@ -179,7 +185,7 @@ def running(kubeconfig: str | Path, *, audience: str | None = "kai-fn", ping_sec
         rendered = yaml.safe_load_all(subprocess.run([str(kubectl), "kustomize", str(OVERLAY)], capture_output=True,
                                                      text=True, check=True).stdout)
         objs = [o for o in rendered if o]
-        probe = Chain(kubeconfig, api, kubectl, function=None)  # type: ignore[arg-type]
+        probe = Testbed(kubeconfig, api, kubectl)
         probe.apply([o for o in objs if o["kind"] in _FUNCTION_KINDS] + [sample(r) for r in RUNTIMES])
         if policy:
             stack.callback(lambda: [probe.kubectl("delete", f"{plural}.admissionregistration.k8s.io", POLICY,
