@@ -32,6 +32,7 @@ SAMPLES = REPO / "samples" / "chain"
 NAMESPACE = "kai-fn"
 FUNCTION_SA = "kai-fn"
 ENABLED = {"kai-fn.io/enabled": "true"}
+POOL_LABEL = "kai-fn.testbed/pool"
 POLICY = "kai-fn-auto-suspend"
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 FLAVOR = "scheduler-plugins"
@@ -46,10 +47,13 @@ _FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBin
 _POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
 
 
+def _bin_env(kubeconfig: Path) -> dict[str, str]:
+    """What `cluster up` built, from bin.env next to its kubeconfig."""
+    return dict(line.split("=", 1) for line in (kubeconfig.parent / "bin.env").read_text().split())
+
+
 def kubectl_of(kubeconfig: Path) -> Path:
-    """The testbed's kubectl, named in bin.env next to its kubeconfig."""
-    env = dict(line.split("=", 1) for line in (kubeconfig.parent / "bin.env").read_text().split())
-    return Path(env["kubectl"])
+    return Path(_bin_env(kubeconfig)["kubectl"])
 
 
 def sample(name: str) -> dict[str, Any]:
@@ -57,15 +61,12 @@ def sample(name: str) -> dict[str, Any]:
 
 
 @dataclass
-class Chain:
-    """The running chain: the admin client and kubectl, the function's URL, and the sources feeding it."""
+class Testbed:
+    """The chain testbed as its admin: the client, kubectl, and what scenarios make on it."""
 
     kubeconfig: Path
     api: client.ApiClient
     kubectl_path: Path
-    function: FunctionProcess
-    sources: list[ApiServerSource | PingSource] = field(default_factory=list)
-    log_dir: Path | None = None
 
     def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.kubectl_path), "--kubeconfig", str(self.kubeconfig), *args],
@@ -91,11 +92,20 @@ class Chain:
         for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]:
             pod = rj["template"]["spec"]["template"]["spec"]
             if pool:
-                pod["nodeSelector"] = {"kai-fn.testbed/pool": pool}
+                pod["nodeSelector"] = {POOL_LABEL: pool}
             if scheduler:
                 pod["schedulerName"] = scheduler
         return client.CustomObjectsApi(self.api).create_namespaced_custom_object(
             *TRAINER, namespace, "trainingruntimes", rt)
+
+    def nodes(self, spec: str, pool: str = "gpu-node") -> None:
+        """simnodes: nodes ``<pool>-0..N-1`` of ``NxG`` exist (existing ones kept), labelled ``kai-fn.testbed/pool``."""
+        simnodes = Path(_bin_env(self.kubeconfig)["kwok"]) / "simnodes"
+        subprocess.run([str(simnodes), "-kubeconfig", str(self.kubeconfig), "-prefix", f"{pool}-", spec],
+                       check=True, capture_output=True, text=True)
+
+    def delete_nodes(self, pool: str) -> None:
+        self.kubectl("delete", "nodes", "-l", f"{POOL_LABEL}={pool}", "--ignore-not-found", "--wait=false", check=False)
 
     def trainjob(self, namespace: str, name: str, runtime: str = "chain", *, kind: str = "TrainingRuntime",
                  num_nodes: int = 4) -> dict[str, Any]:
@@ -105,6 +115,15 @@ class Chain:
         job["spec"]["runtimeRef"] = {"name": runtime, "kind": kind, "apiGroup": TRAINER[0]}
         job["spec"]["trainer"]["numNodes"] = num_nodes
         return client.CustomObjectsApi(self.api).create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", job)
+
+
+@dataclass
+class Chain(Testbed):
+    """The running chain: the testbed, the function process (``function.url``), and the sources feeding it."""
+
+    function: FunctionProcess
+    sources: list[ApiServerSource | PingSource] = field(default_factory=list)
+    log_dir: Path | None = None
 
 
 def _token(core: client.CoreV1Api, namespace: str, name: str, audiences: list[str], seconds: int) -> str:
@@ -123,7 +142,7 @@ def _ignore_conflict(create: Callable[[], Any]) -> None:
             raise
 
 
-def _wait_for_policy(chain: Chain, timeout: float = 120) -> None:
+def _wait_for_policy(chain: Testbed, timeout: float = 120) -> None:
     """The API server loads a policy asynchronously; a dry-run create in a labelled namespace tells when it acts
     (503 meanwhile, right after the CRDs are installed, until the TrainJob schema reaches /openapi/v3)."""
     ns = chain.namespace("kai-fn-probe")
@@ -166,7 +185,7 @@ def running(kubeconfig: str | Path, *, audience: str | None = "kai-fn", ping_sec
         rendered = yaml.safe_load_all(subprocess.run([str(kubectl), "kustomize", str(OVERLAY)], capture_output=True,
                                                      text=True, check=True).stdout)
         objs = [o for o in rendered if o]
-        probe = Chain(kubeconfig, api, kubectl, function=None)  # type: ignore[arg-type]
+        probe = Testbed(kubeconfig, api, kubectl)
         probe.apply([o for o in objs if o["kind"] in _FUNCTION_KINDS] + [sample(r) for r in RUNTIMES])
         if policy:
             stack.callback(lambda: [probe.kubectl("delete", f"{plural}.admissionregistration.k8s.io", POLICY,

@@ -10,7 +10,6 @@ Figures worth reading (binding spread, timings) are printed in the terminal summ
 """
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -24,7 +23,6 @@ from kai_fn.local.chain import Chain, running
 from tests.testbed.conftest import SKIPPED, LiveCluster, before_stop, live_cluster
 
 HERE = Path(__file__).resolve().parent
-POOL_LABEL = "kai-fn.testbed/pool"
 REPORT: list[str] = []
 collect_ignore_glob = ["test_*.py"] if SKIPPED else []  # tests/testbed/conftest.py says why, in one line
 
@@ -65,25 +63,20 @@ def chain(chain_testbed: LiveCluster) -> Iterator[Chain]:
 
 
 class Pool:
-    """A set of simulated GPU nodes of a scenario's own (simnodes ``-prefix <name>-``)."""
+    """A set of simulated GPU nodes of a scenario's own (nodes ``<name>-N``)."""
 
     def __init__(self, chain: Chain, name: str) -> None:
         self.chain, self.name = chain, name
-        env = dict(line.split("=", 1) for line in (chain.kubeconfig.parent / "bin.env").read_text().split())
-        self.simnodes = Path(env["kwok"]) / "simnodes"
 
     def ensure(self, spec: str) -> None:
-        """``NxG``: nodes <name>-0..N-1 with G GPUs each exist (existing ones are kept)."""
-        subprocess.run([str(self.simnodes), "-kubeconfig", str(self.chain.kubeconfig), "-prefix", f"{self.name}-",
-                        spec], check=True, capture_output=True, text=True)
+        self.chain.nodes(spec, self.name)
 
     def delete(self) -> None:
-        self.chain.kubectl("delete", "nodes", "-l", f"{POOL_LABEL}={self.name}", "--ignore-not-found", "--wait=false",
-                           check=False)
+        self.chain.delete_nodes(self.name)
 
 
 @pytest.fixture
-def pool(chain: Chain, request: pytest.FixtureRequest) -> Callable[[str], Pool]:
+def pool(chain: Chain) -> Iterator[Callable[[str], Pool]]:
     made: list[Pool] = []
 
     def make(name: str) -> Pool:

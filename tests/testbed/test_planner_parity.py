@@ -77,7 +77,9 @@ def trainer_view(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def kai_fn_view(job: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any]:
-    p = plan(parse(TrainJob, job), parse(Runtime, with_policy(runtime, {"kai": {}})), flavor="scheduler-plugins")
+    """The arithmetic over every pod set, as the kai flavor's root minMember/minResources hold it (the
+    scheduler-plugins flavor gangs only the trainer stage of a dependsOn runtime; Trainer's plugin gangs all)."""
+    p = plan(parse(TrainJob, job), parse(Runtime, with_policy(runtime, {"kai": {}})), flavor="kai")
     return {
         "podSets": [(ps.name, ps.count, numbers(ps.requests)) for ps in p.pod_sets],
         "minMember": p.min_member,
