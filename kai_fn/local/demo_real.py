@@ -14,7 +14,8 @@ from collections.abc import Callable
 from kubernetes import client
 
 from kai_fn.local.podwatch import PodSeen, PodWatch
-from kai_fn.local.realchain import POOL_LABEL, ChainError, Cluster, add_nodes, chain_cluster, kai_fn_running
+from kai_fn.local.chain import Chain
+from kai_fn.local.realchain import ChainError, Cluster, chain_cluster, kai_fn_running
 from kai_fn.local.tables import table
 
 POOL = "demo-gpu"
@@ -84,32 +85,32 @@ def _story(cluster: Cluster, began: float) -> int:
     core = client.CoreV1Api(cluster.api)
     # A testbed started here has just its 3 nodes; on a reused one the demo keeps to nodes of its own.
     pool = None if cluster.started else POOL
-    if pool:
-        say(f"reused testbed: adding a pool of 3 simulated GPU nodes of the demo's own ({pool}-0..2, 8 GPUs each)")
-        add_nodes(cluster, "3x8", pool)
     ns = None
-    try:
-        say("starting kai_fn: the function (its ServiceAccount's token), its event sources, the admission policy")
-        with kai_fn_running(cluster) as chain:
+    say("starting kai_fn: the function (its ServiceAccount's token), its event sources, the admission policy")
+    with kai_fn_running(cluster) as chain:
+        try:
+            if pool:
+                say(f"reused testbed: a pool of 3 simulated GPU nodes of the demo's own ({pool}-0..2, 8 GPUs each)")
+                chain.nodes("3x8", pool)
             ns = chain.namespace("demo-real")
             chain.runtime(ns, pool=pool)
             with PodWatch(cluster.api, ns) as pods:
                 say(f"submitting TrainJob {ns}/{JOB} plainly: {NODES} nodes x {GPUS} GPUs, on 3 nodes")
                 chain.trainjob(ns, JOB, num_nodes=NODES)
-                _show(cluster, core, ns, pods, pool)
-    finally:
-        say("stopping what the demo started")
-        if ns:
-            core.delete_namespace(ns)
-        if pool:
-            core.delete_collection_node(label_selector=f"{POOL_LABEL}={pool}")
-        if cluster.started:
-            say("stopping the testbed: ./run.sh cluster down")
+                _show(chain, core, ns, pods, pool)
+        finally:
+            say("stopping what the demo started")
+            if ns:
+                core.delete_namespace(ns)
+            if pool:
+                chain.delete_nodes(pool)
+    if cluster.started:
+        say("stopping the testbed: ./run.sh cluster down")
     say(f"done in {time.monotonic() - began:.0f} s")
     return 0
 
 
-def _show(cluster: Cluster, core: client.CoreV1Api, ns: str, pods: PodWatch, pool: str | None) -> None:
+def _show(chain: Chain, core: client.CoreV1Api, ns: str, pods: PodWatch, pool: str | None) -> None:
     """3 nodes: the 4 pods wait whole; a 4th node: they bind at once."""
     seen = watch_until(pods, lambda s: len(s) == NODES and _tried(core, ns, s), 60)
     if len(seen) != NODES:
@@ -120,7 +121,7 @@ def _show(cluster: Cluster, core: client.CoreV1Api, ns: str, pods: PodWatch, poo
     say(f"all or nothing: {NODES} pods exist, all in PodGroup {groups.pop()}, none bound (needs 32 GPUs, 24 free)")
     say(f"adding a 4th node ({pool or 'gpu-node'}-3): simnodes 4x8")
     added = time.monotonic()
-    add_nodes(cluster, "4x8", pool)
+    chain.nodes("4x8", pool or "gpu-node")
     seen = watch_until(pods, lambda s: all(p.node for p in s), 60)
     if not all(p.node for p in seen):
         raise ChainError("the gang did not bind within 60 s of the 4th node")

@@ -1,6 +1,6 @@
 """What ``demo --real``, the chain benchmark and the fault scenarios share on the chain testbed, around
-:mod:`kai_fn.local.chain` (kai_fn running on it): starting and stopping the testbed outside pytest, adding
-simulated nodes, the anchor runtime (Trainer's own coscheduling gang, no kai_fn) beside kai_fn's ``chain-gang``,
+:mod:`kai_fn.local.chain` (kai_fn running on it): starting and stopping the testbed outside pytest, the anchor
+runtime (Trainer's own coscheduling gang, no kai_fn) beside kai_fn's ``chain-gang``,
 and TrainJobs as users write them, submitted through an API server that may be restarting.
 """
 from __future__ import annotations
@@ -25,7 +25,6 @@ from kai_fn.local.process import REPO
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 ANCHOR_RUNTIME, KAI_FN_RUNTIME = "anchor-coscheduling", "chain-gang"
 ENABLED = {"kai-fn.io/enabled": "true"}
-POOL_LABEL = "kai-fn.testbed/pool"
 
 
 class ChainError(RuntimeError):
@@ -34,18 +33,12 @@ class ChainError(RuntimeError):
 
 @dataclass
 class Cluster:
+    """A chain testbed outside pytest; ``started``: by us, so we stop it."""
+
     kubeconfig: Path
     state: Path
     api: client.ApiClient
     started: bool
-
-    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        binary = dict(line.split("=", 1) for line in (self.state / "bin.env").read_text().split())["kubectl"]
-        return subprocess.run([binary, "--kubeconfig", str(self.kubeconfig), *args], input=stdin,
-                              capture_output=True, text=True, check=check)
-
-    def launcher_pid(self) -> int:
-        return int((self.state / "launcher.pid").read_text())
 
 
 def _run_sh(*args: str, env: dict[str, str], quiet: bool) -> subprocess.CompletedProcess[str]:
@@ -70,17 +63,6 @@ def chain_cluster(nodes: str = "3x8", env: dict[str, str] | None = None, quiet: 
         api.close()
         if not reused:
             _run_sh("cluster", "down", env=env, quiet=True)
-
-
-def add_nodes(cluster: Cluster, spec: str, pool: str | None = None) -> None:
-    """simnodes makes sure the nodes of ``spec`` exist (``4x8`` after ``3x8`` adds the fourth); ``pool`` names
-    another set (``<pool>-0…``, labelled ``kai-fn.testbed/pool=<pool>``)."""
-    bin_env = dict(line.split("=", 1) for line in (cluster.state / "bin.env").read_text().split())
-    simnodes = str(Path(bin_env["kwok"]) / "simnodes")
-    done = subprocess.run([simnodes, "--kubeconfig", str(cluster.kubeconfig), *(["--prefix", f"{pool}-"] if pool else []),
-                           spec], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise ChainError(f"simnodes {spec} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
 
 
 def anchor_runtime() -> dict[str, Any]:
