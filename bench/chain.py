@@ -30,7 +30,7 @@ from kubernetes import client
 from kai_fn.local.podwatch import PodWatch
 from kai_fn.local.realchain import (
     ANCHOR_RUNTIME, KAI_FN_RUNTIME, ChainError, Cluster, chain_cluster, ensure_anchor_runtime, kai_fn_running,
-    namespace, submit, trainjob,
+    submit, trainjob,
 )
 from kai_fn.local.tables import table
 
@@ -162,7 +162,7 @@ def burst(cluster: Cluster, name: str, ns: str, runtime: str, jobs: int, nodes: 
         for i in range(jobs):
             job = f"{name}-{i:02d}"
             created[job] = time.monotonic()
-            submit(cluster, ns, trainjob(job, runtime, nodes=nodes, gpus=1))
+            submit(cluster.api, ns, trainjob(job, runtime, nodes=nodes, gpus=1))
         end = time.monotonic() + deadline_s
         while time.monotonic() < end:
             groups = pods.by_jobset()
@@ -255,10 +255,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise ChainError(f"no audit log at {audit}: a testbed started without it is running there; "
                                  "./run.sh cluster down first")
             ensure_anchor_runtime(cluster)
-            anchor_ns = namespace(cluster, "bench-anchor", enabled=False)
-            kai_ns = namespace(cluster, "bench-kai-fn", enabled=True)
             results = []
-            with kai_fn_running(cluster):
+            with kai_fn_running(cluster) as chain:
+                anchor_ns = chain.namespace("bench-anchor", enabled=False)
+                kai_ns = chain.namespace("bench-kai-fn")
                 for name, ns, rt in (("anchor", anchor_ns, ANCHOR_RUNTIME), ("kai-fn", kai_ns, KAI_FN_RUNTIME)):
                     print(f"bench chain: {name}: {args.jobs} TrainJobs in {ns}", flush=True)
                     results.append(burst(cluster, name, ns, rt, args.jobs, args.pods, audit, args.deadline))

@@ -9,7 +9,6 @@ import copy
 import os
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,13 +17,13 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 from kai_fn.local.chain import Chain, running, sample
 from kai_fn.local.process import REPO
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 ANCHOR_RUNTIME, KAI_FN_RUNTIME = "anchor-coscheduling", "chain-gang"
-ENABLED = {"kai-fn.io/enabled": "true"}
 
 
 class ChainError(RuntimeError):
@@ -80,13 +79,6 @@ def ensure_anchor_runtime(cluster: Cluster) -> None:
         *TRAINER, "clustertrainingruntimes", anchor_runtime()))
 
 
-def namespace(cluster: Cluster, prefix: str, enabled: bool) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:5]}"
-    client.CoreV1Api(cluster.api).create_namespace(client.V1Namespace(
-        metadata=client.V1ObjectMeta(name=name, labels=ENABLED if enabled else None)))
-    return name
-
-
 def trainjob(name: str, runtime_name: str, nodes: int, gpus: int, kind: str = "ClusterTrainingRuntime"
              ) -> dict[str, Any]:
     """As a user writes it: no suspend; ``gpus`` per node (resourcesPerNode) over the runtime's 8."""
@@ -96,9 +88,9 @@ def trainjob(name: str, runtime_name: str, nodes: int, gpus: int, kind: str = "C
                          "requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}}}}
 
 
-def submit(cluster: Cluster, ns: str, body: dict[str, Any], attempts: int = 60) -> dict[str, Any]:
+def submit(api: client.ApiClient, ns: str, body: dict[str, Any], attempts: int = 60) -> dict[str, Any]:
     """Create, retrying while the API server is away (the restart scenario) or the admission chain warms up."""
-    objs = client.CustomObjectsApi(cluster.api)
+    objs = client.CustomObjectsApi(api)
     for _ in range(attempts):
         try:
             return objs.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", body, _request_timeout=10)
@@ -107,7 +99,7 @@ def submit(cluster: Cluster, ns: str, body: dict[str, Any], attempts: int = 60) 
                 return objs.get_namespaced_custom_object(*TRAINER, ns, "trainjobs", body["metadata"]["name"])
             if e.status not in (500, 503, 504, 429):
                 raise ChainError(f"creating TrainJob {ns}/{body['metadata']['name']}: {e.status} {e.reason}") from None
-        except Exception:  # connection refused while the API server restarts
+        except (HTTPError, OSError):  # connection refused or reset while the API server restarts
             pass
         time.sleep(0.5)
     raise ChainError(f"creating TrainJob {ns}/{body['metadata']['name']}: the API server never answered")

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from kai_fn.local.chain import TRAINER, Chain
 from kai_fn.local.podwatch import PodWatch
-from kai_fn.local.realchain import Cluster, submit, trainjob
+from kai_fn.local.realchain import submit, trainjob
 from tests.chain.conftest import wait_for
 
 BURST, PODS = 20, 2
@@ -52,13 +52,12 @@ def test_a_fault_in_the_middle_of_a_burst_loses_no_trainjob_and_no_pod_names_a_m
     pool("faults").ensure(f"{BURST * PODS // 8}x8")  # room for every gang: all of them bind
     ns = namespaces("faults")
     chain.runtime(ns, pool="faults")
-    cluster = Cluster(chain.kubeconfig, chain.kubeconfig.parent, chain.api, started=False)
     names = [f"burst-{i:02d}" for i in range(BURST)]
     with PodWatch(chain.api, ns, check_groups=True) as pods:
         for i, name in enumerate(names):
             if i == BURST // 2:
                 fault(chain)
-            submit(cluster, ns, trainjob(name, "chain", nodes=PODS, gpus=1, kind="TrainingRuntime"))
+            submit(chain.api, ns, trainjob(name, "chain", nodes=PODS, gpus=1, kind="TrainingRuntime"))
         wait_for("the resync releases every TrainJob", lambda: released(chain, ns) == set(names), 180,
                  explain=lambda: f"not released: {sorted(set(names) - released(chain, ns))}")
         wait_for("every gang bound", lambda: (seen := pods.snapshot()) and len(seen) == BURST * PODS
