@@ -1,0 +1,149 @@
+"""A schedule timeout for KAI, which has none (FACTS.md §2): the state lives on the TrainJob's annotations.
+
+- ``kai-fn/released-at: T``: a wait for the gang started at T (the release, or a resume after a timeout).
+- ``kai-fn/bound``: the gang was placed; the wait is over.
+- ``kai-fn/timed-out: U`` with U >= T: this wait timed out and was reported, and is not checked again. With
+  ``KAI_FN_ON_TIMEOUT=suspend`` the TrainJob was also suspended and ``released-at`` removed; so a marked TrainJob
+  that runs with ``timed-out`` but without ``released-at`` was resumed by its user, and a new wait starts. Any
+  other event of a marked TrainJob needs no API call.
+
+The timeout: the TrainJob annotation ``kai-fn/schedule-timeout-seconds`` if valid, else the same annotation on the
+PodGroup (the runtime's ``podGroupPolicy.kai.scheduleTimeoutSeconds`` or the setting, recorded when it was made).
+0 means none.
+"""
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kai_fn.core import keys
+
+_SECONDS = re.compile(r"^[0-9]{1,9}$")
+_ONE_SECOND = datetime.timedelta(seconds=1)
+
+
+def stamp(moment: datetime.datetime) -> str:
+    """RFC 3339 in UTC to the second, as Kubernetes writes times."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime.datetime | None:
+    if not text:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else None
+
+
+def parse_seconds(text: str | None) -> int | None:
+    """A whole number of seconds, or None when absent or not one."""
+    return int(text) if text is not None and _SECONDS.match(text) else None
+
+
+def seconds_problem(notes: dict[str, str]) -> str | None:
+    """What is wrong with a TrainJob's timeout annotation, for the plan to report."""
+    value = notes.get(keys.SCHEDULE_TIMEOUT_ANNOTATION)
+    if value is None or parse_seconds(value) is not None:
+        return None
+    return f"{value!r} is not a whole number of seconds (0 means no timeout)"
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _notes(obj: dict[str, Any]) -> dict[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A released gang not yet bound, and when its wait ends."""
+
+    namespace: str
+    name: str
+    uid: str
+    podgroup: str
+    started: datetime.datetime
+    timeout: int
+
+    @property
+    def deadline(self) -> datetime.datetime:
+        return self.started + datetime.timedelta(seconds=self.timeout)
+
+
+def waiting(trainjob: dict[str, Any], podgroup: dict[str, Any]) -> Wait | None:
+    """The TrainJob's running wait for this PodGroup, or None: not ours, not released, bound, already timed out,
+    suspended, being deleted, or without a timeout."""
+    meta, notes = _meta(trainjob), _notes(trainjob)
+    pg_meta = _meta(podgroup)
+    if (notes.get(keys.MARKER_PODGROUP) != pg_meta.get("name")
+            or (pg_meta.get("labels") or {}).get(keys.TRAINJOB_UID_LABEL) != meta.get("uid")
+            or meta.get("deletionTimestamp")
+            or (trainjob.get("spec") or {}).get("suspend") is not False
+            or keys.GANG_BOUND_ANNOTATION in notes):
+        return None
+    started = parse_time(notes.get(keys.RELEASED_AT_ANNOTATION))
+    if started is None:
+        return None
+    timed_out = parse_time(notes.get(keys.TIMED_OUT_ANNOTATION))
+    if timed_out is not None and timed_out >= started:
+        return None
+    timeout = parse_seconds(notes.get(keys.SCHEDULE_TIMEOUT_ANNOTATION))
+    if timeout is None:
+        timeout = parse_seconds(_notes(podgroup).get(keys.SCHEDULE_TIMEOUT_ANNOTATION))
+    if not timeout:
+        return None
+    return Wait(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""), pg_meta["name"], started, timeout)
+
+
+def overdue(trainjob: dict[str, Any], podgroup: dict[str, Any], now: datetime.datetime) -> Wait | None:
+    wait = waiting(trainjob, podgroup)
+    return wait if wait is not None and wait.deadline <= now else None
+
+
+def new_wait(trainjob: dict[str, Any], now: datetime.datetime) -> str | None:
+    """The ``released-at`` to write when the user resumed a TrainJob the timeout suspended; None otherwise.
+    Strictly after ``timed-out``, so the new wait is never mistaken for the one that timed out."""
+    notes = _notes(trainjob)
+    if (keys.MARKER_PODGROUP not in notes or keys.RELEASED_AT_ANNOTATION in notes
+            or (trainjob.get("spec") or {}).get("suspend") is not False or _meta(trainjob).get("deletionTimestamp")):
+        return None
+    timed_out = parse_time(notes.get(keys.TIMED_OUT_ANNOTATION))
+    if timed_out is None:
+        return None
+    return stamp(max(now, timed_out + _ONE_SECOND))
+
+
+def bound(podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> bool:
+    """Whether KAI placed the gang: ``minMember`` pods on nodes; with subgroups (root ``minSubGroup: 1``), any one
+    subgroup's ``minMember`` of its pods, which is all KAI promises before later stages exist."""
+    placed = [p for p in pods if (p.get("spec") or {}).get("nodeName") and not _meta(p).get("deletionTimestamp")
+              and (p.get("status") or {}).get("phase") != "Failed"]
+    spec = podgroup.get("spec") or {}
+    subgroups = spec.get("subGroups") or []
+    if not subgroups:
+        return len(placed) >= max(int(spec.get("minMember") or 0), 1)
+    per: dict[str, int] = {}
+    for pod in placed:
+        name = (_meta(pod).get("labels") or {}).get(keys.KAI_SUBGROUP_LABEL, "")
+        per[name] = per.get(name, 0) + 1
+    return any(per.get(sg.get("name"), 0) >= max(int(sg.get("minMember") or 0), 1) for sg in subgroups)
+
+
+def last_reasons(podgroup: dict[str, Any]) -> str:
+    """KAI's latest word on why the gang waits (status.schedulingConditions), as one line."""
+    conditions = [c for c in (podgroup.get("status") or {}).get("schedulingConditions") or [] if isinstance(c, dict)]
+    if not conditions:
+        return "KAI reported no reason (is KAI Scheduler running, and do the pods name schedulerName kai-scheduler?)"
+    latest = max(enumerate(conditions), key=lambda ic: (ic[1].get("lastTransitionTime") or "", ic[0]))[1]
+    parts = [f"{r.get('reason') or 'Unschedulable'}: {r.get('message') or ''}".rstrip(": ")
+             for r in latest.get("reasons") or [] if isinstance(r, dict)]
+    if not parts and (latest.get("reason") or latest.get("message")):
+        parts = [f"{latest.get('reason') or 'Unschedulable'}: {latest.get('message') or ''}".rstrip(": ")]
+    return "; ".join(parts) or "KAI reported no reason"
