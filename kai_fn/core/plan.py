@@ -11,8 +11,9 @@ from typing import Any, Literal
 from kai_fn.core import keys, validation
 from kai_fn.core.models import Runtime, TrainJob
 from kai_fn.core.podsets import PodSet, pod_sets, total_requests
+from kai_fn.core.queue_check import Gang, gangs
 from kai_fn.core.runtime import check_matches
-from kai_fn.core.scope import GangPolicy, Problem, gang_policy, out_of_scope
+from kai_fn.core.scope import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, GangPolicy, Problem, gang_policy, out_of_scope
 
 Flavor = Literal["kai", "scheduler-plugins"]  # which PodGroup API the gang is written to
 Layout = Literal["flat", "staged"]
@@ -52,6 +53,7 @@ class Plan:
     preemptibility: str | None = None
     schedule_timeout_seconds: int | None = None
     pod_sets: tuple[PodSetSummary, ...] = ()
+    gangs: tuple[Gang, ...] = ()  # what KAI must place at once, in KAI's units (the queue pre-check)
     problems: tuple[Problem, ...] = ()
 
     @property
@@ -61,6 +63,12 @@ class Plan:
     @property
     def actionable(self) -> bool:
         return self.ignored is None and not self.blocked and self.podgroup is not None
+
+    @property
+    def non_preemptible(self) -> bool:
+        """As far as kai_fn can tell: the label says so. A priority class's value (>= 100 is non-preemptible to
+        KAI) is known only by name here, so such a gang is checked as preemptible and KAI has the last word."""
+        return self.preemptibility == "non-preemptible"
 
     @property
     def podgroup_name(self) -> str | None:
@@ -82,7 +90,7 @@ class Plan:
         for key, value in (("priorityClassName", self.priority_class), ("preemptibility", self.preemptibility)):
             if value:
                 out[key] = value
-        if self.flavor == "scheduler-plugins":
+        if self.flavor == "scheduler-plugins" or self.schedule_timeout_seconds is not None:
             out["scheduleTimeoutSeconds"] = self.schedule_timeout_seconds
         return out
 
@@ -91,7 +99,9 @@ def kai_podgroup_name(job: TrainJob) -> str:
     return f"pg-{job.metadata.name}-{job.metadata.uid}"
 
 
-def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_queue: str = "default-queue") -> Plan:
+def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_queue: str = "default-queue",
+         schedule_timeout_seconds: int | None = None) -> Plan:
+    """``schedule_timeout_seconds``: kai_fn's own timeout for a KAI gang whose runtime has no podGroupPolicy.kai."""
     check_matches(job, runtime)
     base = Plan(namespace=job.metadata.namespace, trainjob=job.metadata.name, uid=job.metadata.uid, flavor=flavor)
     if reason := out_of_scope(job, runtime):
@@ -110,12 +120,20 @@ def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_que
         queue=policy.queue if flavor == "kai" else None,
         priority_class=policy.priority_class,
         preemptibility=policy.preemptibility,
-        schedule_timeout_seconds=policy.schedule_timeout_seconds,
+        schedule_timeout_seconds=_timeout(policy, flavor, schedule_timeout_seconds),
         pod_sets=tuple(PodSetSummary(ps.name, ps.count, {k: str(q) for k, q in sorted(ps.requests.items())}) for ps in sets),
     )
     if flavor == "kai":
+        base = replace(base, gangs=gangs(sets, base.layout == "staged"))
         return _kai(base, job, sets, policy, problems)
     return _scheduler_plugins(base, job, sets, problems)
+
+
+def _timeout(policy: GangPolicy, flavor: Flavor, label_only: int | None) -> int | None:
+    """The policy's; for the coscheduling PodGroup Trainer's default, for KAI (which has none) the setting."""
+    if policy.schedule_timeout_seconds is not None:
+        return policy.schedule_timeout_seconds
+    return DEFAULT_SCHEDULE_TIMEOUT_SECONDS if flavor == "scheduler-plugins" else label_only
 
 
 def _kai(base: Plan, job: TrainJob, sets: list[PodSet], policy: GangPolicy, problems: list[Problem]) -> Plan:
@@ -238,7 +256,7 @@ def _podgroup(api_version: str, name: str, job: TrainJob, spec: dict[str, Any], 
                 keys.TRAINJOB_NAME_LABEL: job.metadata.name,
                 keys.TRAINJOB_UID_LABEL: job.metadata.uid,
             },
-            "annotations": {keys.MIN_RESOURCES_ANNOTATION: ",".join(f"{k}={v}" for k, v in base.min_resources.items())},
+            "annotations": _podgroup_annotations(base),
             "ownerReferences": [{
                 "apiVersion": keys.TRAINER_API,
                 "kind": keys.TRAINJOB_KIND,
@@ -250,6 +268,13 @@ def _podgroup(api_version: str, name: str, job: TrainJob, spec: dict[str, Any], 
         },
         "spec": spec,
     }
+
+
+def _podgroup_annotations(base: Plan) -> dict[str, str]:
+    notes = {keys.MIN_RESOURCES_ANNOTATION: ",".join(f"{k}={v}" for k, v in base.min_resources.items())}
+    if base.flavor == "kai" and base.schedule_timeout_seconds is not None:
+        notes[keys.SCHEDULE_TIMEOUT_ANNOTATION] = str(base.schedule_timeout_seconds)
+    return notes
 
 
 def _finish(base: Plan, problems: list[Problem], podgroup: dict[str, Any], templates: tuple[PodTemplateChange, ...],

@@ -30,6 +30,7 @@ class PodSet:
     requests: Requests  # one pod's effective requests
     pod_spec: PodSpec
     depends_on: tuple[str, ...]
+    replicas: int = 1  # not in count (as Trainer), but more pods than minMember may exist
 
 
 def pod_sets(job: TrainJob, runtime: Runtime) -> list[PodSet]:
@@ -51,6 +52,7 @@ def pod_sets(job: TrainJob, runtime: Runtime) -> list[PodSet]:
             requests=pod_requests(spec),
             pod_spec=spec,
             depends_on=tuple(d.name for d in rj.depends_on),
+            replicas=rj.replicas,
         ))
     if trainer is not None and trainer.num_nodes is not None:
         _set_num_nodes(sets, ml, trainer.num_nodes)

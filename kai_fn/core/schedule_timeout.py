@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from kai_fn.core import keys
+from kai_fn.core.gang import GangCount
 
 _SECONDS = re.compile(r"^[0-9]{1,9}$")
 _ONE_SECOND = datetime.timedelta(seconds=1)
@@ -120,30 +120,8 @@ def new_wait(trainjob: dict[str, Any], now: datetime.datetime) -> str | None:
     return stamp(max(now, timed_out + _ONE_SECOND))
 
 
-def bound(podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> bool:
-    """Whether KAI placed the gang: ``minMember`` pods on nodes; with subgroups (root ``minSubGroup: 1``), any one
-    subgroup's ``minMember`` of its pods, which is all KAI promises before later stages exist."""
-    placed = [p for p in pods if (p.get("spec") or {}).get("nodeName") and not _meta(p).get("deletionTimestamp")
-              and (p.get("status") or {}).get("phase") != "Failed"]
-    spec = podgroup.get("spec") or {}
-    subgroups = spec.get("subGroups") or []
-    if not subgroups:
-        return len(placed) >= max(int(spec.get("minMember") or 0), 1)
-    per: dict[str, int] = {}
-    for pod in placed:
-        name = (_meta(pod).get("labels") or {}).get(keys.KAI_SUBGROUP_LABEL, "")
-        per[name] = per.get(name, 0) + 1
-    return any(per.get(sg.get("name"), 0) >= max(int(sg.get("minMember") or 0), 1) for sg in subgroups)
-
-
-def last_reasons(podgroup: dict[str, Any]) -> str:
-    """KAI's latest word on why the gang waits (status.schedulingConditions), as one line."""
-    conditions = [c for c in (podgroup.get("status") or {}).get("schedulingConditions") or [] if isinstance(c, dict)]
-    if not conditions:
-        return "KAI reported no reason (is KAI Scheduler running, and do the pods name schedulerName kai-scheduler?)"
-    latest = max(enumerate(conditions), key=lambda ic: (ic[1].get("lastTransitionTime") or "", ic[0]))[1]
-    parts = [f"{r.get('reason') or 'Unschedulable'}: {r.get('message') or ''}".rstrip(": ")
-             for r in latest.get("reasons") or [] if isinstance(r, dict)]
-    if not parts and (latest.get("reason") or latest.get("message")):
-        parts = [f"{latest.get('reason') or 'Unschedulable'}: {latest.get('message') or ''}".rstrip(": ")]
-    return "; ".join(parts) or "KAI reported no reason"
+def placed(counted: GangCount) -> bool:
+    """Whether KAI placed the gang, which ends its wait: its ``minMember`` pods on nodes; with subgroups (root
+    ``minSubGroup: 1``, later stages created only when earlier ones finish), any one subgroup's, which is all KAI
+    places before the later stages exist. A stage that waits longer than its initializers ran is not timed out."""
+    return counted.bound or any(part.satisfied for part in counted.parts)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from kai_fn.core import keys, validation
 from kai_fn.core.models import KaiPolicy, Runtime, TrainJob
 from kai_fn.core.podsets import PodSet
+from kai_fn.core.schedule_timeout import seconds_problem
 
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS = 60
 
@@ -33,7 +34,7 @@ class Topology:
 class GangPolicy:
     queue: str
     queue_source: str
-    schedule_timeout_seconds: int
+    schedule_timeout_seconds: int | None  # None: the runtime has no podGroupPolicy.kai
     priority_class: str | None = None
     preemptibility: str | None = None
     topology: Topology | None = None
@@ -83,7 +84,11 @@ def gang_policy(job: TrainJob, runtime: Runtime, sets: list[PodSet], default_que
 
     topology, topology_problems = _topology(job)
     problems += topology_problems
-    timeout = kai.schedule_timeout_seconds if kai and kai.schedule_timeout_seconds is not None else DEFAULT_SCHEDULE_TIMEOUT_SECONDS
+    if why := seconds_problem(job.metadata.annotations):
+        problems.append(Problem(f"TrainJob metadata.annotations[{keys.SCHEDULE_TIMEOUT_ANNOTATION}]", why))
+    timeout = None
+    if kai is not None:
+        timeout = DEFAULT_SCHEDULE_TIMEOUT_SECONDS if kai.schedule_timeout_seconds is None else kai.schedule_timeout_seconds
     return GangPolicy(queue, source, timeout, priority, preemptibility, topology, tuple(problems))
 
 

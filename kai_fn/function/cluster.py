@@ -21,6 +21,7 @@ from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
 
 from kai_fn.core import keys
+from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.runtime import RuntimeTarget
 from kai_fn.function import metrics
 from kai_fn.function.settings import Settings
@@ -40,6 +41,10 @@ class Gone(Exception):
 
 class GuardFailed(Exception):
     """422 on a JSON Patch: a guard no longer holds (the JobSet was resumed, replaced or reordered)."""
+
+
+class Stale(Exception):
+    """409 on a patch that names a resourceVersion: the object changed since it was read."""
 
 
 class NoClusterConfig(SystemExit):
@@ -104,7 +109,8 @@ class Cluster:
     runtime_ttl: float
     _runtimes: dict[RuntimeTarget, tuple[float, dict[str, Any]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _fetching: dict[RuntimeTarget, threading.Lock] = field(default_factory=dict)
+    _fetching: dict[RuntimeTarget | str, threading.Lock] = field(default_factory=dict)
+    _queues: tuple[float, QueueTree] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, kubeconfig: str | None = None) -> Cluster:
@@ -120,7 +126,17 @@ class Cluster:
             return hit[1]
         return None
 
-    def fetch_lock(self, target: RuntimeTarget) -> threading.Lock:
+    def cached_queues(self) -> QueueTree | None:
+        with self._lock:
+            hit = self._queues
+        return hit[1] if hit and hit[0] > time.monotonic() else None
+
+    def remember_queues(self, tree: QueueTree) -> None:
+        if self.runtime_ttl > 0:
+            with self._lock:
+                self._queues = (time.monotonic() + self.runtime_ttl, tree)
+
+    def fetch_lock(self, target: RuntimeTarget | str) -> threading.Lock:
         """One fetch per runtime at a time: when an entry expires, the events in flight wait for one GET."""
         with self._lock:
             return self._fetching.setdefault(target, threading.Lock())
@@ -185,6 +201,32 @@ class Session:
             self.cluster.remember_runtime(target, found)
         return found
 
+    def queues(self, fresh: bool = False) -> tuple[QueueTree, bool]:
+        """All KAI Queues (one LIST gives the queue, its ancestors and whether it is a leaf), from the cache while
+        it is fresh (``KAI_FN_RUNTIME_CACHE_SECONDS``); the flag says whether the cache answered."""
+        if not fresh and (hit := self.cluster.cached_queues()) is not None:
+            return hit, True
+        with self.cluster.fetch_lock("queues"):
+            if not fresh and (hit := self.cluster.cached_queues()) is not None:
+                return hit, True
+            group, version = keys.KAI_QUEUE_API.split("/")
+            tree = QueueTree.of(self._list(self._custom.list_cluster_custom_object, group, version, "queues"))
+            self.cluster.remember_queues(tree)
+            return tree, False
+
+    def podgroups(self) -> list[dict[str, Any]]:
+        """KAI PodGroups kai_fn made, in every namespace."""
+        group, version = keys.KAI_PODGROUP_API.split("/")
+        return self._list(self._custom.list_cluster_custom_object, group, version, "podgroups",
+                          label_selector=f"{keys.MANAGED_BY_LABEL}={keys.MANAGED_BY}")
+
+    def _list(self, fn: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        try:
+            found = self._call(fn, *args, **kwargs)
+        except ApiException as error:
+            raise Transient(f"API {error.status} on list") from None
+        return list((found or {}).get("items") or [])
+
     def jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         group, version = keys.JOBSET_API.split("/")
         return self._get(self._custom.get_namespaced_custom_object, group, version, namespace, "jobsets", name)
@@ -212,12 +254,15 @@ class Session:
             raise Transient(f"API {error.status} on patch jobset") from None
 
     def patch_trainjob(self, namespace: str, name: str, merge: dict[str, Any]) -> None:
+        """A JSON merge patch; one that names ``metadata.resourceVersion`` raises :class:`Stale` if it changed."""
         try:
             self._call(self._custom.patch_namespaced_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,
                        namespace, "trainjobs", name, merge, field_manager=keys.FIELD_MANAGER, _content_type=MERGE_PATCH)
         except ApiException as error:
             if error.status == 404:
                 raise Gone(f"TrainJob {namespace}/{name}") from None
+            if error.status == 409:
+                raise Stale(f"TrainJob {namespace}/{name}") from None
             raise Transient(f"API {error.status} on patch trainjob") from None
 
     def _post(self, path: str, body: dict[str, Any], _request_timeout: float, **path_params: str) -> Any:
@@ -273,12 +318,7 @@ class Session:
         return list(found.get("items") or [])
 
     def list_trainjobs(self) -> list[dict[str, Any]]:
-        try:
-            found = self._call(self._custom.list_cluster_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,
-                               "trainjobs")
-        except ApiException as error:
-            raise Transient(f"API {error.status} on list trainjobs") from None
-        return list(found.get("items", []))
+        return self._list(self._custom.list_cluster_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION, "trainjobs")
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
         """True when the Event is there (written now, or already: 409 on its content-derived name). Best effort:

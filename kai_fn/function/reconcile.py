@@ -12,15 +12,18 @@ whatever the plan says, except while it is blocked: with their gang when in scop
 """
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from kai_fn.core import keys
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
+from kai_fn.core.queue_check import check
 from kai_fn.core.runtime import target
-from kai_fn.function import gang_status, metrics, report
-from kai_fn.function.cluster import Gone, GuardFailed, Session, Transient
+from kai_fn.core.schedule_timeout import new_wait, stamp
+from kai_fn.function import gang_status, metrics, report, timeouts
+from kai_fn.function.cluster import Gone, GuardFailed, Session, Stale, Transient
 from kai_fn.function.events import TrainJobEvent
 from kai_fn.function.report import Outcome, Result
 from kai_fn.function.settings import Settings
@@ -53,7 +56,8 @@ def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Out
 
 def resync(session: Session, settings: Settings) -> Outcome:
     """Reconcile suspended TrainJobs that no event brought us (the source replays nothing after a restart), then
-    look at released gangs not yet known to be bound: binding changes no PodGroup, so no event says it."""
+    look at released gangs not yet known to be bound (binding changes no PodGroup, so no event says it) and at
+    their schedule timeouts."""
     listed = session.list_trainjobs()
     waiting = [
         o for o in listed
@@ -75,8 +79,15 @@ def resync(session: Session, settings: Settings) -> Outcome:
     released = gang_status.awaiting(listed, settings)
     swept = gang_status.sweep(session, settings, released)
     gangs = ", ".join(f"{n} {r}" for r, n in sorted(swept.items()))
-    return Outcome("done", f"resync: {len(waiting)} waiting; {summary}" + (f"; {left} left for the next run" if left else "")
-                   + (f"; {len(released)} released gangs not yet bound: {gangs}" if released else ""))
+    summary = (f"resync: {len(waiting)} waiting; {summary}" + (f"; {left} left for the next run" if left else "")
+               + (f"; {len(released)} released gangs not yet bound: {gangs}" if released else ""))
+    if settings.flavor == "kai":
+        summary += "; " + timeouts.check(session, settings, listed, _now())
+    return Outcome("done", summary)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _marked(obj: dict[str, Any]) -> bool:
@@ -112,6 +123,8 @@ class Reconciler:
     def run(self) -> Outcome:
         notes = self.obj.get("metadata", {}).get("annotations") or {}
         if keys.MARKER_PODGROUP in notes:
+            if (started := new_wait(self.obj, _now())) is not None:
+                return self.start_new_wait(started, notes[keys.MARKER_PODGROUP])
             return self.outcome("skipped", "already gang-scheduled", notes[keys.MARKER_PODGROUP])
         if keys.MARKER_SKIPPED in notes:
             return self.outcome("skipped", f"skipped earlier ({notes[keys.MARKER_SKIPPED]})")
@@ -130,17 +143,56 @@ class Reconciler:
                              result="ignored")
         try:
             result = plan(job, parse(Runtime, raw), flavor=self.settings.flavor,
-                          default_queue=self.settings.default_queue)
+                          default_queue=self.settings.default_queue,
+                          schedule_timeout_seconds=self.settings.schedule_timeout_seconds)
         except InputError as error:
             return self.warn(report.INVALID_RUNTIME, f"{where}: {error}")
         if result.ignored:
             return self.release_without_gang(result.ignored)
         if result.blocked:
             return self.warn(report.PLAN_BLOCKED, "; ".join(str(p) for p in result.problems))
+        if (refused := self.queue_precheck(result)) is not None:
+            return refused
         try:
             return self.apply(result)
         except (TrainJobGone, Gone):
             return self.outcome("ignored", "the TrainJob no longer exists")
+
+    def queue_precheck(self, result: Plan) -> Outcome | None:
+        """KAI's own limit checks with nothing allocated: a gang that can never fit is not released to wait forever.
+        A refusal is always confirmed on a fresh list of the Queues, never on the cache alone."""
+        if self.settings.flavor != "kai" or self.settings.queue_check == "off" or result.queue is None:
+            return None
+        tree, cached = self.session.queues()
+        refusal = check(tree, result.queue, result.gangs, result.non_preemptible)
+        if refusal is not None and cached:
+            tree, _ = self.session.queues(fresh=True)
+            refusal = check(tree, result.queue, result.gangs, result.non_preemptible)
+        if refusal is None:
+            return None
+        reason = report.GANG_EXCEEDS_QUEUE if refusal.kind == "over" else report.QUEUE_NOT_FOUND
+        if self.settings.queue_check == "warn":
+            self.session.create_event(self.namespace, report.event_body(
+                self.obj, reason, f"{refusal.message} (KAI_FN_QUEUE_CHECK=warn: released anyway)", warning=True))
+            return None
+        return self.warn(reason, f"{refusal.message}; the TrainJob stays suspended, and is checked again on its "
+                                 f"next change and at every resync")
+
+    def start_new_wait(self, started: str, podgroup: str) -> Outcome:
+        """Resumed after a timeout suspended it: the gang waits again, from now. Guarded by resourceVersion, so a
+        stale copy of the TrainJob never restarts a wait that has ended since."""
+        merge = {"metadata": {"annotations": {keys.RELEASED_AT_ANNOTATION: started}}}
+        version = self.obj.get("metadata", {}).get("resourceVersion")
+        if version:
+            merge["metadata"]["resourceVersion"] = version
+        try:
+            self.session.patch_trainjob(self.namespace, self.name, merge)
+        except Stale:
+            return self.outcome("skipped", "resumed, but changed since this event; a later event decides", podgroup)
+        except Gone:
+            return self.outcome("ignored", "the TrainJob no longer exists")
+        return self.outcome("done", f"resumed after a schedule timeout: a new wait for {podgroup} starts at {started}",
+                            podgroup)
 
     def apply(self, result: Plan) -> Outcome:
         jobset = self.live_jobset()
@@ -209,6 +261,8 @@ class Reconciler:
         merge: dict[str, Any] = {"metadata": {"annotations": {keys.MARKER_PODGROUP: result.podgroup_name}}}
         if hold is None and obj.get("spec", {}).get("suspend") is True:
             merge["spec"] = {"suspend": False}
+            if self.settings.flavor == "kai":  # the schedule timeout counts from here
+                merge["metadata"]["annotations"][keys.RELEASED_AT_ANNOTATION] = stamp(_now())
         self.session.patch_trainjob(self.namespace, self.name, merge)
         resources = ",".join(f"{k}={v}" for k, v in result.min_resources.items()) or "none"
         message = (

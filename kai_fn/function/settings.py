@@ -9,6 +9,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from kai_fn.core import validation
 from kai_fn.core.plan import Flavor
 
+QueueCheck = Literal["enforce", "warn", "off"]
+OnTimeout = Literal["event", "suspend"]
+
 
 class SettingsError(SystemExit):
     """Raised at start-up; its text names the environment variable."""
@@ -28,6 +31,9 @@ class Settings(BaseSettings):
     resync_limit: int = Field(50, ge=1, alias="KAI_FN_RESYNC_LIMIT")
     audience: str = Field("", alias="KAI_FN_AUDIENCE")
     senders: Annotated[tuple[str, ...], NoDecode] = Field((), alias="KAI_FN_SENDERS")
+    queue_check: QueueCheck = Field("enforce", alias="KAI_FN_QUEUE_CHECK")
+    schedule_timeout_seconds: int | None = Field(None, ge=0, alias="KAI_FN_SCHEDULE_TIMEOUT_SECONDS")
+    on_timeout: OnTimeout = Field("event", alias="KAI_FN_ON_TIMEOUT")
 
     @field_validator("default_queue")
     @classmethod
@@ -56,6 +62,10 @@ class Settings(BaseSettings):
                     not namespace or not name or validation.dns_label(namespace) or validation.dns_subdomain(name):
                 raise ValueError(f"{sender!r} is not system:serviceaccount:<namespace>:<name>")
         return value
+    @field_validator("schedule_timeout_seconds", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -5,8 +5,8 @@ import datetime
 
 import pytest
 
-from kai_fn.core import keys
-from kai_fn.core.schedule_timeout import bound, last_reasons, new_wait, overdue, parse_seconds, seconds_problem, stamp
+from kai_fn.core import gang, keys
+from kai_fn.core.schedule_timeout import new_wait, overdue, parse_seconds, placed, seconds_problem, stamp
 
 UID = "11111111-2222-4333-8444-555555555555"
 PG = f"pg-job-{UID}"
@@ -105,49 +105,26 @@ def test_the_new_wait_starts_strictly_after_the_timeout_even_with_a_fast_resume(
     assert overdue(job, podgroup(), at(121)) is not None and overdue(job, podgroup(), at(120)) is None
 
 
-# -- bound -------------------------------------------------------------------------------------------------------------
+# -- placed ------------------------------------------------------------------------------------------------------
 
-def pod(node="n1", subgroup=None, phase="Running", deleting=False):
-    meta = {"labels": {keys.KAI_SUBGROUP_LABEL: subgroup} if subgroup else {}}
+def pod(node="n1", subgroup=None, deleting=False):
+    meta = {"labels": {keys.KAI_SUBGROUP_LABEL: subgroup} if subgroup else {},
+            "annotations": {keys.KAI_POD_GROUP_ANNOTATION: PG}}
     if deleting:
         meta["deletionTimestamp"] = stamp(T0)
-    return {"metadata": meta, "spec": {"nodeName": node} if node else {}, "status": {"phase": phase}}
+    return {"metadata": meta, "spec": {"nodeName": node} if node else {}}
 
 
 @pytest.mark.parametrize("pg, pods, expected", [
     (podgroup(min_member=2), [pod(), pod()], True),
     (podgroup(min_member=2), [pod(), pod(node=None)], False),
     (podgroup(min_member=2), [pod(), pod(deleting=True)], False),
-    (podgroup(min_member=2), [pod(), pod(phase="Failed")], False),
-    (podgroup(min_member=2), [pod(), pod(phase="Succeeded")], True),
     (podgroup(min_member=2), [], False),
     (podgroup(subgroups=[("init", 1), ("node", 2)]), [pod(subgroup="init")], True),
     (podgroup(subgroups=[("init", 1), ("node", 2)]), [pod(subgroup="node"), pod(node=None, subgroup="node")], False),
-], ids=["all-on-nodes", "one-pending", "one-terminating", "one-failed", "one-finished", "no-pods",
-        "one-subgroup-placed", "no-subgroup-complete"])
-def test_a_gang_is_bound_when_kai_placed_its_min_member(pg, pods, expected):
-    assert bound(pg, pods) is expected
-
-
-# -- KAI's reasons -----------------------------------------------------------------------------------------------------
-
-def test_the_latest_scheduling_condition_gives_the_reasons():
-    conditions = [
-        {"type": "UnschedulableOnNodePool", "lastTransitionTime": "2026-12-03T06:00:05Z",
-         "reasons": [{"reason": "OverLimit", "message": "queue team-a over its gpu limit"}]},
-        {"type": "UnschedulableOnNodePool", "lastTransitionTime": "2026-12-03T06:00:01Z",
-         "reasons": [{"reason": "QueueDoesNotExist", "message": "old"}]},
-    ]
-    assert last_reasons(podgroup(conditions=conditions)) == "OverLimit: queue team-a over its gpu limit"
-
-
-def test_deprecated_reason_fields_are_read_when_reasons_are_absent():
-    conditions = [{"type": "UnschedulableOnNodePool", "reason": "Unschedulable", "message": "3 nodes lack GPUs"}]
-    assert last_reasons(podgroup(conditions=conditions)) == "Unschedulable: 3 nodes lack GPUs"
-
-
-def test_no_conditions_say_that_kai_said_nothing():
-    assert "KAI reported no reason" in last_reasons(podgroup())
+], ids=["all-on-nodes", "one-pending", "one-terminating", "no-pods", "one-subgroup-placed", "no-subgroup-complete"])
+def test_a_wait_ends_when_kai_placed_the_gang_or_with_subgroups_one_stage_of_it(pg, pods, expected):
+    assert placed(gang.count(pg, pods)) is expected
 
 
 @pytest.mark.parametrize("text, seconds, problem", [

@@ -98,8 +98,8 @@ def test_invalid_setting_stops_with_its_name(tmp_path):
 
 def test_invoke_posts_a_sample_and_prints_the_answer(api, function):
     from tests.conftest import sample_object, seed
-    seed(api, sample_object("clustertrainingruntime-torch-kai"), sample_object("trainjob-llama-finetune"),
-         sample_object("jobset-llama-finetune"))
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
+         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
     out = run("invoke", "samples/events/resource-add.json", "--url", function.url)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[:2] == ["HTTP 200", "X-Kai-Fn-Outcome: done"]

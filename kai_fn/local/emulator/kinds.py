@@ -60,6 +60,7 @@ KINDS: Mapping[tuple[str, str], KindInfo] = _kinds(
     KindInfo("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups", True, status=True),
     KindInfo("kai.scheduler", "v1alpha1", "Topology", "topologies", False),
     KindInfo("", "v1", "Event", "events", True),
+    KindInfo("", "v1", "Pod", "pods", True, status=True),  # stored and listed only: no kubelet, no pod validation
     KindInfo("", "v1", "Namespace", "namespaces", False, status=True),
     KindInfo("", "v1", "Pod", "pods", True, status=True),
 )
