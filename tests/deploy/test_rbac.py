@@ -26,7 +26,7 @@ def scenario_new_trainjob_by_resource(api, url):
 
 
 def scenario_new_trainjob_by_ref_with_a_namespaced_runtime(api, url):
-    seed(api, sample_object("trainingruntime-torch-llm-kai"), sample_object("trainjob-bert-pretrain"),
+    seed(api, sample_object("queue-team-a"), sample_object("trainingruntime-torch-llm-kai"), sample_object("trainjob-bert-pretrain"),
          sample_object("jobset-bert-pretrain"))
     assert send(url, ref(NS, "bert-pretrain")).status == 200
 
@@ -38,7 +38,7 @@ def scenario_running_jobset_too_late(api, url):
 
 
 def scenario_resync(api, url):
-    seed(api, sample_object("clustertrainingruntime-torch-kai"), sample_object("trainjob-llama-finetune"),
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), sample_object("trainjob-llama-finetune"),
          sample_object("jobset-llama-finetune"))
     assert send(url, ping()).status == 200
     assert "kai-fn/podgroup" in api.get(TRAINER, "TrainJob", NS, "llama-finetune")["metadata"]["annotations"]
@@ -59,6 +59,15 @@ def scenario_gang_status(api, url):
     assert "kai-fn/bound" in api.get(TRAINER, "TrainJob", NS, "llama-finetune")["metadata"]["annotations"]
 
 
+def scenario_schedule_timeout(api, url):
+    """A released gang, overdue and not known to be bound: the resync lists its pods, then times it out."""
+    scenario_new_trainjob_by_resource(api, url)
+    tj = api.get(TRAINER, "TrainJob", NS, "llama-finetune")
+    tj["metadata"]["annotations"] |= {"kai-fn/released-at": "2026-01-01T00:00:00Z", "kai-fn/schedule-timeout-seconds": "1"}
+    api.put(tj)
+    assert send(url, ping()).status == 200
+
+
 def scenario_authenticated_delivery(api, url):
     seed(api, sample_object("clustertrainingruntime-torch-kai"), sample_object("trainjob-llama-finetune"),
          sample_object("jobset-llama-finetune"))
@@ -73,6 +82,7 @@ SCENARIOS = [  # (scenario, the settings it runs with on top of the flavor)
     (scenario_running_jobset_too_late, {}),
     (scenario_resync, {}),
     (scenario_gang_status, {}),
+    (scenario_schedule_timeout, {}),
     (scenario_authenticated_delivery, {"KAI_FN_AUDIENCE": AUDIENCE}),
 ]
 
