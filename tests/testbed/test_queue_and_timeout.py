@@ -1,0 +1,182 @@
+"""The queue pre-check and the schedule timeout against a real API server: real Queue objects (KAI's CRD, validated
+by the server; KAI itself does not run here), real merge patches with resourceVersion preconditions, real Events.
+
+The function runs as the real server (functions-framework) with the testbed's admin kubeconfig, restricted to a
+fresh namespace per test (``KAI_FN_NAMESPACES``); Queues and runtimes, being cluster-scoped, get unique names.
+"""
+from __future__ import annotations
+
+import copy
+import datetime
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+pytest.importorskip("tests.testbed.conftest", reason="the testbed fixture is not on this branch")
+
+from kai_fn.cluster import Cluster, Stale  # noqa: E402
+from kai_fn.core import keys  # noqa: E402
+from kai_fn.local import REPO, FunctionProcess  # noqa: E402
+from kai_fn.settings import load  # noqa: E402
+from tests.ce import ping, resource, send  # noqa: E402
+from tests.testbed.conftest import LiveCluster  # noqa: E402
+
+TRAINER = ("trainer.kubeflow.org", "v1alpha1")
+KAI = ("scheduling.run.ai", "v2")
+
+
+def sample(name: str) -> dict[str, Any]:
+    return yaml.safe_load((REPO / "samples" / "cluster" / f"{name}.yaml").read_text())
+
+
+@pytest.fixture
+def world(testbed: LiveCluster) -> Iterator[dict[str, str]]:
+    """A namespace, and names for this test's cluster-scoped Queue and runtime; all deleted afterwards."""
+    tag = uuid.uuid4().hex[:8]
+    names = {"ns": f"precheck-{tag}", "queue": f"team-{tag}", "runtime": f"torch-kai-{tag}"}
+    testbed.ensure_namespace(names["ns"])
+    yield names
+    objs = client.CustomObjectsApi(testbed.api)
+    for group_version, plural, name in ((KAI, "queues", names["queue"]), (TRAINER, "clustertrainingruntimes",
+                                                                             names["runtime"])):
+        try:
+            objs.delete_cluster_custom_object(*group_version, plural, name)
+        except client.ApiException:
+            pass
+    client.CoreV1Api(testbed.api).delete_namespace(names["ns"])
+
+
+@pytest.fixture
+def function_on(testbed: LiveCluster, world: dict[str, str]) -> Iterator[Any]:
+    started: list[FunctionProcess] = []
+
+    def start(**settings: str) -> FunctionProcess:
+        proc = FunctionProcess({"KUBECONFIG": str(testbed.kubeconfig), "KAI_FN_NAMESPACES": world["ns"],
+                                "KAI_FN_RUNTIME_CACHE_SECONDS": "0", **settings}).start()
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def make_queue(testbed: LiveCluster, name: str, gpu_limit: float) -> None:
+    queue = sample("queue-team-a")
+    queue["metadata"] = {"name": name}
+    queue["spec"].pop("parentQueue")
+    queue["spec"]["resources"]["gpu"]["limit"] = gpu_limit
+    objs = client.CustomObjectsApi(testbed.api)
+    try:
+        objs.create_cluster_custom_object(*KAI, "queues", queue)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+        live = objs.get_cluster_custom_object(*KAI, "queues", name)
+        live["spec"]["resources"]["gpu"]["limit"] = gpu_limit
+        objs.replace_cluster_custom_object(*KAI, "queues", name, live)
+
+
+def submit(testbed: LiveCluster, world: dict[str, str]) -> dict[str, Any]:
+    """The sample TrainJob (8 GPUs) in the world's queue, its runtime, and the suspended JobSet Trainer would make."""
+    objs = client.CustomObjectsApi(testbed.api)
+    ns = world["ns"]
+    rt = sample("clustertrainingruntime-torch-kai")
+    rt["metadata"]["name"] = world["runtime"]  # label-only: the upstream CRD has no podGroupPolicy.kai
+    try:
+        objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", rt)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    tj = sample("trainjob-llama-finetune")
+    tj["metadata"] = {"name": "llama", "namespace": ns, "labels": {keys.KAI_QUEUE_LABEL: world["queue"]}}
+    tj["spec"]["runtimeRef"]["name"] = world["runtime"]
+    tj = objs.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", tj)
+    js = sample("jobset-llama-finetune")
+    js["metadata"] = {"name": "llama", "namespace": ns, "ownerReferences": [{
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "llama",
+        "uid": tj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]}
+    objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", js)
+    return tj
+
+
+def live_trainjob(testbed: LiveCluster, ns: str) -> dict[str, Any]:
+    return client.CustomObjectsApi(testbed.api).get_namespaced_custom_object(*TRAINER, ns, "trainjobs", "llama")
+
+
+def reasons(testbed: LiveCluster, ns: str) -> list[tuple[str, str]]:
+    events = client.CoreV1Api(testbed.api).list_namespaced_event(ns).items
+    return [(e.reason, e.message) for e in events if e.reporting_component == keys.MANAGED_BY]
+
+
+def podgroups(testbed: LiveCluster, ns: str) -> list[dict[str, Any]]:
+    return client.CustomObjectsApi(testbed.api).list_namespaced_custom_object(
+        "scheduling.run.ai", "v2alpha2", ns, "podgroups")["items"]
+
+
+def test_real_queues_refuse_a_gang_over_the_limit_and_a_fixed_queue_lets_it_proceed(testbed, world, function_on):
+    fn = function_on()
+    ns = world["ns"]
+    tj = submit(testbed, world)
+    assert send(fn.url, resource(tj)).status == 200
+    assert [r for r, _ in reasons(testbed, ns)] == ["QueueNotFound"]
+
+    make_queue(testbed, world["queue"], gpu_limit=4)  # a real Queue, through KAI's CRD
+    assert send(fn.url, resource(tj, "update")).status == 200
+    over = [m for r, m in reasons(testbed, ns) if r == "GangExceedsQueue"]
+    assert len(over) == 1 and f"request gpu 8 GPUs, over the limit 4 GPUs of Queue {world['queue']}" in over[0]
+    assert live_trainjob(testbed, ns)["spec"]["suspend"] is True and podgroups(testbed, ns) == []
+
+    make_queue(testbed, world["queue"], gpu_limit=8)
+    assert send(fn.url, ping()).status == 200  # the resync finds it: suspended, without a marker
+    live = live_trainjob(testbed, ns)
+    assert live["spec"]["suspend"] is False
+    assert keys.RELEASED_AT_ANNOTATION in live["metadata"]["annotations"]
+    (pg,) = podgroups(testbed, ns)
+    assert pg["spec"]["queue"] == world["queue"]
+
+
+def test_a_timed_out_gang_is_suspended_through_a_real_guarded_patch_and_resumes_into_a_new_wait(
+        testbed, world, function_on):
+    fn = function_on(KAI_FN_ON_TIMEOUT="suspend", KAI_FN_SCHEDULE_TIMEOUT_SECONDS="60")
+    ns = world["ns"]
+    make_queue(testbed, world["queue"], gpu_limit=-1)
+    tj = submit(testbed, world)
+    assert send(fn.url, resource(tj)).status == 200
+    objs = client.CustomObjectsApi(testbed.api)
+    long_ago = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    objs.patch_namespaced_custom_object(*TRAINER, ns, "trainjobs", "llama",
+                                        {"metadata": {"annotations": {keys.RELEASED_AT_ANNOTATION: long_ago}}})
+    assert send(fn.url, ping()).status == 200  # no pods on nodes here (no scheduler runs): not bound
+    live = live_trainjob(testbed, ns)
+    assert live["spec"]["suspend"] is True
+    assert keys.TIMED_OUT_ANNOTATION in live["metadata"]["annotations"]
+    assert keys.RELEASED_AT_ANNOTATION not in live["metadata"]["annotations"]
+    (message,) = [m for r, m in reasons(testbed, ns) if r == "ScheduleTimeout"]
+    assert "suspended again" in message and "KAI reported no reason" in message
+
+    live["spec"]["suspend"] = False  # the user resumes it
+    resumed = objs.replace_namespaced_custom_object(*TRAINER, ns, "trainjobs", "llama", live)
+    assert send(fn.url, resource(resumed, "update")).status == 200
+    notes = live_trainjob(testbed, ns)["metadata"]["annotations"]
+    assert notes[keys.RELEASED_AT_ANNOTATION] > notes[keys.TIMED_OUT_ANNOTATION]
+
+
+def test_the_real_server_refuses_a_merge_patch_naming_an_old_resource_version(testbed, world):
+    ns = world["ns"]
+    make_queue(testbed, world["queue"], gpu_limit=-1)
+    tj = submit(testbed, world)
+    objs = client.CustomObjectsApi(testbed.api)
+    objs.patch_namespaced_custom_object(*TRAINER, ns, "trainjobs", "llama",
+                                        {"metadata": {"annotations": {"example.com/touched": "yes"}}})
+    session = Cluster.from_settings(load(), kubeconfig=str(testbed.kubeconfig)).session()
+    stale = copy.deepcopy({"metadata": {"resourceVersion": tj["metadata"]["resourceVersion"],
+                                        "annotations": {keys.TIMED_OUT_ANNOTATION: "2026-01-01T00:00:00Z"}},
+                           "spec": {"suspend": True}})
+    with pytest.raises(Stale):
+        session.patch_trainjob(ns, "llama", stale)
+    assert keys.TIMED_OUT_ANNOTATION not in (live_trainjob(testbed, ns)["metadata"].get("annotations") or {})
