@@ -69,6 +69,9 @@ SETTINGS_DEFAULTS = {
     "KAI_FN_RESYNC_LIMIT": "50",
     "KAI_FN_AUDIENCE": "",
     "KAI_FN_SENDERS": "",
+    "KAI_FN_QUEUE_CHECK": "enforce",
+    "KAI_FN_SCHEDULE_TIMEOUT_SECONDS": "",
+    "KAI_FN_ON_TIMEOUT": "event",
 }
 
 # The exact API calls kai_fn makes: (apiGroup, resource, verb).
@@ -84,7 +87,10 @@ COMMON_TRIPLES = {
     ("", "pods", "list"),  # the gang's status: are its pods on nodes?
     ("authentication.k8s.io", "tokenreviews", "create"),  # KAI_FN_AUDIENCE set only
 }
-KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get")}
+KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get")} | {
+    ("scheduling.run.ai", "podgroups", "list"),  # the schedule timeout, on the resync
+    ("scheduling.run.ai", "queues", "list"),  # the queue pre-check
+}
 SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", v) for v in ("create", "get")}
 FUNCTION_TRIPLES = {
     BASE: COMMON_TRIPLES | KAI_PODGROUPS,

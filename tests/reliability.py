@@ -42,6 +42,7 @@ from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
 SEED = 20261202
 PERIOD = 0.005  # the adapter's backoff period, shortened from 50 ms: tries 10, 20, 40, 80, 160 ms apart
 MARKER = "kai-fn/podgroup"
+RELEASED_AT = "kai-fn/released-at"
 POD_GROUP = "pod-group-name"
 QUEUE = "kai.scheduler/queue"
 SUBGROUP = "kai.scheduler/subgroup-name"
@@ -119,7 +120,8 @@ def runtimes(namespace: str) -> list[dict[str, Any]]:
 def plant(api: Emulator, jobs: list[Job]) -> int:
     """Seed runtimes and jobs; keep the stored copies on each Job; return the first resourceVersion seeded."""
     namespaces = sorted({j.namespace for j in jobs})
-    stored = seed(api, *[rt for ns in namespaces for rt in runtimes(ns)])
+    stored = seed(api, *[rt for ns in namespaces for rt in runtimes(ns)],
+                  sample_object("queue-default-parent"), sample_object("queue-team-a"))
     since = min(int(o["metadata"]["resourceVersion"]) for o in stored)
     for job in jobs:
         job.trainjob, job.jobset = seed(api, job.trainjob, job.jobset)
@@ -198,9 +200,12 @@ def state_of(api: Emulator, job: Job) -> tuple[str, list[str]]:
         if old is not MISSING or not kai_fn_jobset_key(path):
             problems.append(f"JobSet {'/'.join(map(str, path))}: {old!r} -> {new!r}")
     tj_diff = diff(job.trainjob, tj)
+    started = tj_diff.pop(("metadata", "annotations", RELEASED_AT), None)
     released = {("metadata", "annotations", MARKER): (MISSING, job.pg_name), ("spec", "suspend"): (True, False)}
     if tj_diff and tj_diff != released:
         problems.append(f"TrainJob changed beyond marker and resume: {tj_diff}")
+    if (started is not None) != (tj_diff == released) or (started and started[0] is not MISSING):
+        problems.append(f"{RELEASED_AT} is not written exactly with the release: {started}")
     if job.podgroup is not None and pg != job.podgroup:
         problems.append("the PodGroup that was there before kai_fn was changed")
     if pg is not None and job.podgroup is None:

@@ -124,12 +124,14 @@ def test_podgroup_api_group_granted_matches_the_flavor(variant, group):
     assert (group, "podgroups") in crd_plurals()
 
 
-def test_scheduler_plugins_overlay_changes_only_flavor_env_and_podgroup_group():
+def test_scheduler_plugins_overlay_changes_only_flavor_env_podgroup_group_and_drops_kai_only_lists():
     expected = render(BASE)
     for e in container(ksvc(expected))["env"]:
         if e["name"] == "KAI_PODGROUP_FLAVOR":
             e["value"] = "scheduler-plugins"
-    one(expected, "ClusterRole", "kai-fn-podgroups")["rules"][0]["apiGroups"] = ["scheduling.x-k8s.io"]
+    role = one(expected, "ClusterRole", "kai-fn-podgroups")
+    role["rules"] = role["rules"][:1]  # the KAI-only lists go
+    role["rules"][0]["apiGroups"] = ["scheduling.x-k8s.io"]
     one(expected, "ClusterRole", "kai-fn-source")["rules"][1]["apiGroups"] = ["scheduling.x-k8s.io"]
     one(expected, "ApiServerSource", "kai-fn-podgroups")["spec"]["resources"][0]["apiVersion"] = \
         "scheduling.x-k8s.io/v1alpha1"

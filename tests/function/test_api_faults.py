@@ -140,7 +140,8 @@ def on_first(verb: str, resource_: str, fault: Fault):
 
 READ_RT, READ_JS, READ_TJ = ("get", "clustertrainingruntimes", 200), ("get", "jobsets", 200), ("get", "trainjobs", 200)
 # Delivery is unauthenticated here, so each pass starts from a GET of the TrainJob, not from the event's copy.
-FINISH_AFTER_PODGROUP = [READ_TJ, READ_RT, READ_JS, ("create", "podgroups", 409), ("patch", "jobsets", 200),
+READ_QUEUES = ("list", "queues", 200)  # the queue pre-check before a new gang (no cache in these tests)
+FINISH_AFTER_PODGROUP = [READ_TJ, READ_RT, READ_JS, READ_QUEUES, ("create", "podgroups", 409), ("patch", "jobsets", 200),
                          ("patch", "trainjobs", 200), ("create", "events", 201)]
 FINISH_AFTER_JOBSET = [READ_TJ, READ_RT, READ_JS, READ_TJ, ("patch", "trainjobs", 200), ("create", "events", 201)]
 CRASHES = {
