@@ -62,8 +62,13 @@ def time_out(session: Session, settings: Settings, wait: Wait, trainjob: dict[st
     notes: dict[str, Any] = {keys.TIMED_OUT_ANNOTATION: stamp(now)}
     if suspend:
         notes[keys.RELEASED_AT_ANNOTATION] = None  # so a resume is recognised, and starts a new wait
-    if not _guarded(session, trainjob, {"annotations": notes}, {"suspend": True} if suspend else {}):
-        return "changed"
+    try:
+        if not _guarded(session, trainjob, {"annotations": notes}, {"suspend": True} if suspend else {}):
+            return "changed"
+    except Transient:  # applied or not? The Event must follow exactly when it was
+        fresh = session.trainjob(wait.namespace, wait.name)
+        if ((fresh or {}).get("metadata", {}).get("annotations") or {}).get(keys.TIMED_OUT_ANNOTATION) != stamp(now):
+            raise
     kai_says = gang.describe(gang.unschedulable(podgroup)) or (
         "no reason (is KAI Scheduler running, and do the pods name schedulerName kai-scheduler?)")
     message = (f"PodGroup {wait.podgroup} is not bound {wait.timeout}s after the wait began at {stamp(wait.started)}; "
