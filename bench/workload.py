@@ -31,7 +31,7 @@ _JOBSET = _yaml("jobset-llama-finetune")
 
 
 def seed_cluster(api: Emulator) -> None:
-    """The runtimes and queues every run needs (the function reads the runtimes; the queues are for realism)."""
+    """The runtimes and Queues every run needs (the function reads both: the Queues for its queue pre-check)."""
     for name in ("clustertrainingruntime-torch-kai", "clustertrainingruntime-torch",
                  "queue-default-parent", "queue-team-a"):
         api.put(_yaml(name))
