@@ -18,10 +18,10 @@ from kubernetes import client
 
 pytest.importorskip("tests.testbed.conftest", reason="the testbed fixture is not on this branch")
 
-from kai_fn.cluster import Cluster, Stale  # noqa: E402
+from kai_fn.function.cluster import Cluster, Stale  # noqa: E402
 from kai_fn.core import keys  # noqa: E402
-from kai_fn.local import REPO, FunctionProcess  # noqa: E402
-from kai_fn.settings import load  # noqa: E402
+from kai_fn.local.process import REPO, FunctionProcess  # noqa: E402
+from kai_fn.function.settings import load  # noqa: E402
 from tests.ce import ping, resource, send  # noqa: E402
 from tests.testbed.conftest import LiveCluster  # noqa: E402
 
