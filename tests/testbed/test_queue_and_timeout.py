@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,11 +20,12 @@ from kubernetes import client
 
 pytest.importorskip("tests.testbed.conftest", reason="the testbed fixture is not on this branch")
 
-from kai_fn.function.cluster import Cluster, Stale  # noqa: E402
 from kai_fn.core import keys  # noqa: E402
-from kai_fn.local.process import REPO, FunctionProcess  # noqa: E402
+from kai_fn.function.cluster import Cluster, Stale  # noqa: E402
 from kai_fn.function.settings import load  # noqa: E402
+from kai_fn.local.process import REPO, FunctionProcess  # noqa: E402
 from tests.ce import ping, resource, send  # noqa: E402
+from tests.manifests import BASE, FUNCTION, NAMESPACE, by_kind, render  # noqa: E402
 from tests.testbed.conftest import LiveCluster  # noqa: E402
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
@@ -54,8 +57,8 @@ def world(testbed: LiveCluster) -> Iterator[dict[str, str]]:
 def function_on(testbed: LiveCluster, world: dict[str, str]) -> Iterator[Any]:
     started: list[FunctionProcess] = []
 
-    def start(**settings: str) -> FunctionProcess:
-        proc = FunctionProcess({"KUBECONFIG": str(testbed.kubeconfig), "KAI_FN_NAMESPACES": world["ns"],
+    def start(kubeconfig: Path | None = None, **settings: str) -> FunctionProcess:
+        proc = FunctionProcess({"KUBECONFIG": str(kubeconfig or testbed.kubeconfig), "KAI_FN_NAMESPACES": world["ns"],
                                 "KAI_FN_RUNTIME_CACHE_SECONDS": "0", **settings}).start()
         started.append(proc)
         return proc
@@ -180,3 +183,41 @@ def test_the_real_server_refuses_a_merge_patch_naming_an_old_resource_version(te
     with pytest.raises(Stale):
         session.patch_trainjob(ns, "llama", stale)
     assert keys.TIMED_OUT_ANNOTATION not in (live_trainjob(testbed, ns)["metadata"].get("annotations") or {})
+
+
+def as_the_function(testbed: LiveCluster, tmp_path: Path) -> Path:
+    """A kubeconfig holding a token of the function's ServiceAccount, bound to the roles knative/base renders, so
+    the real RBAC authorizer judges every call the function makes."""
+    roles = [o for o in by_kind(render(BASE), "ClusterRole") + by_kind(render(BASE), "ClusterRoleBinding")
+             if o["metadata"]["name"].startswith(FUNCTION) and "source" not in o["metadata"]["name"]]
+    manifest = tmp_path / "rbac.json"
+    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": roles}))
+    testbed.kubectl("apply", "-f", str(manifest))
+    token = testbed.sa_token(NAMESPACE, FUNCTION)
+    admin = testbed.api.configuration
+    kubeconfig = tmp_path / "function.kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fn",
+        "clusters": [{"name": "testbed", "cluster": {"server": admin.host, "certificate-authority": admin.ssl_ca_cert}}],
+        "users": [{"name": "fn", "user": {"token": token}}],
+        "contexts": [{"name": "fn", "context": {"cluster": "testbed", "user": "fn"}}],
+    }))
+    return kubeconfig
+
+
+def test_the_function_service_account_may_make_every_call_of_the_precheck_and_the_timeout(
+        testbed, world, function_on, tmp_path):
+    fn = function_on(as_the_function(testbed, tmp_path), KAI_FN_ON_TIMEOUT="suspend",
+                     KAI_FN_SCHEDULE_TIMEOUT_SECONDS="60")
+    ns = world["ns"]
+    make_queue(testbed, world["queue"], gpu_limit=-1)
+    tj = submit(testbed, world)
+    assert send(fn.url, resource(tj)).status == 200  # runtime get, queue list, jobset get/patch, podgroup create...
+    assert live_trainjob(testbed, ns)["spec"]["suspend"] is False
+    long_ago = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    client.CustomObjectsApi(testbed.api).patch_namespaced_custom_object(
+        *TRAINER, ns, "trainjobs", "llama", {"metadata": {"annotations": {keys.RELEASED_AT_ANNOTATION: long_ago}}})
+    answer = send(fn.url, ping())  # trainjob list, podgroup list, pod list, guarded patch, event
+    assert answer.status == 200, answer.body
+    assert live_trainjob(testbed, ns)["spec"]["suspend"] is True
+    assert [r for r, _ in reasons(testbed, ns)].count("ScheduleTimeout") == 1
