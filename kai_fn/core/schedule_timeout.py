@@ -77,29 +77,35 @@ class Wait:
         return self.started + datetime.timedelta(seconds=self.timeout)
 
 
+def started(trainjob: dict[str, Any]) -> datetime.datetime | None:
+    """When the TrainJob's running wait began, or None: not released by kai_fn, bound, already timed out,
+    suspended or being deleted. What the resync can tell from the TrainJob alone."""
+    meta, notes = _meta(trainjob), _notes(trainjob)
+    if (keys.MARKER_PODGROUP not in notes or meta.get("deletionTimestamp")
+            or (trainjob.get("spec") or {}).get("suspend") is not False or keys.GANG_BOUND_ANNOTATION in notes):
+        return None
+    began = parse_time(notes.get(keys.RELEASED_AT_ANNOTATION))
+    timed_out = parse_time(notes.get(keys.TIMED_OUT_ANNOTATION))
+    if began is None or (timed_out is not None and timed_out >= began):
+        return None
+    return began
+
+
 def waiting(trainjob: dict[str, Any], podgroup: dict[str, Any]) -> Wait | None:
-    """The TrainJob's running wait for this PodGroup, or None: not ours, not released, bound, already timed out,
-    suspended, being deleted, or without a timeout."""
+    """The TrainJob's running wait for this PodGroup (see :func:`started`), or None; also None when the PodGroup is
+    not the TrainJob's, or there is no timeout."""
     meta, notes = _meta(trainjob), _notes(trainjob)
     pg_meta = _meta(podgroup)
-    if (notes.get(keys.MARKER_PODGROUP) != pg_meta.get("name")
-            or (pg_meta.get("labels") or {}).get(keys.TRAINJOB_UID_LABEL) != meta.get("uid")
-            or meta.get("deletionTimestamp")
-            or (trainjob.get("spec") or {}).get("suspend") is not False
-            or keys.GANG_BOUND_ANNOTATION in notes):
-        return None
-    started = parse_time(notes.get(keys.RELEASED_AT_ANNOTATION))
-    if started is None:
-        return None
-    timed_out = parse_time(notes.get(keys.TIMED_OUT_ANNOTATION))
-    if timed_out is not None and timed_out >= started:
+    began = started(trainjob)
+    if (began is None or notes.get(keys.MARKER_PODGROUP) != pg_meta.get("name")
+            or (pg_meta.get("labels") or {}).get(keys.TRAINJOB_UID_LABEL) != meta.get("uid")):
         return None
     timeout = parse_seconds(notes.get(keys.SCHEDULE_TIMEOUT_ANNOTATION))
     if timeout is None:
         timeout = parse_seconds(_notes(podgroup).get(keys.SCHEDULE_TIMEOUT_ANNOTATION))
     if not timeout:
         return None
-    return Wait(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""), pg_meta["name"], started, timeout)
+    return Wait(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""), pg_meta["name"], began, timeout)
 
 
 def overdue(trainjob: dict[str, Any], podgroup: dict[str, Any], now: datetime.datetime) -> Wait | None:

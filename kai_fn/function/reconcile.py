@@ -151,16 +151,15 @@ class Reconciler:
             return self.release_without_gang(result.ignored)
         if result.blocked:
             return self.warn(report.PLAN_BLOCKED, "; ".join(str(p) for p in result.problems))
-        if (refused := self.queue_precheck(result)) is not None:
-            return refused
         try:
             return self.apply(result)
         except (TrainJobGone, Gone):
             return self.outcome("ignored", "the TrainJob no longer exists")
 
     def queue_precheck(self, result: Plan) -> Outcome | None:
-        """KAI's own limit checks with nothing allocated: a gang that can never fit is not released to wait forever.
-        A refusal is always confirmed on a fresh list of the Queues, never on the cache alone."""
+        """KAI's own limit checks with nothing allocated, just before a new gang would be made: a gang that can never
+        fit is not released to wait forever. A refusal is always confirmed on a fresh list of the Queues, never on
+        the cache alone."""
         if self.settings.flavor != "kai" or self.settings.queue_check == "off" or result.queue is None:
             return None
         tree, cached = self.session.queues()
@@ -175,6 +174,7 @@ class Reconciler:
             self.session.create_event(self.namespace, report.event_body(
                 self.obj, reason, f"{refusal.message} (KAI_FN_QUEUE_CHECK=warn: released anyway)", warning=True))
             return None
+        metrics.PRECHECK_REFUSALS.labels(reason).inc()
         return self.warn(reason, f"{refusal.message}; the TrainJob stays suspended, and is checked again on its "
                                  f"next change and at every resync")
 
@@ -196,7 +196,7 @@ class Reconciler:
 
     def apply(self, result: Plan) -> Outcome:
         jobset = self.live_jobset()
-        created = False
+        created = checked = False
         for _ in range(_PATCH_ATTEMPTS):
             try:
                 ops = jobset_patch(result, jobset)
@@ -207,6 +207,9 @@ class Reconciler:
                 return self.after_earlier_work(result)
             if jobset.get("spec", {}).get("suspend") is not True:
                 return self.too_late_unless_suspending()
+            if not checked and (refused := self.queue_precheck(result)) is not None:
+                return refused
+            checked = True
             if self.session.create_podgroup(result.podgroup):
                 created = True
                 metrics.GANGS_CREATED.inc()

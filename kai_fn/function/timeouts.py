@@ -1,8 +1,9 @@
 """The schedule timeout, checked on each resync ping: KAI has none, so kai_fn keeps the one the runtime asks for.
 
-The work per run is bounded to kai_fn's released, unbound gangs: one LIST of kai_fn's PodGroups joined with the
-TrainJobs the resync listed already; then, per overdue gang (at most ``KAI_FN_RESYNC_LIMIT``), one LIST of its pods
-unless the TrainJob says it is bound, and a patch and an Event when it is not. Every patch names the
+The work per run is bounded to kai_fn's released, unbound gangs: when the TrainJobs the resync listed already show
+a running wait, one LIST of kai_fn's PodGroups joined with them; then, per overdue gang (at most
+``KAI_FN_RESYNC_LIMIT``), one LIST of its pods unless the TrainJob says it is bound, and a patch and an Event when
+it is not. Every patch names the
 resourceVersion read, so a TrainJob that changed meanwhile (bound, suspended, deleted) is left for the next run.
 """
 from __future__ import annotations
@@ -11,8 +12,8 @@ import datetime
 from typing import Any
 
 from kai_fn.core import gang, keys
-from kai_fn.core.schedule_timeout import Wait, new_wait, overdue, placed, stamp
-from kai_fn.function import report
+from kai_fn.core.schedule_timeout import Wait, new_wait, overdue, placed, stamp, started
+from kai_fn.function import metrics, report
 from kai_fn.function.cluster import Gone, Session, Stale, Transient
 from kai_fn.function.settings import Settings
 
@@ -21,14 +22,16 @@ def check(session: Session, settings: Settings, trainjobs: list[dict[str, Any]],
     """Time out what is overdue; start the new wait of a TrainJob resumed after a timeout whose event was missed."""
     tally: dict[str, int] = {}
     mine = [t for t in trainjobs if settings.watches((t.get("metadata") or {}).get("namespace", ""))]
-    resumed = [(t, started) for t in mine if (started := new_wait(t, now)) is not None]
-    for trainjob, started in resumed[: settings.resync_limit]:
+    resumed = [(t, begin) for t in mine if (begin := new_wait(t, now)) is not None]
+    for trainjob, begin in resumed[: settings.resync_limit]:
         try:
-            restarted = _guarded(session, trainjob, {"annotations": {keys.RELEASED_AT_ANNOTATION: started}}, {})
+            restarted = _guarded(session, trainjob, {"annotations": {keys.RELEASED_AT_ANNOTATION: begin}}, {})
         except Transient:
             _count(tally, "retry")
             continue
         _count(tally, "new wait" if restarted else "changed")
+    if not any(started(t) for t in mine):
+        return f"timeouts: {', '.join(f'{n} {r}' for r, n in sorted(tally.items())) or 'none waiting'}"
     try:
         podgroups = session.podgroups()
     except Transient as error:
@@ -75,6 +78,7 @@ def time_out(session: Session, settings: Settings, wait: Wait, trainjob: dict[st
                f"KAI says: {kai_says}; ")
     message += ("suspended again (KAI_FN_ON_TIMEOUT=suspend), so its pods leave the queue; set spec.suspend: false "
                 "to wait again" if suspend else "it keeps waiting (KAI_FN_ON_TIMEOUT=event)")
+    metrics.TIMEOUTS.inc()
     session.create_event(wait.namespace, report.event_body(
         trainjob, report.SCHEDULE_TIMEOUT, message, warning=True, key=f"{stamp(wait.started)}"))
     return "suspended" if suspend else "timed out"

@@ -77,7 +77,7 @@ def test_new_suspended_trainjob_gets_podgroup_labelled_pods_and_is_released(api,
     (event_obj,) = events_of(api, "GangScheduled")
     assert event_obj["type"] == "Normal" and PG in event_obj["message"] and "minMember 4" in event_obj["message"]
     assert "queue team-a" in event_obj["message"] and "nvidia.com/gpu=8" in event_obj["message"]
-    expected = [("get", "clustertrainingruntimes"), ("list", "queues"), ("get", "jobsets"), ("create", "podgroups"),
+    expected = [("get", "clustertrainingruntimes"), ("get", "jobsets"), ("list", "queues"), ("create", "podgroups"),
                 ("patch", "jobsets"), ("patch", "trainjobs"), ("create", "events")]
     # Unauthenticated delivery (no KAI_FN_AUDIENCE): the TrainJob is read first, whatever the event carried.
     assert verbs(api) == [("get", "trainjobs")] + expected

@@ -237,8 +237,8 @@ BERT_PG = f"pg-{BERT}-{BERT_UID}"
 ], ids=["every subgroup at its minMember", "trainer nodes short", "an initializer not bound"])
 def test_a_staged_gang_is_bound_when_every_subgroup_has_its_minmember_on_nodes(api, function, bound_per_subgroup,
                                                                                  expect):
-    seed(api, sample_object("trainingruntime-torch-llm-kai"), sample_object("trainjob-bert-pretrain"),
-         sample_object("jobset-bert-pretrain"))
+    seed(api, sample_object("queue-team-a"), sample_object("trainingruntime-torch-llm-kai"),
+         sample_object("trainjob-bert-pretrain"), sample_object("jobset-bert-pretrain"))
     assert send(function.url, ref(NS, BERT)).status == 200
     size = {"dataset-initializer": 1, "model-initializer": 1, "node": 3}
     for group, bound in bound_per_subgroup.items():

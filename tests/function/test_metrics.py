@@ -64,6 +64,7 @@ def test_a_new_trainjob_a_duplicate_and_a_bad_event_are_counted_by_type_kind_and
         key("kai_fn_gangs_created_total"): 1,
         key("kai_fn_api_calls_total", verb="get", resource="clustertrainingruntimes", code="200"): 1,
         key("kai_fn_api_calls_total", verb="get", resource="jobsets", code="200"): 1,
+        key("kai_fn_api_calls_total", verb="list", resource="queues", code="200"): 1,  # the pre-check, once
         key("kai_fn_api_calls_total", verb="create", resource="podgroups", code="201"): 1,
         key("kai_fn_api_calls_total", verb="patch", resource="jobsets", code="200"): 1,
         key("kai_fn_api_calls_total", verb="patch", resource="trainjobs", code="200"): 1,

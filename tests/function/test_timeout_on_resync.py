@@ -53,6 +53,10 @@ def pod(i, node=None):
             "spec": {"containers": [{"name": "node", "image": "pytorch"}], **({"nodeName": node} if node else {})}}
 
 
+def calls(api):
+    return [(c.verb, c.resource) for c in api.calls]
+
+
 def events_of(api, reason):
     return [e for e in api.list("v1", "Event", NS) if e["reason"] == reason]
 
@@ -105,9 +109,10 @@ def test_an_overdue_gang_gets_one_schedule_timeout_event_with_kais_reasons_and_k
     assert tj["spec"]["suspend"] is False and keys.TIMED_OUT_ANNOTATION in tj["metadata"]["annotations"]
     assert ("list", "pods") in [(c.verb, c.resource) for c in api.calls]
 
-    api.reset_calls()  # the next ping: the wait timed out already, nothing is looked at again
+    api.reset_calls()  # the next ping: the wait timed out already, the timeout looks at nothing again
     assert send(function.url, ping()).status == 200
-    assert api.writes() == [] and "pods" not in {c.resource for c in api.calls}
+    assert api.writes() == [] and ("list", "podgroups") not in calls(api)
+    assert calls(api).count(("list", "pods")) == 1  # the gang-status sweep's own look, no second one
 
 
 def test_a_wait_that_is_not_over_is_left_alone(api, function):
@@ -115,7 +120,7 @@ def test_a_wait_that_is_not_over_is_left_alone(api, function):
     backdate(api, 30)
     api.reset_calls()
     assert send(function.url, ping()).status == 200
-    assert api.writes() == [] and "pods" not in {c.resource for c in api.calls}
+    assert api.writes() == [] and calls(api).count(("list", "pods")) == 1  # the gang-status sweep's only
 
 
 def test_the_trainjobs_annotation_overrides_the_runtimes_timeout(api, function):
@@ -177,7 +182,7 @@ def test_a_gang_known_to_be_bound_never_times_out(api, functions):
     assert api.writes() == [] and "pods" not in {c.resource for c in api.calls}
 
 
-def test_a_gang_whose_pods_are_all_bound_ends_its_wait_quietly_even_unannotated(api, functions):
+def test_a_gang_whose_pods_are_all_bound_but_not_yet_marked_never_times_out(api, functions):
     fn = functions(KAI_FN_ON_TIMEOUT="suspend")
     released_llama(api, fn.url, runtime_timeout=60)
     backdate(api, 61)
@@ -185,10 +190,10 @@ def test_a_gang_whose_pods_are_all_bound_ends_its_wait_quietly_even_unannotated(
     assert send(fn.url, ping()).status == 200
     tj = api.get(TRAINER, "TrainJob", NS, NAME)
     assert tj["spec"]["suspend"] is False and events_of(api, "ScheduleTimeout") == []
-    assert keys.RELEASED_AT_ANNOTATION not in tj["metadata"]["annotations"]  # the wait is over: no more pod lists
+    assert keys.GANG_BOUND_ANNOTATION in tj["metadata"]["annotations"]  # the wait is over: nothing more to look at
     api.reset_calls()
     assert send(fn.url, ping()).status == 200
-    assert "pods" not in {c.resource for c in api.calls}
+    assert calls(api) == [("list", "trainjobs")]
 
 
 def test_a_trainjob_that_changed_since_the_resync_read_it_is_left_for_the_next_run(api, functions):
@@ -218,4 +223,25 @@ def test_the_scheduler_plugins_flavor_leaves_timeouts_to_its_podgroup(api, funct
     assert keys.RELEASED_AT_ANNOTATION not in notes(api)
     api.reset_calls()
     assert send(fn.url, ping()).status == 200
-    assert "podgroups" not in {c.resource for c in api.calls}
+    assert ("list", "podgroups") not in calls(api)
+
+
+def test_a_bound_gang_the_gang_status_sweep_did_not_reach_is_still_never_suspended(api, functions):
+    """The sweep looks at KAI_FN_RESYNC_LIMIT gangs, oldest first; the timeout looks at the pods itself."""
+    fn = functions(KAI_FN_ON_TIMEOUT="suspend", KAI_FN_RESYNC_LIMIT="1")
+    older = sample_object("trainjob-llama-finetune")
+    older["metadata"] |= {"name": "older", "uid": "0a0b0c0d-1e1f-4a2b-8c3d-4e5f6a7b8c9d",
+                          "creationTimestamp": "2026-01-01T00:00:00Z"}
+    js = sample_object("jobset-llama-finetune")
+    js["metadata"]["name"] = "older"
+    js["metadata"]["ownerReferences"][0] |= {"name": "older", "uid": older["metadata"]["uid"]}
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), older, js)
+    assert send(fn.url, resource(api.get(TRAINER, "TrainJob", NS, "older"))).status == 200
+    released_llama(api, fn.url, runtime_timeout=60)
+    backdate(api, 61)
+    seed(api, *[pod(i, node=f"n{i}") for i in range(4)])
+    assert send(fn.url, ping()).status == 200
+    tj = api.get(TRAINER, "TrainJob", NS, NAME)
+    assert keys.GANG_BOUND_ANNOTATION not in tj["metadata"]["annotations"]  # the sweep never got to it
+    assert tj["spec"]["suspend"] is False and events_of(api, "ScheduleTimeout") == []
+    assert keys.RELEASED_AT_ANNOTATION not in tj["metadata"]["annotations"]  # its wait ended quietly

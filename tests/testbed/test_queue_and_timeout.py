@@ -18,15 +18,13 @@ import pytest
 import yaml
 from kubernetes import client
 
-pytest.importorskip("tests.testbed.conftest", reason="the testbed fixture is not on this branch")
-
-from kai_fn.core import keys  # noqa: E402
-from kai_fn.function.cluster import Cluster, Stale  # noqa: E402
-from kai_fn.function.settings import load  # noqa: E402
-from kai_fn.local.process import REPO, FunctionProcess  # noqa: E402
-from tests.ce import ping, resource, send  # noqa: E402
-from tests.manifests import BASE, FUNCTION, NAMESPACE, by_kind, render  # noqa: E402
-from tests.testbed.conftest import LiveCluster  # noqa: E402
+from kai_fn.core import keys
+from kai_fn.function.cluster import Cluster, Stale
+from kai_fn.function.settings import load
+from kai_fn.local.process import REPO, FunctionProcess
+from tests.ce import ping, resource, send
+from tests.manifests import BASE, FUNCTION, NAMESPACE, by_kind, render
+from tests.testbed.conftest import LiveCluster
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 KAI = ("scheduling.run.ai", "v2")
@@ -160,7 +158,7 @@ def test_a_timed_out_gang_is_suspended_through_a_real_guarded_patch_and_resumes_
     assert keys.TIMED_OUT_ANNOTATION in live["metadata"]["annotations"]
     assert keys.RELEASED_AT_ANNOTATION not in live["metadata"]["annotations"]
     (message,) = [m for r, m in reasons(testbed, ns) if r == "ScheduleTimeout"]
-    assert "suspended again" in message and "KAI reported no reason" in message
+    assert "suspended again" in message and "KAI says: no reason" in message
 
     live["spec"]["suspend"] = False  # the user resumes it
     resumed = objs.replace_namespaced_custom_object(*TRAINER, ns, "trainjobs", "llama", live)
