@@ -81,8 +81,8 @@ def test_the_right_sender_is_served_from_the_body_it_sent(api, secured):
     api.reset_calls()
     answer = send(secured.url, resource(tj), token=api.issue_token(*SOURCE, audiences=[AUDIENCE]))
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "done")
-    assert verbs(api) == [REVIEW, ("get", "clustertrainingruntimes"), ("get", "jobsets"), ("create", "podgroups"),
-                          ("patch", "jobsets"), ("patch", "trainjobs"), ("create", "events")]
+    assert verbs(api) == [REVIEW, ("get", "clustertrainingruntimes"), ("get", "jobsets"), ("list", "queues"),
+                          ("create", "podgroups"), ("patch", "jobsets"), ("patch", "trainjobs"), ("create", "events")]
 
 
 def test_any_sender_for_the_audience_is_served_when_no_senders_are_listed(api, functions):

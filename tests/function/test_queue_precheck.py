@@ -140,7 +140,9 @@ def test_the_scheduler_plugins_flavor_has_no_kai_queue_to_check(api, functions):
 
 
 def test_a_new_trainjob_costs_five_calls_with_warm_caches(api, functions):
-    fn = functions(KAI_FN_RUNTIME_CACHE_SECONDS="30")
+    """Authenticated delivery, so the event's body is trusted (unauthenticated, the TrainJob is read first)."""
+    fn = functions(KAI_FN_RUNTIME_CACHE_SECONDS="30", KAI_FN_AUDIENCE="kai-fn")
+    token = api.issue_token("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource", ["kai-fn"])
     tj = seed_llama(api, team_a())
     second = copy.deepcopy(sample_object("trainjob-llama-finetune"))
     second["metadata"].update(name="gpt-small", uid="5e0b7f4a-1c6d-4e9b-a2f3-8d7c6b5a4e3f")
@@ -148,9 +150,9 @@ def test_a_new_trainjob_costs_five_calls_with_warm_caches(api, functions):
     js["metadata"]["name"] = "gpt-small"
     js["metadata"]["ownerReferences"][0].update(name="gpt-small", uid=second["metadata"]["uid"])
     seed(api, second, js)
-    assert send(fn.url, resource(tj)).status == 200  # warms the runtime and the Queue caches
+    assert send(fn.url, resource(tj), token=token).status == 200  # warms the runtime, Queue and token caches
     api.reset_calls()
-    assert send(fn.url, resource(api.get(TRAINER, "TrainJob", NS, "gpt-small"))).status == 200
+    assert send(fn.url, resource(api.get(TRAINER, "TrainJob", NS, "gpt-small")), token=token).status == 200
     assert [(c.verb, c.resource) for c in api.calls] == [
         ("get", "jobsets"), ("create", "podgroups"), ("patch", "jobsets"), ("patch", "trainjobs"), ("create", "events")]
 
