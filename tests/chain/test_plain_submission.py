@@ -47,6 +47,9 @@ def test_a_plainly_submitted_trainjob_is_released_with_its_gang_and_never_too_la
     objs = client.CustomObjectsApi(chain.api)
     runtime = sample_object("clustertrainingruntime-torch-kai")
     create_ignoring_conflict(lambda: objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime))
+    for name in ("queue-default-parent", "queue-team-a"):  # the queue pre-check needs the gang's leaf Queue
+        queue = sample_object(name)
+        create_ignoring_conflict(lambda: objs.create_cluster_custom_object("scheduling.run.ai", "v2", "queues", queue))
     with admission_policy(chain):
         ns = enabled_namespace(chain, "chain-plain")
         submitted = sample_object("trainjob-llama-finetune")

@@ -93,6 +93,10 @@ def function(testbed: LiveCluster, policy: None):
         runtime = sample_object(name)
         create_ignoring_conflict(lambda: client.CustomObjectsApi(testbed.api).create_cluster_custom_object(
             *TRAINER, "clustertrainingruntimes", runtime))
+    for name in ("queue-default-parent", "queue-team-a"):  # the queue pre-check needs the gang's leaf Queue
+        queue = sample_object(name)
+        create_ignoring_conflict(lambda: client.CustomObjectsApi(testbed.api).create_cluster_custom_object(
+            "scheduling.run.ai", "v2", "queues", queue))
     with function_process(testbed, KAI_FN_AUDIENCE=AUDIENCE, KAI_FN_SENDERS=SOURCE) as fn:
         yield fn
 
