@@ -179,6 +179,7 @@ class Refusal:
     kind: Literal["missing", "not-leaf", "over"]
     message: str
     queue: str
+    at: str | None = None  # the queue (the leaf or an ancestor) whose bound is below the request
     resource: Resource | None = None
     request: Decimal | None = None
     bound: Decimal | None = None
@@ -205,8 +206,13 @@ def check(tree: QueueTree, queue: str, demand: Sequence[Gang], non_preemptible: 
                     if bound == UNLIMITED or request == 0 or request <= bound + _TOLERANCE:
                         continue
                     return Refusal("over", _over_message(gang, q, queue, resource, kind, request, bound), queue,
-                                   resource, request, bound, kind)
+                                   q.metadata.name, resource, request, bound, kind)
     return None
+
+
+def demand_of(gangs_: Sequence[Gang], resource: Resource) -> Decimal:
+    """What KAI must fit at once of one resource: the largest gang (with subgroups, the largest subgroup)."""
+    return max((g.request(resource) for g in gangs_), default=Decimal(0))
 
 
 def _over_message(gang: Gang, q: Queue, leaf: str, resource: Resource, kind: Bound, request: Decimal,

@@ -293,10 +293,6 @@ class Session:
         group, version = api_version.split("/")
         return self._get(self._custom.get_namespaced_custom_object, group, version, namespace, "podgroups", name)
 
-    def queue(self, name: str) -> dict[str, Any] | None:
-        group, version = keys.KAI_QUEUE_API.split("/")
-        return self._get(self._custom.get_cluster_custom_object, group, version, "queues", name)
-
     def _list_pods(self, namespace: str, selector: str, _request_timeout: float) -> dict[str, Any]:
         """GET /api/v1/.../pods through the ApiClient, like :meth:`_post` (no CoreV1Api import)."""
         client = self.cluster.client

@@ -15,7 +15,7 @@ from kai_fn.core import gang, keys
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
-from kai_fn.core.quantity import Quantity
+from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
 from kai_fn.core.runtime import target
 from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
 from kai_fn.function.settings import Settings
@@ -23,8 +23,8 @@ from kai_fn.local.tables import table
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
 QUEUE_API = ("scheduling.run.ai", "v2")
-# KAI's units (FACTS §2): CPU in millicores, memory in MB of 10^6 bytes, GPUs in devices.
-_KAI_UNITS = {"gpu": ("nvidia.com/gpu", Decimal(1)), "cpu": ("cpu", Decimal("0.001")), "memory": ("memory", Decimal(10**6))}
+# The keys of KAI's Queue status.allocated, per resource of the pre-check.
+_STATUS_KEYS = {"gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
 _NEXT_FOR_REASON = {
     "OverLimit": "raise the queue's limit named above, or ask for fewer resources (trainer.numNodes, resourcesPerNode)",
     "NonPreemptibleOverQuota": "raise the queue's quota, or make the job preemptible (kai.scheduler/preemptibility)",
@@ -182,54 +182,36 @@ def _before_release(obj: dict[str, Any], jobset: dict[str, Any] | None) -> tuple
 
 
 def queue_view(session: Session, result: Plan) -> tuple[list[dict[str, Any]], str | None]:
-    """The queue and its ancestors against the gang, per resource in KAI's units; and what blocks, if anything.
-
-    A stand-in until the pre-check's ``kai_fn.core.queue_check`` is merged: it uses the plan's minResources
-    (requests only), not the pods' effective requests as KAI counts them.
-    """
+    """The queue and its ancestors against the gang, per resource in KAI's units (the pre-check's own arithmetic,
+    ``kai_fn.core.queue_check``); and what blocks, if anything."""
     if result.flavor != "kai" or not result.queue:
         return [], None
-    request = gang_request(result)
-    rows: list[dict[str, Any]] = []
-    problem: str | None = None
-    name: str | None = result.queue
-    seen: set[str] = set()
-    while name and name not in seen:
-        seen.add(name)
-        queue = session.queue(name)
-        if queue is None:
-            return rows, problem or f"QueueNotFound: create the Queue {name}, or fix the kai.scheduler/queue label"
-        status = queue.get("status") or {}
-        if name == result.queue and status.get("childQueues"):
-            problem = problem or f"queue {name} is not a leaf queue: name one of its children"
-        resources = (queue.get("spec") or {}).get("resources") or {}
-        for short in ("gpu", "cpu", "memory"):
-            limits = resources.get(short) or {}
-            limit, quota = limits.get("limit"), limits.get("quota")
-            rows.append({"queue": name, "resource": short, "request": request[short], "quota": quota, "limit": limit,
-                         "allocated": (status.get("allocated") or {}).get(_KAI_UNITS[short][0])})
-            if problem is None and request[short] and limit != -1 and (not isinstance(limit, (int, float))
-                                                                        or limit < request[short]):
-                problem = (f"GangExceedsQueue: the gang needs {short} {request[short]} but queue {name} allows "
-                           f"{limit if limit is not None else 'none (unset)'}: raise the limit or ask for less")
-        name = (queue.get("spec") or {}).get("parentQueue")
-    return rows, problem
+    tree, _ = session.queues()
+    refusal = check(tree, result.queue, result.gangs, result.non_preemptible)
+    rows = [
+        {"queue": q.metadata.name, "resource": short, "request": _number(demand_of(result.gangs, short)),
+         "quota": _raw(q, short, "quota"), "limit": _raw(q, short, "limit"),
+         "allocated": ((q.model_extra or {}).get("status") or {}).get("allocated", {}).get(_STATUS_KEYS[short])}
+        for q in tree.chain(result.queue) for short in RESOURCES
+    ]
+    if refusal is None:
+        return rows, None
+    if refusal.kind == "missing":
+        return rows, f"QueueNotFound: create the Queue {result.queue}, or fix the kai.scheduler/queue label"
+    if refusal.kind == "not-leaf":
+        return rows, f"queue {result.queue} is not a leaf queue: name one of its children"
+    return rows, (f"GangExceedsQueue: the gang needs {refusal.resource} {show(refusal.request)} but queue {refusal.at} "
+                  f"allows {show(refusal.bound)}" + (" (its quota, for a non-preemptible gang)"
+                                                     if refusal.bound_kind == "quota" else "")
+                  + ": raise the limit or ask for less")
 
 
-def gang_request(result: Plan) -> dict[str, int | float]:
-    """What KAI must fit at once, in its units: the whole gang; or, staged, the largest subgroup, since KAI places
-    each subgroup on its own (root ``minSubGroup: 1``) and later ones exist only when earlier ones are done."""
-    if result.layout != "staged":
-        return {short: _kai_units(result.min_resources.get(res), unit) for short, (res, unit) in _KAI_UNITS.items()}
-    return {short: max((_kai_units(str(Quantity.parse(ps.requests[res]) * ps.count) if res in ps.requests else None,
-                                   unit) for ps in result.pod_sets), default=0)
-            for short, (res, unit) in _KAI_UNITS.items()}
+def _raw(queue: Queue, resource: str, kind: str) -> float | int | None:
+    section = getattr(queue.spec.resources, resource, None) if queue.spec.resources else None
+    return getattr(section, kind, None) if section else None
 
 
-def _kai_units(text: str | None, unit: Decimal) -> int | float:
-    if not text:
-        return 0
-    value = Quantity.parse(text).value / unit
+def _number(value: Decimal) -> int | float:
     return int(value) if value == value.to_integral_value() else round(float(value), 1)
 
 
