@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from kai_fn.core import keys
+from kai_fn.local.delivery import Adapter
 from kai_fn.local.emulator import Call, Fault
-from tests.adapter import Adapter
 from tests.ce import ping, resource, send
 from tests.conftest import KAI_PG, TRAINER, sample_object
 from tests.reliability import DONE, PERIOD, check_answers, make_job, plant, safety_violations, settle, state_of
