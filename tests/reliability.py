@@ -26,6 +26,7 @@ import collections
 import dataclasses
 import os
 import random
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -33,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from kai_fn.local.emulator import Call, Emulator
+from kai_fn.local.emulator import Call, Emulator, Fault
 from kai_fn.local.invoke import Sample
 from kai_fn.local.delivery import Adapter, Delivery
 from tests.ce import ref, resource
@@ -48,6 +49,18 @@ QUEUE = "kai.scheduler/queue"
 SUBGROUP = "kai.scheduler/subgroup-name"
 SKIP = "kai.scheduler/skip-podgrouper"
 MISSING = object()
+
+
+def on_first(verb: str, resource_: str, fault: Fault):
+    """``api.faults`` that fails only the first call of (verb, resource)."""
+    fired = threading.Event()
+
+    def faults(call: Call) -> Fault | None:
+        if call.verb == verb and call.resource == resource_ and not fired.is_set():
+            fired.set()
+            return fault
+        return None
+    return faults
 
 
 def publish(title: str, lines: list[str]) -> None:

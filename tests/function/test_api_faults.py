@@ -14,6 +14,7 @@ from kai_fn.local.emulator import Call, Fault
 from kai_fn.local.delivery import Adapter
 from tests.ce import ping
 from tests.reliability import (
+    on_first,
     DONE, JS_PATCHED, PERIOD, PG_ONLY, RETRYABLE_STATES, SEED, check_answers, deliver_all, gang_events, make_job,
     plant, publish, safety_violations, settle, shape, state_of, uids,
 )
@@ -125,17 +126,6 @@ def test_under_30_percent_api_faults_every_trainjob_ends_done_or_retryable_and_t
         f"- wall clock: {faulted_seconds:.1f} s for the faulty deliveries",
     ])
 
-
-def on_first(verb: str, resource_: str, fault: Fault):
-    """``api.faults`` that fails only the first call of (verb, resource)."""
-    fired = threading.Event()
-
-    def faults(call: Call) -> Fault | None:
-        if call.verb == verb and call.resource == resource_ and not fired.is_set():
-            fired.set()
-            return fault
-        return None
-    return faults
 
 
 READ_RT, READ_JS, READ_TJ = ("get", "clustertrainingruntimes", 200), ("get", "jobsets", 200), ("get", "trainjobs", 200)

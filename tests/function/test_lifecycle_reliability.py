@@ -16,22 +16,11 @@ from kai_fn.local.delivery import Adapter
 from kai_fn.local.emulator import Call, Fault
 from tests.ce import ping, resource, send
 from tests.conftest import KAI_PG, TRAINER, sample_object
-from tests.reliability import DONE, PERIOD, check_answers, make_job, plant, safety_violations, settle, state_of
+from tests.reliability import on_first, DONE, PERIOD, check_answers, make_job, plant, safety_violations, settle, state_of
 
 FAULTS = {"500": Fault(status=500), "503": Fault(status=503), "429": Fault(status=429, retry_after=1),
           "hang": Fault(hang=1.6)}
 
-
-def once(verb: str, resource_: str, fault: Fault):
-    """``api.faults`` failing only the first call of (verb, resource)."""
-    fired = threading.Event()
-
-    def faults(call: Call) -> Fault | None:
-        if call.verb == verb and call.resource == resource_ and not fired.is_set():
-            fired.set()
-            return fault
-        return None
-    return faults
 
 
 def warnings(api, ns, reason):
@@ -111,7 +100,7 @@ def test_a_fault_on_the_timeout_path_is_finished_by_the_next_ping_never_doubled(
     verb, resource_, fault, events = TIMEOUT_FAULTS[case]
     fn = functions(KAI_FN_ON_TIMEOUT="suspend")
     job = overdue_job(api, fn.url, str(list(TIMEOUT_FAULTS).index(case)))
-    api.faults = once(verb, resource_, fault)
+    api.faults = on_first(verb, resource_, fault)
     assert send(fn.url, ping()).status == 200  # the resync itself is done; the timeout waits for the next ping
     settle(api)
     api.faults = None
