@@ -59,3 +59,15 @@ def table(chain: Chain, ns: str) -> str:
     rows = [f"{p.metadata.name:40} {p.spec.node_name or '-':16} {p.status.phase}"
             for p in client.CoreV1Api(chain.api).list_namespaced_pod(ns).items]
     return "\n".join([f"pods in {ns}:", *rows] if rows else [f"no pods in {ns}"])
+
+
+def trainjob_events(chain: Chain, ns: str, name: str) -> list[str]:
+    """The reasons of the Events on TrainJob ``name``, one per Event object (kai_fn names them after their content)."""
+    events = client.CoreV1Api(chain.api).list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return sorted(e.reason for e in events if e.involved_object.kind == "TrainJob")
+
+
+def trainjob_annotations(chain: Chain, ns: str, name: str) -> dict[str, str]:
+    obj = client.CustomObjectsApi(chain.api).get_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", name)
+    return obj["metadata"].get("annotations") or {}

@@ -1,10 +1,13 @@
 """Scenario 1, all or nothing: a TrainJob of 4 nodes x 8 GPUs on a pool with 3 free nodes gets its PodGroup and all 4
 trainer pods, none bound; a fourth node makes all 4 bind. Without a gang (default-scheduler, same kube-scheduler
-binary), the same pods on 3 nodes: 3 bind and hold 24 GPUs, the fourth waits."""
+binary), the same pods on 3 nodes: 3 bind and hold 24 GPUs, the fourth waits. The TrainJob's owner is told
+``GangBound`` once, when the real scheduler has bound the whole gang, and not before."""
 from __future__ import annotations
 
 from tests.chain.conftest import REPORT, wait_for
-from tests.chain.gangs import SP_LABEL, bound, podgroup, pods, spread, table, tried
+from kai_fn.core import keys
+from tests.chain.gangs import (SP_LABEL, bound, podgroup, pods, spread, table, trainjob_annotations,
+                               trainjob_events, tried)
 
 
 def test_a_gang_binds_whole_only_once_the_fourth_node_is_there(chain, pool, namespaces):
@@ -21,11 +24,17 @@ def test_a_gang_binds_whole_only_once_the_fourth_node_is_there(chain, pool, name
                         lambda: (ps := pods(chain, ns, "tj")) and len(ps) == 4 and tried(ps) and ps, explain=seen)
     assert all(p.metadata.labels.get(SP_LABEL) == "tj" for p in trainers)
     assert bound(trainers) == [], "a gang of 4 pods must not bind in part on 3 nodes"
+    assert "GangBound" not in trainjob_events(chain, ns, "tj")
 
     nodes.ensure("4x8")
     trainers = wait_for("all 4 trainer pods bind after the 4th node",
                         lambda: len(bound(ps := pods(chain, ns, "tj"))) == 4 and ps, explain=seen)
     assert len({p.spec.node_name for p in trainers}) == 4
+    # Binding changes nothing on a scheduler-plugins PodGroup's spec, so the resync ping (10 s here) may be what sees it.
+    wait_for("kai_fn tells the TrainJob GangBound", lambda: "GangBound" in trainjob_events(chain, ns, "tj"),
+             deadline_s=90, explain=lambda: f"events: {trainjob_events(chain, ns, 'tj')}")
+    assert trainjob_events(chain, ns, "tj").count("GangBound") == 1
+    assert keys.GANG_BOUND_ANNOTATION in trainjob_annotations(chain, ns, "tj")
     REPORT.append(f"all-or-nothing: the 4 pods bound within {spread(trainers):.0f} s of each other "
                   "(PodScheduled timestamps, whole seconds)")
 
