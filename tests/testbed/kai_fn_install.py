@@ -107,8 +107,13 @@ def admission_policy(testbed: LiveCluster) -> Iterator[None]:
 
 
 def function_kubeconfig(testbed: LiveCluster, directory: Path) -> Path:
-    """A kubeconfig holding only the token of ServiceAccount kai-fn/kai-fn: what the function has in its pod."""
+    """A kubeconfig holding only the token of ServiceAccount kai-fn/kai-fn, bound as knative/base binds it."""
     apply(testbed, rendered(_FUNCTION_KINDS))
+    return token_kubeconfig(testbed, directory)
+
+
+def token_kubeconfig(testbed: LiveCluster, directory: Path) -> Path:
+    """A kubeconfig holding only the token of ServiceAccount kai-fn/kai-fn: what the function has in its pod."""
     token = testbed.sa_token(NAMESPACE, "kai-fn")
     admin = testbed.api.configuration
     config = {
@@ -129,6 +134,19 @@ def function_process(testbed: LiveCluster, **settings: str) -> Iterator[Function
                **settings}
         with FunctionProcess(env) as fn:
             yield fn
+
+
+def seed_samples(testbed: LiveCluster) -> None:
+    """The ClusterTrainingRuntimes and Queues the llama samples need (the pre-check needs their queue to exist)."""
+    objs = client.CustomObjectsApi(testbed.api)
+    for name in ("clustertrainingruntime-torch-kai", "clustertrainingruntime-torch"):
+        runtime = sample_object(name)
+        create_ignoring_conflict(lambda: objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes",
+                                                                          runtime))
+    for name in ("queue-default-parent", "queue-team-a"):
+        queue = sample_object(name)
+        create_ignoring_conflict(lambda: objs.create_cluster_custom_object("scheduling.run.ai", "v2", "queues",
+                                                                          queue))
 
 
 def create_ignoring_conflict(create) -> None:

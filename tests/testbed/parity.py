@@ -15,7 +15,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -23,8 +22,9 @@ from kai_fn.core import keys
 from kai_fn.local.emulator import Emulator
 from kai_fn.local.process import FunctionProcess
 from tests.conftest import Functions
-from tests.manifests import BASE, NAMESPACE, SCHEDULER_PLUGINS, render
+from tests.manifests import BASE, SCHEDULER_PLUGINS, render
 from tests.testbed.conftest import LiveCluster
+from tests.testbed.kai_fn_install import apply, token_kubeconfig
 
 TRAINER = "trainer.kubeflow.org/v1alpha1"
 JOBSET = "jobset.x-k8s.io/v1alpha2"
@@ -113,19 +113,19 @@ class LiveBackend:
         """A function process per setting set, kept for the module; its roles applied fresh for this scenario's
         flavor (the overlay's kai-fn-podgroups ClusterRole replaces the base one of the same name)."""
         variant = SCHEDULER_PLUGINS if settings.get("KAI_PODGROUP_FLAVOR") == "scheduler-plugins" else BASE
-        _apply(self.testbed, [o for o in render(variant) if o["kind"] in _FUNCTION_KINDS])
+        apply(self.testbed, [o for o in render(variant) if o["kind"] in _FUNCTION_KINDS])
         self.variant = variant
         key = tuple(sorted(settings.items()))
         if key not in self.running:
             tmp = Path(self.stack.enter_context(tempfile.TemporaryDirectory()))
-            kubeconfig = _function_kubeconfig(self.testbed, tmp)
+            kubeconfig = token_kubeconfig(self.testbed, tmp)
             self.running[key] = self.stack.enter_context(FunctionProcess(
                 {"KUBECONFIG": str(kubeconfig), "KAI_FN_RUNTIME_CACHE_SECONDS": "0", **settings}))
         return self.running[key].url
 
     def cleanup(self, namespace: str, tag: str) -> None:
         if getattr(self, "variant", BASE) != BASE:  # leave the shared testbed with the base roles
-            _apply(self.testbed, [o for o in render(BASE) if o["kind"] in _FUNCTION_KINDS])
+            apply(self.testbed, [o for o in render(BASE) if o["kind"] in _FUNCTION_KINDS])
         for api_version, kind, name in ((TRAINER, "ClusterTrainingRuntime", f"torch-kai-{tag}"),
                                         (QUEUE, "Queue", f"q-{tag}")):
             try:
@@ -137,25 +137,6 @@ class LiveBackend:
         except ApiException:
             pass
 
-
-def _apply(testbed: LiveCluster, objs: list[dict[str, Any]]) -> None:
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-        yaml.safe_dump_all(objs, f)
-        f.flush()
-        testbed.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=kai-fn-tests", "-f", f.name)
-
-
-def _function_kubeconfig(testbed: LiveCluster, directory: Path) -> Path:
-    token = testbed.sa_token(NAMESPACE, "kai-fn")
-    admin = testbed.api.configuration
-    path = directory / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kai-fn",
-        "clusters": [{"name": "testbed", "cluster": {"server": admin.host, "certificate-authority": admin.ssl_ca_cert}}],
-        "users": [{"name": "kai-fn", "user": {"token": token}}],
-        "contexts": [{"name": "kai-fn", "context": {"cluster": "testbed", "user": "kai-fn"}}],
-    }))
-    return path
 
 
 def _meta_without_server_fields(meta: dict[str, Any]) -> dict[str, Any]:

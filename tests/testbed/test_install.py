@@ -23,7 +23,8 @@ from tests.ce import resource, send
 from tests.conftest import sample_object
 from tests.manifests import BASE, BROKER, KNATIVE, SCHEDULER_PLUGINS, render
 from tests.testbed.kai_fn_install import (
-    AUDIENCE, NAMESPACE, POLICY, SOURCE, SOURCE_SA, TRAINER, apply, create_ignoring_conflict, enabled_namespace,
+    seed_samples,
+    AUDIENCE, NAMESPACE, POLICY, SOURCE, SOURCE_SA, TRAINER, apply, enabled_namespace,
     function_process, rendered,
 )
 
@@ -135,15 +136,7 @@ def _as_trainer_would(jobset: dict[str, Any], job: dict[str, Any]) -> dict[str, 
 @pytest.fixture
 def scenery(testbed: LiveCluster) -> Iterator[str]:
     """An opted-in namespace with the runtimes and Queues the llama sample needs."""
-    objs = client.CustomObjectsApi(testbed.api)
-    for name in ("clustertrainingruntime-torch-kai", "clustertrainingruntime-torch"):
-        runtime = sample_object(name)
-        create_ignoring_conflict(lambda: objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes",
-                                                                          runtime))
-    for name in ("queue-default-parent", "queue-team-a"):
-        queue = sample_object(name)
-        create_ignoring_conflict(lambda: objs.create_cluster_custom_object("scheduling.run.ai", "v2", "queues",
-                                                                          queue))
+    seed_samples(testbed)
     ns = enabled_namespace(testbed, "rbac")
     yield ns
     client.CoreV1Api(testbed.api).delete_namespace(ns)

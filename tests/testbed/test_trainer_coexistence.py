@@ -21,7 +21,8 @@ from kai_fn.core import keys
 from tests.ce import resource, send
 from tests.conftest import sample_object
 from tests.testbed.kai_fn_install import (
-    AUDIENCE, NAMESPACE, SOURCE, SOURCE_SA, TRAINER, create_ignoring_conflict, function_process,
+    seed_samples,
+    AUDIENCE, NAMESPACE, SOURCE, SOURCE_SA, TRAINER, function_process,
 )
 
 if TYPE_CHECKING:
@@ -32,15 +33,7 @@ JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 
 @pytest.fixture(scope="module")
 def function(testbed: LiveCluster):
-    objs = client.CustomObjectsApi(testbed.api)
-    for name in ("clustertrainingruntime-torch-kai", "clustertrainingruntime-torch"):
-        runtime = sample_object(name)
-        create_ignoring_conflict(lambda: objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes",
-                                                                          runtime))
-    for name in ("queue-default-parent", "queue-team-a"):
-        queue = sample_object(name)
-        create_ignoring_conflict(lambda: objs.create_cluster_custom_object("scheduling.run.ai", "v2", "queues",
-                                                                          queue))
+    seed_samples(testbed)
     with function_process(testbed, KAI_FN_AUDIENCE=AUDIENCE, KAI_FN_SENDERS=SOURCE) as fn:
         yield fn
 
