@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -46,7 +47,8 @@ class FunctionProcess:
 
     def start(self, ready_timeout: float = 60.0) -> Self:
         self.started_at = time.perf_counter()
-        self.proc = subprocess.Popen(self.command, env=self.env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.command, env=self.env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -66,8 +68,14 @@ class FunctionProcess:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the server and its workers at once, as a pod dies: a worker outliving its master would keep the
+        port, and a restart on it would fail."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
     def __enter__(self) -> Self:
         return self.start()

@@ -23,8 +23,7 @@ BURST, PODS = 20, 2
 def kill_and_restart_function(chain: Chain) -> None:
     fn = chain.function
     assert fn.proc is not None
-    fn.proc.kill()
-    fn.proc.wait()
+    fn.kill()
     time.sleep(2)  # events of this gap find no one; the sources give up on them after their retries
     fn.start()
 
