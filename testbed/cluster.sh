@@ -184,24 +184,16 @@ status() {
     return 3
   fi
   [ -f "$state/ready" ] && echo "testbed: ready, $(tr '\n' ' ' <"$state/ready")" || { echo "testbed: starting"; ok=1; }
-  if [ -f "$state/pids" ]; then
+  for pids in "$state/pids" "$state/chain.pids"; do
+    [ -f "$pids" ] || continue
     while read -r name p; do
       if alive "$p" && pid_is "$p" "$name"; then
         echo "  $name: running (pid $p, log $state/$name.log)"
       else
         echo "  $name: NOT running (log $state/$name.log)"; ok=1
       fi
-    done <"$state/pids"
-  fi
-  if [ -f "$state/chain.pids" ]; then
-    while read -r name p; do
-      if alive "$p" && pid_is "$p" "$name"; then
-        echo "  $name: running (pid $p, log $state/$name.log)"
-      else
-        echo "  $name: NOT running (log $state/$name.log)"; ok=1
-      fi
-    done <"$state/chain.pids"
-  fi
+    done <"$pids"
+  done
   echo "  jobset controllers+webhooks: in-process in the launcher (log $state/launcher.log)"
   if [ -f "$state/ready" ]; then
     if api_ready; then echo "  kube-apiserver /readyz: ok"; else echo "  kube-apiserver /readyz: NOT ok"; ok=1; fi

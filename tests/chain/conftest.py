@@ -10,17 +10,15 @@ Figures worth reading (binding spread, timings) are printed in the terminal summ
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
 
 from kai_fn.local.chain import Chain, running
-from tests.testbed.conftest import SKIPPED, LiveCluster, before_stop, live_cluster
+from tests.testbed.conftest import SKIPPED, LiveCluster, before_stop, live_cluster, wait_for  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
 REPORT: list[str] = []
@@ -103,12 +101,3 @@ def namespaces(chain: Chain) -> Iterator[Callable[..., str]]:
         client.CoreV1Api(chain.api).delete_namespace(ns)
 
 
-def wait_for(what: str, probe: Callable[[], Any], deadline_s: float = 120, explain: Callable[[], str] | None = None
-             ) -> Any:
-    """Polls until ``probe()`` is truthy; the deadline only bounds a hang, and the failure says what was seen."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if found := probe():
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"not within {deadline_s:.0f}s: {what}" + (f"\n{explain()}" if explain else ""))

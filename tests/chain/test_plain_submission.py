@@ -5,8 +5,6 @@ Nothing is TooLate."""
 from __future__ import annotations
 
 import shutil
-import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,6 +13,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.ce import ping, send
 from tests.conftest import sample_object
+from tests.testbed.conftest import wait_for
 from tests.testbed.kai_fn_install import (
     TRAINER, admission_policy, create_ignoring_conflict, create_trainjob, enabled_namespace, function_process,
 )
@@ -32,15 +31,6 @@ def chain(chain_testbed: LiveCluster) -> LiveCluster:
     """The session's chain testbed (tests/chain/conftest.py), without kai_fn's chain process: this test runs its own."""
     return chain_testbed
 
-
-def wait_for(what: str, probe, deadline_s: float = 120) -> Any:
-    """Poll until probe() is truthy; the deadline only bounds a hang."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if found := probe():
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"never happened: {what}")
 
 
 def test_a_plainly_submitted_trainjob_is_released_with_its_gang_and_never_too_late(chain: LiveCluster):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,3 +144,13 @@ def before_stop(callback) -> None:
 def testbed(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
     """The session's testbed (JobSet in-process, no Trainer controllers)."""
     yield from live_cluster(pytestconfig)
+
+def wait_for(what: str, probe: Callable[[], Any], deadline_s: float = 120, explain: Callable[[], str] | None = None
+             ) -> Any:
+    """Polls until ``probe()`` is truthy; the deadline only bounds a hang, and the failure says what was seen."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if found := probe():
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"not within {deadline_s:.0f}s: {what}" + (f"\n{explain()}" if explain else ""))

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -11,7 +10,7 @@ import pytest
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
-from tests.testbed.conftest import LiveCluster
+from tests.testbed.conftest import LiveCluster, wait_for
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 JSON_PATCH = "application/json-patch+json"
@@ -33,15 +32,6 @@ def namespace(testbed: LiveCluster) -> Iterator[str]:
     yield name
     client.CoreV1Api(testbed.api).delete_namespace(name)
 
-
-def wait_for(what: str, probe, deadline_s: float = 120) -> Any:
-    """Poll until probe() is truthy; the deadline only bounds a hang, it asserts nothing about speed."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if found := probe():
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"never happened: {what}")
 
 
 @pytest.mark.parametrize(("suspend", "refused"), [(True, False), (False, True)],
