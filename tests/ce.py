@@ -8,7 +8,7 @@ from typing import Any
 from cloudevents.conversion import to_binary, to_structured
 from cloudevents.http import CloudEvent
 
-from kai_fn.local.invoke import Answer, Sample, post
+from kai_fn.commands.invoke import Answer, Sample, post
 from kai_fn.local.source import go_case as _go_case
 
 SOURCE = "https://10.96.0.1:443"

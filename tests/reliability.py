@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from kai_fn.local.emulator import Call, Emulator, Fault
-from kai_fn.local.invoke import Sample
+from kai_fn.commands.invoke import Sample
 from kai_fn.local.delivery import Adapter, Delivery
 from tests.ce import ref, resource
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed

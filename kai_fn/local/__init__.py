@@ -1,1 +1,21 @@
-"""What runs on a workstation or in tests: the CLI, the demo, the function as a process and the API emulator."""
+"""What only a workstation runs, for the tests and the demos: the API emulator, the function as a process, the event
+source stand-ins, the chain testbed's harness, the pod watcher, and the two demos."""
+import argparse
+
+
+def add_demo(sub: argparse._SubParsersAction) -> None:
+    """``python -m kai_fn demo [--real]``: the harness's one command, added to the operator's CLI."""
+    d = sub.add_parser("demo", help="emulated cluster + real function server + the sample events")
+    d.add_argument("--real", action="store_true",
+                   help="the story on the real chain (testbed/, needs Go; builds the first time)")
+    d.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.real:
+        from kai_fn.local.demo_real import run as run_real
+
+        return run_real()
+    from kai_fn.local.demo import run
+
+    return run()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import requests
 import requests.adapters
 
-from kai_fn.local.invoke import Sample
+from kai_fn.commands.invoke import Sample
 
 RETRYABLE = frozenset({404, 413, 425, 429, 502, 503, 504})
 RETRIES = 5  # sdk-go MaxTries: retries after the first try

@@ -17,11 +17,11 @@ from typing import Any
 import yaml
 
 from kai_fn.function.settings import load
-from kai_fn.local import explain
+from kai_fn.commands import explain
 from kai_fn.local.emulator import Call, Emulator
-from kai_fn.local.invoke import load_sample, post
+from kai_fn.commands.invoke import load_sample, post
 from kai_fn.local.process import REPO, FunctionProcess
-from kai_fn.local.tables import table
+from kai_fn.commands.tables import table
 
 SAMPLES = REPO / "samples"
 SEED = ["clustertrainingruntime-torch-kai", "clustertrainingruntime-torch", "trainingruntime-torch-llm-kai",

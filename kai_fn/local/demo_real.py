@@ -16,7 +16,7 @@ from kubernetes import client
 from kai_fn.local.podwatch import PodSeen, PodWatch
 from kai_fn.local.chain import Chain
 from kai_fn.local.realchain import ChainError, Cluster, chain_cluster, kai_fn_running
-from kai_fn.local.tables import table
+from kai_fn.commands.tables import table
 
 POOL = "demo-gpu"
 JOB = "llama-pretrain"

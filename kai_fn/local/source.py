@@ -26,7 +26,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from kai_fn.local.delivery import Adapter, Delivery
-from kai_fn.local.invoke import Sample
+from kai_fn.commands.invoke import Sample
 
 log = logging.getLogger(__name__)
 ENABLED = "kai-fn.io/enabled=true"

@@ -12,7 +12,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kai_fn.local.invoke import Sample
+from kai_fn.commands.invoke import Sample
 from tests.ce import ref, resource
 from tests.conftest import sample_object, seed
 from tests.reliability import MARKER, MISSING, QUEUE, publish, shape

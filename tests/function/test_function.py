@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kai_fn.local.emulator import Fault
-from kai_fn.local.invoke import load_sample, post
+from kai_fn.commands.invoke import load_sample, post
 from kai_fn.local.process import REPO, FunctionProcess
 from tests import crds
 from tests.ce import ping, ref, resource, send

@@ -271,7 +271,7 @@ def test_the_resync_reports_a_released_gang_that_got_bound_without_any_podgroup_
 
 
 def test_the_shipped_podgroup_samples_get_their_documented_answer(api, function):
-    from kai_fn.local.invoke import load_sample, post
+    from kai_fn.commands.invoke import load_sample, post
     from kai_fn.local.process import REPO
 
     def shipped(name):

@@ -12,7 +12,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from kai_fn.local.emulator import Fault
-from kai_fn.local.invoke import Sample
+from kai_fn.commands.invoke import Sample
 from tests.ce import resource, send
 from tests.function.test_function import seed_llama
 from tests.function.test_gang_status import kai_says, place, released

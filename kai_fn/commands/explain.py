@@ -19,7 +19,7 @@ from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
 from kai_fn.core.runtime import target
 from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
 from kai_fn.function.settings import Settings
-from kai_fn.local.tables import table
+from kai_fn.commands.tables import table
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
 QUEUE_API = ("scheduling.run.ai", "v2")

@@ -1,11 +1,13 @@
-"""``python -m kai_fn``: plan from files, explain a live TrainJob, invoke a running function with a sample event, run
-the embedded demo."""
+"""``python -m kai_fn``: plan from files, explain a live TrainJob, invoke a running function with a sample event.
+
+Commands of the workstation harness (the demo) are added by whoever composes the entry point (``kai_fn/__main__``), so
+this package never imports :mod:`kai_fn.local`."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +92,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_BLOCKED if result.blocked else EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
+AddCommand = Callable[[argparse._SubParsersAction], None]
+
+
+def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m kai_fn", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="print the PodGroup, pod-template changes and JobSet patch for a TrainJob")
@@ -113,16 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", choices=["text", "json"], default="text")
     e.set_defaults(func=cmd_explain)
 
-    d = sub.add_parser("demo", help="emulated cluster + real function server + the sample events")
-    d.add_argument("--real", action="store_true",
-                   help="the story on the real chain (testbed/, needs Go; builds the first time)")
-    d.set_defaults(func=cmd_demo)
+    for add in extra:
+        add(sub)
     return parser
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Exit 0 bound or progressing, 1 blocked, 2 no such TrainJob or no cluster (one line, no traceback)."""
-    from kai_fn.local.explain import Unusable, run
+    from kai_fn.commands.explain import Unusable, run
 
     overrides = {"KAI_PODGROUP_FLAVOR": args.flavor} if args.flavor else {}
     try:
@@ -134,7 +137,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_invoke(args: argparse.Namespace) -> int:
-    from kai_fn.local.invoke import SampleError, load_sample, post
+    from kai_fn.commands.invoke import SampleError, load_sample, post
 
     try:
         sample = load_sample(args.sample)
@@ -153,18 +156,8 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     return EXIT_OK if answer.status < 300 else EXIT_BLOCKED
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    if args.real:
-        from kai_fn.local.demo_real import run as run_real
-
-        return run_real()
-    from kai_fn.local.demo import run
-
-    return run()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = ()) -> int:
+    args = build_parser(extra).parse_args(argv)
     try:
         return args.func(args)
     except UsageError as error:

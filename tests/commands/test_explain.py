@@ -12,12 +12,12 @@ import sys
 
 import pytest
 
-from kai_fn.local import cli
+from kai_fn.commands import cli
 from tests.ce import resource, send
 from tests.conftest import TRAINER, sample_object, seed
 from tests.function.test_function import NAME, NS, seed_llama
 from tests.function.test_gang_status import OVER_LIMIT, kai_says, place, released
-from tests.local.test_cli import REPO
+from tests.commands.test_cli import REPO
 
 
 @pytest.fixture(autouse=True)

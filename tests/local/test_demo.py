@@ -1,0 +1,29 @@
+"""``python -m kai_fn demo``: the embedded demo's story, end to end."""
+from __future__ import annotations
+
+import re
+
+from tests.commands.test_cli import run
+
+
+def test_demo_runs_end_to_end_and_shows_what_changed():
+    out = run("demo")
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    assert "resource-add: a suspended TrainJob in scope is created\n   dev.knative.apiserver.resource.add -> HTTP 200 done" in text
+    assert "the same event again (at-least-once delivery)\n   dev.knative.apiserver.resource.add -> HTTP 200 skipped\n   API calls: 1, writes: 0" in text
+    # The cluster, as aligned tables rather than Python dicts.
+    assert re.search(r"\n  llama-finetune +team-a +minMember 4 +cpu=16,memory=64Gi,nvidia.com/gpu=8\n", text)
+    assert "minSubGroup 1 of dataset-initializer(1), model-initializer(1), node(3)" in text
+    assert re.search(r"\n  resnet-eval +True +-\n", text)
+    assert re.search(r"\n  whisper-asr +Warning +TooLate +its JobSet is already running", text)
+    assert "{'" not in text.split("== The function's log")[0], "a Python dict in the printed cluster"
+    # The gang's status, from the PodGroup source: one GangUnschedulable, one GangBound, nothing from the late update.
+    assert re.search(r"\n  llama-finetune +Warning +GangUnschedulable +PodGroup pg-llama-finetune-\S+: Unschedulable: ", text)
+    assert re.search(r"\n  llama-finetune +Normal +GangBound +PodGroup pg-llama-finetune-", text)
+    assert text.count("GangUnschedulable ") == 1 and text.count("GangBound ") == 1
+    assert "the old unschedulable update, arriving late: nothing\n   dev.knative.apiserver.resource.update -> HTTP 200 skipped" in text
+    # explain at the end: the bound gang exits 0, the one its queue can never hold exits 1.
+    assert "TrainJob team-a/llama-finetune: BOUND" in text and "(exit 0)" in text
+    assert "TrainJob team-a/gpt-large: BLOCKED" in text and "(exit 1)" in text
+    assert text.count("-> HTTP 400") == 3
