@@ -32,7 +32,7 @@ from kai_fn.local.realchain import (
     ANCHOR_RUNTIME, KAI_FN_RUNTIME, ChainError, Cluster, chain_cluster, ensure_anchor_runtime, kai_fn_running,
     submit, trainjob,
 )
-from kai_fn.local.tables import table
+from kai_fn.commands.tables import table
 
 
 @dataclass
