@@ -72,6 +72,7 @@ SETTINGS_DEFAULTS = {
     "KAI_FN_QUEUE_CHECK": "enforce",
     "KAI_FN_SCHEDULE_TIMEOUT_SECONDS": "",
     "KAI_FN_ON_TIMEOUT": "event",
+    "KAI_FN_STALENESS_GRACE_PERIOD": "-1s",
 }
 
 # The exact API calls kai_fn makes: (apiGroup, resource, verb).

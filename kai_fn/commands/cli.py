@@ -60,6 +60,8 @@ def plan_report(result: Plan, jobset: dict[str, Any] | None) -> dict[str, Any]:
     report: dict[str, Any] = {"plan": result.summary()}
     if result.podgroup:
         report["podGroup"] = result.podgroup
+    if result.stage_podgroups:
+        report["stagePodGroups"] = list(result.stage_podgroups)
     if result.pod_templates:
         report["podTemplates"] = {
             c.replicated_job: {"labels": c.labels, "annotations": c.annotations} for c in result.pod_templates
@@ -79,7 +81,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     runtime = _read(args.runtime, Runtime)
     jobset = load_document(args.jobset) if args.jobset else None
     try:
-        result = plan(job, runtime, flavor=args.flavor or config.flavor, default_queue=config.default_queue)
+        result = plan(job, runtime, **(config.planning() | {"flavor": args.flavor or config.flavor}))
         report = plan_report(result, jobset)
     except InputError as error:
         raise UsageError(f"{args.runtime}: {error}") from None

@@ -84,7 +84,7 @@ def explain(session: Session, settings: Settings, namespace: str, name: str) -> 
         return out.verdict("blocked", f"create {where} or fix spec.runtimeRef")
     try:
         runtime = parse(Runtime, raw)
-        result = plan(job, runtime, flavor=settings.flavor, default_queue=settings.default_queue)
+        result = plan(job, runtime, **settings.planning())
     except InputError as error:
         return out.verdict("blocked", f"fix {where}: {error}")
     if result.ignored:
@@ -103,7 +103,10 @@ def explain(session: Session, settings: Settings, namespace: str, name: str) -> 
     out.state |= {"podGroup": podgroup["metadata"]["name"] if podgroup else None,
                   "jobSet": _jobset_state(result, jobset)}
     pods = session.jobset_pods(namespace, name) if jobset else []
-    reasons = gang.unschedulable(podgroup) if podgroup else ()
+    stage_groups = [pg for stage in result.stage_podgroups
+                    if (pg := session.podgroup(stage["apiVersion"], namespace, stage["metadata"]["name"]))]
+    reasons = tuple(dict.fromkeys(r for pg in [*stage_groups, *([podgroup] if podgroup else [])]
+                                  for r in gang.unschedulable(pg)))
     out.kai = {
         "conditions": [{"reason": r.reason, "message": r.message, "queue": r.queue} for r in reasons],
         "pods": {rj: {"bound": b, "waiting": w} for rj, (b, w) in gang.per_replicated_job(pods).items()},
@@ -229,6 +232,10 @@ def render(report: Report) -> str:
                 ["queue", p.get("queue")],
                 ["minResources", ", ".join(f"{k}={v}" for k, v in (p.get("minResources") or {}).items()) or None]]
         out += ["PLAN", table(rows), ""]
+        if len(p.get("podGroups") or []) > 1:
+            stages = [[g["name"], ", ".join(g["replicatedJobs"]), g["minMember"], "main" if g.get("main") else ""]
+                      for g in p["podGroups"]]
+            out += [table(stages, ["STAGE PODGROUP", "REPLICATED JOBS", "MIN MEMBER", ""]), ""]
         sets = [[s["name"], s["count"], ", ".join(f"{k}={v}" for k, v in s["requests"].items())]
                 for s in p.get("podSets", [])]
         out += [table(sets, ["POD SET", "COUNT", "REQUESTS PER POD"]), ""]
@@ -248,7 +255,7 @@ def render(report: Report) -> str:
     if kai.get("queue"):
         staged = report.plan.get("layout") == "staged"
         out += ["QUEUE (KAI units: cpu millicores, memory MB, gpu devices; -1 unlimited"
-                + ("; a staged gang needs room for its largest subgroup at once)" if staged else ")"),
+                + ("; a staged gang needs room for its largest stage at once)" if staged else ")"),
                 table([[r["queue"], r["resource"], r["request"], r["quota"], r["limit"], r["allocated"]]
                        for r in kai["queue"]], ["QUEUE", "RESOURCE", "GANG NEEDS", "QUOTA", "LIMIT", "ALLOCATED"]), ""]
     if "pods" in kai:

@@ -57,5 +57,6 @@ TIMED_OUT_ANNOTATION = "kai-fn/timed-out"  # set by the schedule timeout (issue 
 AUTO_SUSPENDED_ANNOTATION = "kai-fn/auto-suspended"
 FIELD_MANAGER = "kai-fn"
 MIN_RESOURCES_ANNOTATION = "kai-fn/min-resources"
+STAGE_ANNOTATION = "kai-fn/replicated-jobs"  # a staged gang's PodGroup: the replicatedJobs of its wave
 RELEASED_AT_ANNOTATION = "kai-fn/released-at"  # when the current wait for the gang started
 SCHEDULE_TIMEOUT_ANNOTATION = "kai-fn/schedule-timeout-seconds"  # TrainJob: override; PodGroup: the default

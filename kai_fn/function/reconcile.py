@@ -142,9 +142,7 @@ class Reconciler:
             return self.warn(report.RUNTIME_NOT_FOUND, f"{where} does not exist; a retry cannot help until it does",
                              result="ignored")
         try:
-            result = plan(job, parse(Runtime, raw), flavor=self.settings.flavor,
-                          default_queue=self.settings.default_queue,
-                          schedule_timeout_seconds=self.settings.schedule_timeout_seconds)
+            result = plan(job, parse(Runtime, raw), **self.settings.planning())
         except InputError as error:
             return self.warn(report.INVALID_RUNTIME, f"{where}: {error}")
         if result.ignored:
@@ -210,9 +208,10 @@ class Reconciler:
             if not checked and (refused := self.queue_precheck(result)) is not None:
                 return refused
             checked = True
-            if self.session.create_podgroup(result.podgroup):
-                created = True
-                metrics.GANGS_CREATED.inc()
+            for podgroup in result.podgroups:
+                if self.session.create_podgroup(podgroup):
+                    created = True
+                    metrics.GANGS_CREATED.inc()
             try:
                 self.session.patch_jobset(self.namespace, self.name, ops)
             except GuardFailed:
@@ -268,13 +267,13 @@ class Reconciler:
                 merge["metadata"]["annotations"][keys.RELEASED_AT_ANNOTATION] = stamp(_now())
         self.session.patch_trainjob(self.namespace, self.name, merge)
         resources = ",".join(f"{k}={v}" for k, v in result.min_resources.items()) or "none"
+        made = "PodGroups" if len(result.podgroups) > 1 else "PodGroup"
         message = (
-            f"PodGroup {result.podgroup_name} {'created' if created else 'in place'}: minMember {result.min_member}"
-            f"{' in ' + str(len(result.pod_sets)) + ' subgroups' if result.layout == 'staged' else ''}, "
-            f"queue {result.queue or 'n/a'}, minResources {resources}; "
-            + (f"left suspended: {hold}" if hold else "released")
+            f"{made} {result.podgroup_name}{' and its stages' if len(result.podgroups) > 1 else ''} "
+            f"{'created' if created else 'in place'}: {result.gang_text()}, queue {result.queue or 'n/a'}, "
+            f"minResources {resources}; " + (f"left suspended: {hold}" if hold else "released")
         )
-        self.session.create_event(self.namespace, report.event_body(obj, report.GANG_SCHEDULED, message, warning=False,
+        self.session.create_event(self.namespace, report.event_body(obj, report.GANG_CREATED, message, warning=False,
                                                                    key=result.podgroup_name))
         return self.outcome("done", message, result.podgroup_name)
 

@@ -27,7 +27,7 @@ QUEUE_NOT_FOUND = "QueueNotFound"
 GANG_EXCEEDS_QUEUE = "GangExceedsQueue"
 SCHEDULE_TIMEOUT = "ScheduleTimeout"
 # Normal
-GANG_SCHEDULED = "GangScheduled"
+GANG_CREATED = "GangCreated"
 GANG_BOUND = "GangBound"
 
 Result = Literal["done", "skipped", "ignored", "blocked", "retry"]

@@ -97,11 +97,11 @@ def show_cluster(api: Emulator) -> None:
     print("\n== What the cluster holds now\n\nPodGroups")
     rows = []
     for pg in api.list(KAI_PG, "PodGroup"):
-        spec = pg["spec"]
-        gang = (f"minMember {spec['minMember']}" if "minMember" in spec else
-                "minSubGroup 1 of " + ", ".join(f"{s['name']}({s['minMember']})" for s in spec.get("subGroups", [])))
-        rows.append([pg["metadata"]["labels"].get("kai-fn/trainjob"), spec["queue"], gang,
-                     (pg["metadata"].get("annotations") or {}).get("kai-fn/min-resources")])
+        notes = pg["metadata"].get("annotations") or {}
+        stage = notes.get("kai-fn/replicated-jobs")
+        gang = f"minMember {pg['spec']['minMember']}" + (f" of {stage}" if stage else "")
+        rows.append([pg["metadata"]["labels"].get("kai-fn/trainjob"), pg["spec"]["queue"], gang,
+                     notes.get("kai-fn/min-resources") or "-"])
     print(table(rows, ["TRAINJOB", "QUEUE", "GANG", "MIN RESOURCES"]))
     print("\nJobSet pod templates")
     rows = []
@@ -111,8 +111,8 @@ def show_cluster(api: Emulator) -> None:
             meta = rj["template"]["spec"]["template"].get("metadata") or {}
             keys = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
             rows.append([js["metadata"]["name"], rj["name"], keys.get("pod-group-name"), keys.get("kai.scheduler/queue"),
-                         keys.get("kai.scheduler/subgroup-name"), skip])
-    print(table(rows, ["JOBSET", "REPLICATED JOB", "pod-group-name", "QUEUE", "SUBGROUP", "SKIP-PODGROUPER"]))
+                         skip])
+    print(table(rows, ["JOBSET", "REPLICATED JOB", "pod-group-name", "QUEUE", "SKIP-PODGROUPER"]))
     print("\nTrainJobs")
     rows = []
     for tj in api.list(TRAINER, "TrainJob"):

@@ -190,8 +190,8 @@ def test_a_cluster_that_does_not_answer_is_exit_2(tmp_path, capsys):
     assert code == 2 and err.startswith("error: cannot read TrainJob team-a/x: API unreachable")
 
 
-def test_a_staged_gang_is_held_against_its_queue_by_its_largest_subgroup_not_the_sum(api, function, capsys):
-    """KAI places each subgroup on its own: bert-pretrain's trainer nodes need 24 GPUs, its initializers none."""
+def test_a_staged_gang_is_held_against_its_queue_by_its_largest_stage_not_the_sum(api, function, capsys):
+    """KAI places each stage on its own: bert-pretrain's trainer nodes need 24 GPUs, its initializers none."""
     from tests.ce import ref
     small = sample_object("queue-team-a")
     small["spec"]["resources"]["gpu"]["limit"] = 24

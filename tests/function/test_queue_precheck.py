@@ -118,7 +118,7 @@ def test_warn_posts_the_warning_then_makes_the_gang_anyway(api, functions):
     assert send(fn.url, resource(tj)).status == 200
     (warning,) = events_of(api, "GangExceedsQueue")
     assert "over the limit 4 GPUs" in warning["message"] and "KAI_FN_QUEUE_CHECK=warn: released anyway" in warning["message"]
-    assert released(api) and len(events_of(api, "GangScheduled")) == 1
+    assert released(api) and len(events_of(api, "GangCreated")) == 1
 
 
 def test_off_makes_the_gang_without_reading_queues(api, functions):

@@ -245,3 +245,35 @@ def test_a_bound_gang_the_gang_status_sweep_did_not_reach_is_still_never_suspend
     assert keys.GANG_BOUND_ANNOTATION not in tj["metadata"]["annotations"]  # the sweep never got to it
     assert tj["spec"]["suspend"] is False and events_of(api, "ScheduleTimeout") == []
     assert keys.RELEASED_AT_ANNOTATION not in tj["metadata"]["annotations"]  # its wait ended quietly
+
+
+# -- a staged gang: initializers run first, for as long as they need -------------------------------------------
+
+BERT, BERT_UID = "bert-pretrain", "2b7e4c1d-8f3a-4b6e-9d2c-5a1f0e3b7c8d"
+BERT_PG = f"pg-{BERT}-{BERT_UID}"
+
+
+def staged_pod(rj, i, podgroup, node=None, created_ago=0):
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{BERT}-{rj}-0-{i}", "namespace": NS, "creationTimestamp": ago(created_ago),
+                         "labels": {keys.JOBSET_NAME_LABEL: BERT}, "annotations": {keys.KAI_POD_GROUP_ANNOTATION: podgroup}},
+            "spec": {"containers": [{"name": "node", "image": "pytorch"}], **({"nodeName": node} if node else {})}}
+
+
+@pytest.mark.parametrize("pods, timed_out", [
+    (lambda: [staged_pod("dataset-initializer", 0, f"{BERT_PG}-stage-0", node="n1", created_ago=600)], False),
+    (lambda: [staged_pod("node", i, BERT_PG, created_ago=20) for i in range(3)], False),
+    (lambda: [staged_pod("node", i, BERT_PG, created_ago=120) for i in range(3)], True),
+], ids=["initializers-still-running", "trainer-pods-new", "trainer-pods-waited-past-the-timeout"])
+def test_a_staged_gangs_timeout_counts_from_its_trainer_pods_not_the_release(api, function, pods, timed_out):
+    rt = sample_object("trainingruntime-torch-llm-kai")
+    rt["spec"]["podGroupPolicy"] = {"kai": {"scheduleTimeoutSeconds": 60}}
+    seed(api, sample_object("queue-team-a"), rt, sample_object("trainjob-bert-pretrain"),
+         sample_object("jobset-bert-pretrain"))
+    assert send(function.url, resource(api.get(TRAINER, "TrainJob", NS, BERT))).status == 200
+    tj = api.get(TRAINER, "TrainJob", NS, BERT)
+    tj["metadata"]["annotations"][keys.RELEASED_AT_ANNOTATION] = ago(600)
+    api.put(tj)
+    seed(api, *pods())  # their ages are taken now, not when the test was collected
+    assert send(function.url, ping()).status == 200
+    assert len(events_of(api, "ScheduleTimeout")) == (1 if timed_out else 0)

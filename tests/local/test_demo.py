@@ -14,7 +14,10 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     assert "the same event again (at-least-once delivery)\n   dev.knative.apiserver.resource.add -> HTTP 200 skipped\n   API calls: 1, writes: 0" in text
     # The cluster, as aligned tables rather than Python dicts.
     assert re.search(r"\n  llama-finetune +team-a +minMember 4 +cpu=16,memory=64Gi,nvidia.com/gpu=8\n", text)
-    assert "minSubGroup 1 of dataset-initializer(1), model-initializer(1), node(3)" in text
+    # a staged runtime: one PodGroup per start wave, the initializers' and the trainer's
+    assert re.search(r"\n  bert-pretrain +team-a +minMember 2 of dataset-initializer,model-initializer +cpu=1,memory=2Gi\n",
+                     text)
+    assert re.search(r"\n  bert-pretrain +team-a +minMember 3 of node +cpu=24,memory=192Gi,nvidia.com/gpu=24\n", text)
     assert re.search(r"\n  resnet-eval +True +-\n", text)
     assert re.search(r"\n  whisper-asr +Warning +TooLate +its JobSet is already running", text)
     assert "{'" not in text.split("== The function's log")[0], "a Python dict in the printed cluster"
