@@ -35,6 +35,11 @@ class Transient(Exception):
     """A failure a retry may fix; the function answers 503 with Retry-After."""
 
 
+class NotServed(Transient):
+    """404 on a list or a create of a kind: its API is not installed (KAI Scheduler's CRDs, say). A retry helps
+    only once someone installs it, so the reconciler says so once rather than answering 503 for ever."""
+
+
 class Gone(Exception):
     """404 on a write: the object was deleted meanwhile."""
 
@@ -224,6 +229,8 @@ class Session:
         try:
             found = self._call(fn, *args, **kwargs)
         except ApiException as error:
+            if error.status == 404:
+                raise NotServed(f"{'/'.join(str(a) for a in args[:3])} is not served (404 on list)") from None
             raise Transient(f"API {error.status} on list") from None
         return list((found or {}).get("items") or [])
 
@@ -240,6 +247,8 @@ class Session:
         except ApiException as error:
             if error.status == 409:
                 return False
+            if error.status == 404:
+                raise NotServed(f"{body['apiVersion']} podgroups is not served (404 on create)") from None
             raise Transient(f"API {error.status} on create podgroup") from None
         return True
 

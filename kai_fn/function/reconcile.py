@@ -23,7 +23,7 @@ from kai_fn.core.queue_check import check
 from kai_fn.core.runtime import target
 from kai_fn.core.schedule_timeout import new_wait, stamp
 from kai_fn.function import gang_status, metrics, report, timeouts
-from kai_fn.function.cluster import Gone, GuardFailed, Session, Stale, Transient
+from kai_fn.function.cluster import Gone, GuardFailed, NotServed, Session, Stale, Transient
 from kai_fn.function.events import TrainJobEvent
 from kai_fn.function.report import Outcome, Result
 from kai_fn.function.settings import Settings
@@ -205,13 +205,19 @@ class Reconciler:
                 return self.after_earlier_work(result)
             if jobset.get("spec", {}).get("suspend") is not True:
                 return self.too_late_unless_suspending()
-            if not checked and (refused := self.queue_precheck(result)) is not None:
-                return refused
-            checked = True
-            for podgroup in result.podgroups:
-                if self.session.create_podgroup(podgroup):
-                    created = True
-                    metrics.GANGS_CREATED.inc()
+            try:
+                if not checked and (refused := self.queue_precheck(result)) is not None:
+                    return refused
+                checked = True
+                for podgroup in result.podgroups:
+                    if self.session.create_podgroup(podgroup):
+                        created = True
+                        metrics.GANGS_CREATED.inc()
+            except NotServed as missing:
+                return self.warn(report.SCHEDULER_NOT_SERVED,
+                                 f"{missing}: is {'KAI Scheduler' if self.settings.flavor == 'kai' else 'scheduler-plugins'}"
+                                 f" installed (KAI_PODGROUP_FLAVOR={self.settings.flavor})? The TrainJob stays suspended "
+                                 f"and is tried again on its next change and at every resync")
             try:
                 self.session.patch_jobset(self.namespace, self.name, ops)
             except GuardFailed:
