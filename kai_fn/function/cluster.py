@@ -278,6 +278,25 @@ class Session:
         response.read()
         return client.response_deserialize(response, {"200": "object", "201": "object"}).data
 
+    def _request(self, method: str, path: str, _request_timeout: float, *, body: Any = None,
+                 query: list[tuple[str, str]] | None = None, content_type: str = "application/json",
+                 **path_params: str) -> Any:
+        """Any call on a built-in kind through the ApiClient, like :meth:`_post`."""
+        client = self.cluster.client
+        headers = {"Accept": "application/json"} | ({"Content-Type": content_type} if body is not None else {})
+        request = client.param_serialize(method, path, path_params=path_params, query_params=query or [],
+                                         header_params=headers, body=body, auth_settings=["BearerToken"])
+        response = client.call_api(*request, _request_timeout=_request_timeout)
+        response.read()
+        return client.response_deserialize(response, {"200": "object", "201": "object"}).data
+
+    def request(self, method: str, path: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
+                content_type: str = "application/json", **path_params: str) -> Any:
+        """One metered, counted call on a built-in kind (Leases, Events, reviews); 404, 409 and 422 raise
+        ApiException, anything else that fails :class:`Transient`."""
+        return self._call(self._request, method, path, body=body, query=query, content_type=content_type,
+                          **path_params)
+
     def review_token(self, token: str, audience: str) -> dict[str, Any]:
         """A TokenReview's ``status``; Transient when the API cannot answer (the sender should retry)."""
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
