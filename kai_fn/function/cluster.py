@@ -214,11 +214,15 @@ class Session:
             self.cluster.remember_queues(tree)
             return tree, False
 
-    def podgroups(self) -> list[dict[str, Any]]:
-        """KAI PodGroups kai_fn made, in every namespace."""
-        group, version = keys.KAI_PODGROUP_API.split("/")
-        return self._list(self._custom.list_cluster_custom_object, group, version, "podgroups",
-                          label_selector=f"{keys.MANAGED_BY_LABEL}={keys.MANAGED_BY}")
+    def podgroups(self, api_version: str = keys.KAI_PODGROUP_API, namespace: str | None = None,
+                  selector: str = f"{keys.MANAGED_BY_LABEL}={keys.MANAGED_BY}") -> list[dict[str, Any]]:
+        """PodGroups kai_fn made (KAI's unless told), in every namespace unless told."""
+        group, version = api_version.split("/")
+        if namespace is None:
+            return self._list(self._custom.list_cluster_custom_object, group, version, "podgroups",
+                              label_selector=selector)
+        return self._list(self._custom.list_namespaced_custom_object, group, version, namespace, "podgroups",
+                          label_selector=selector)
 
     def _list(self, fn: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         try:
@@ -332,8 +336,12 @@ class Session:
             raise Transient(f"API {error.status} on list pods") from None
         return list(found.get("items") or [])
 
-    def list_trainjobs(self) -> list[dict[str, Any]]:
-        return self._list(self._custom.list_cluster_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION, "trainjobs")
+    def list_trainjobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        if namespace is None:
+            return self._list(self._custom.list_cluster_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,
+                              "trainjobs")
+        return self._list(self._custom.list_namespaced_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,
+                          namespace, "trainjobs")
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
         """True when the Event is there (written now, or already: 409 on its content-derived name). Best effort:
