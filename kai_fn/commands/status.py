@@ -85,6 +85,8 @@ def run(namespace: str | None, kubeconfig: str | None, output: str, held_for: st
         settings: Settings, now: datetime.datetime | None = None) -> tuple[int, str, str]:
     """(exit code, stdout, stderr); Unusable for exit 2."""
     threshold = duration(held_for)
+    if lease is not None and (lease.count("/") != 1 or not all(lease.split("/"))):
+        raise Unusable(f"{lease!r}: expected NAMESPACE/NAME of the heartbeat Lease")
     session = connect(settings, kubeconfig)
     now = now or datetime.datetime.now(datetime.UTC)
     try:
