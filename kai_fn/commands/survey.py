@@ -43,7 +43,8 @@ def entries(session: Session, flavor: str, namespace: str | None) -> list[tuple[
     podgroups = session.podgroups(podgroup_api(flavor), namespace)
     by_uid: dict[str, list[dict[str, Any]]] = {}
     for pg in podgroups:
-        by_uid.setdefault(((pg.get("metadata") or {}).get("labels") or {}).get(keys.TRAINJOB_UID_LABEL, ""), []).append(pg)
+        uid = ((pg.get("metadata") or {}).get("labels") or {}).get(keys.TRAINJOB_UID_LABEL, "")
+        by_uid.setdefault(uid, []).append(pg)
     pods = _pods(session, namespace) if any(_needs_pods(t) for t in trainjobs) else []
     by_jobset: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for pod in pods:
