@@ -50,6 +50,7 @@ TRAINJOB_NAME_LABEL = "kai-fn/trainjob"
 TRAINJOB_UID_LABEL = "kai-fn/trainjob-uid"
 MARKER_PODGROUP = "kai-fn/podgroup"
 MARKER_SKIPPED = "kai-fn/skipped"
+SKIPPED_BY_OPERATOR = "released-by-operator"  # its value when `python -m kai_fn release` took it out of kai_fn's hands
 HOLD_ANNOTATION = "kai-fn/hold"
 GANG_BOUND_ANNOTATION = "kai-fn/bound"  # when kai_fn saw every pod of the gang on a node (GangBound posted)
 TIMED_OUT_ANNOTATION = "kai-fn/timed-out"  # set by the schedule timeout (issue 12 part 3)

@@ -22,7 +22,7 @@ from kai_fn.core.plan import Plan, plan
 from kai_fn.core.queue_check import check
 from kai_fn.core.runtime import target
 from kai_fn.core.schedule_timeout import new_wait, stamp
-from kai_fn.function import gang_status, metrics, report, timeouts
+from kai_fn.function import gang_status, heartbeat, metrics, report, timeouts
 from kai_fn.function.cluster import Gone, GuardFailed, NotServed, Session, Stale, Transient
 from kai_fn.function.events import TrainJobEvent
 from kai_fn.function.report import Outcome, Result
@@ -57,7 +57,7 @@ def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Out
 def resync(session: Session, settings: Settings) -> Outcome:
     """Reconcile suspended TrainJobs that no event brought us (the source replays nothing after a restart), then
     look at released gangs not yet known to be bound (binding changes no PodGroup, so no event says it) and at
-    their schedule timeouts."""
+    their schedule timeouts; a resync that got this far renews the heartbeat (:mod:`kai_fn.function.heartbeat`)."""
     listed = session.list_trainjobs()
     waiting = [
         o for o in listed
@@ -83,7 +83,7 @@ def resync(session: Session, settings: Settings) -> Outcome:
                + (f"; {len(released)} released gangs not yet bound: {gangs}" if released else ""))
     if settings.flavor == "kai":
         summary += "; " + timeouts.check(session, settings, listed, _now())
-    return Outcome("done", summary)
+    return Outcome("done", summary + "; " + heartbeat.beat(session, settings, _now()))
 
 
 def _now() -> datetime.datetime:

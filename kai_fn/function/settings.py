@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     schedule_timeout_seconds: int | None = Field(None, ge=0, alias="KAI_FN_SCHEDULE_TIMEOUT_SECONDS")
     on_timeout: OnTimeout = Field("event", alias="KAI_FN_ON_TIMEOUT")
     staleness_grace_period: str | None = Field(NEVER_STALE, alias="KAI_FN_STALENESS_GRACE_PERIOD")
+    # The resync's heartbeat: a Lease NAMESPACE/NAME renewed after each successful resync; empty: none written.
+    heartbeat_lease: str = Field("kai-fn/kai-fn-resync", alias="KAI_FN_HEARTBEAT_LEASE")
 
     @field_validator("default_queue")
     @classmethod
@@ -65,6 +67,14 @@ class Settings(BaseSettings):
                     not namespace or not name or validation.dns_label(namespace) or validation.dns_subdomain(name):
                 raise ValueError(f"{sender!r} is not system:serviceaccount:<namespace>:<name>")
         return value
+
+    @field_validator("heartbeat_lease")
+    @classmethod
+    def _namespace_slash_name(cls, value: str) -> str:
+        namespace, slash, name = value.strip().partition("/")
+        if value.strip() and (not slash or validation.dns_label(namespace) or validation.dns_subdomain(name)):
+            raise ValueError("must be NAMESPACE/NAME of a Lease, or empty")
+        return value.strip()
 
     @field_validator("schedule_timeout_seconds", "staleness_grace_period", mode="before")
     @classmethod

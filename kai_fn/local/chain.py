@@ -1,7 +1,7 @@
 """kai_fn on the chain testbed (``./run.sh cluster up --chain``), as a cluster would run it, for the tests and the demo.
 
 :func:`running` applies from knative/overlays/scheduler-plugins what a cluster without Knative can hold (the
-function's Namespace, ServiceAccounts, ClusterRoles and bindings; the admission policy), the sample runtimes of
+function's Namespace, ServiceAccounts, (Cluster)Roles and bindings, its heartbeat Lease; the admission policy), the sample runtimes of
 samples/chain, and then runs the function as a functions-framework process with its ServiceAccount's token and
 ``KAI_PODGROUP_FLAVOR=scheduler-plugins``, fed by the ApiServerSource and PingSource stand-ins of
 :mod:`kai_fn.local.source` (with OIDC-style tokens when ``audience`` is set). Everything it started stops on exit,
@@ -43,7 +43,7 @@ SOURCE_SAS = {
     "ping": "kai-fn-resync-oidc-sources.knative.dev-pingsource",
 }
 RUNTIMES = ("clustertrainingruntime-chain.yaml", "clustertrainingruntime-chain-staged.yaml")
-_FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+_FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease"}
 _POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
 
 

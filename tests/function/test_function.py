@@ -397,6 +397,7 @@ def test_warm_runtime_cache_saves_the_runtime_get(api, functions):
     ("KAI_DEFAULT_QUEUE", "not a queue"), ("KAI_FN_MAX_BODY_BYTES", "lots"), ("KAI_FN_SENDERS", "alice"),
     ("KAI_FN_QUEUE_CHECK", "strict"), ("KAI_FN_SCHEDULE_TIMEOUT_SECONDS", "-5"), ("KAI_FN_ON_TIMEOUT", "delete"),
     ("KAI_FN_STALENESS_GRACE_PERIOD", "60"),
+    ("KAI_FN_HEARTBEAT_LEASE", "kai-fn-resync"),
 ])
 def test_an_invalid_setting_stops_the_server_at_start_up_naming_it(emulator, name, value):
     with tempfile.TemporaryFile() as log:

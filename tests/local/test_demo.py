@@ -30,3 +30,10 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     assert "TrainJob team-a/llama-finetune: BOUND" in text and "(exit 0)" in text
     assert "TrainJob team-a/gpt-large: BLOCKED" in text and "(exit 1)" in text
     assert text.count("-> HTTP 400") == 3
+    # It closes on status: every TrainJob kai_fn holds, what needs attention first, and where to go on a cluster.
+    closing = text.split("== python -m kai_fn status -n team-a")[1]
+    states = re.findall(r"^team-a +(\S+) +(\S+) ", closing, re.M)
+    assert states == [("gpt-large", "blocked"), ("bert-pretrain", "waiting"), ("whisper-asr", "running-without-gang"),
+                      ("llama-finetune", "bound")]
+    assert "(exit 0: nothing held longer than 2m)" in closing
+    assert text.rstrip().splitlines()[-2].startswith("On a cluster: python -m kai_fn status -A")
