@@ -11,6 +11,8 @@
 #   testbed/build.sh scheduler kwok     # two binaries each, one directory: "<component>=<dir>"
 #     scheduler: kube-scheduler (+ scheduler-plugins Coscheduling) and podgroup-controller (testbed/scheduler)
 #     kwok:      kwok (sigs.k8s.io/kwok/cmd/kwok) and simnodes (testbed/kwok)
+#     eventing:  Knative's apiserver_receive_adapter (ApiServerSource) and mtping (PingSource), knative.dev/eventing
+#                (testbed/eventing: upstream's mains without the :8080 probe server)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,6 +48,10 @@ module_of() {
       local kw
       kw=$(awk '$1 == "sigs.k8s.io/kwok" {print $2}' "$here/kwok/go.mod")
       echo "$here/kwok sigs.k8s.io/kwok/cmd/kwok,./cmd/simnodes $kw yes" ;;
+    eventing)
+      local ev
+      ev=$(awk '$1 == "knative.dev/eventing" {print $2}' "$here/eventing/go.mod")
+      echo "$here/eventing ./cmd/apiserver_receive_adapter,./cmd/mtping $ev yes" ;;
     launcher)
       local js tr
       js=$(awk '$1 == "sigs.k8s.io/jobset" {print $2}' "$here/launcher/go.mod")
