@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Self
 
@@ -117,6 +117,14 @@ def source_spec(manifest: dict[str, Any], namespace: str = "kai-fn") -> SourceSp
         audience=(spec.get("sink") or {}).get("audience"))
 
 
+def narrowed(spec: SourceSpec, labels: dict[str, str]) -> SourceSpec:
+    """The same source watching only the namespaces that also carry ``labels``: a test's own, on a shared testbed
+    where other tests' labelled namespaces come and go (each change would redeploy the adapter)."""
+    selector = dict(spec.namespace_selector or {})
+    selector["matchLabels"] = {**(selector.get("matchLabels") or {}), **labels}
+    return replace(spec, namespace_selector=selector)
+
+
 def load(path: Path, namespace: str = "kai-fn") -> SourceSpec:
     return source_spec(yaml.safe_load(path.read_text()), namespace)
 
@@ -187,25 +195,27 @@ class AdapterProcess:
         self.populated: set[str] = set()
         self.started = threading.Event()
         self.ready = threading.Event()
-        self.lines: list[str] = []
+        self.timed_lines: list[tuple[float, str]] = []  # (time.monotonic(), line), the last 2000
         self.proc: subprocess.Popen[str] | None = None
+        self.reader: threading.Thread | None = None
 
     def start(self, timeout: float = 60.0) -> Self:
         self.proc = subprocess.Popen([str(self.exe)], env={"PATH": os.environ.get("PATH", ""), **self.env},
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)
-        threading.Thread(target=self._read, name=f"adapter-log-{self.tag}", daemon=True).start()
+        self.reader = threading.Thread(target=self._read, name=f"adapter-log-{self.tag}", daemon=True)
+        self.reader.start()
         if not self.ready.wait(timeout):
             self.stop()
             raise RuntimeError(f"adapter {self.tag} did not list {sorted(self.expected - self.populated)} within "
-                               f"{timeout:.0f}s; last lines:\n" + "".join(self.lines[-15:]))
+                               f"{timeout:.0f}s; last lines:\n" + "".join(line for _, line in self.timed_lines[-15:]))
         return self
 
     def _read(self) -> None:
         assert self.proc and self.proc.stdout
         for line in self.proc.stdout:
-            self.lines.append(line)
-            del self.lines[:-200]
+            self.timed_lines.append((time.monotonic(), line))
+            del self.timed_lines[:-2000]
             self.log_to.write(f"[{self.tag}] {line}")
             self.log_to.flush()
             if _STARTED in line:
@@ -229,12 +239,19 @@ class AdapterProcess:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._drained()
 
     def kill(self) -> None:
         if self.running:
             assert self.proc
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        self._drained()
+
+    def _drained(self) -> None:
+        """Its last lines are in the log before the log may close."""
+        if self.reader and self.reader is not threading.current_thread():
+            self.reader.join(5)
 
 
 # -- the controller's part: identity, OIDC, namespaces, redeploys ------------------------------------------------

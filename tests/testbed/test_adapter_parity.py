@@ -19,7 +19,7 @@ import pytest
 from kai_fn.local.adapter import RealApiServerSource, source_spec
 from kai_fn.local.source import PODGROUPS, TRAINJOBS, ApiServerSource
 from tests.testbed.adapters import KAI_PG, TRAINER, Objects, install, namespace, podgroup, sources, trainjob
-from tests.testbed.sink import Request, ScriptedSink
+from kai_fn.local.sink import Request, ScriptedSink
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster

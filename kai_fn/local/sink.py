@@ -1,5 +1,6 @@
-"""A scripted sink on loopback: records every POST as it arrived (header names in the sender's case, body, when it
-started and ended) and answers what the script says, for watching what a real adapter does with each answer.
+"""A scripted sink on loopback, for watching what a real adapter does with each answer (tests, bench.adapter): it
+records every POST as it arrived (header names in the sender's case, body, when it started and ended) and answers
+what the script says.
 
 ``script(request, n)`` gets the parsed request and its 0-based arrival number and returns an :class:`Answer`
 (or a bare status code). The server is threaded, so concurrent deliveries show as overlapping requests.
