@@ -1,15 +1,11 @@
-"""Knative's own ApiServerSource adapter on the testbed (kai_fn/local/adapter.py), for the parity and delivery tests:
-the sources' RBAC from knative/base, an adapter per rendered ApiServerSource, and the objects the tests change."""
+"""For the tests of Knative's own ApiServerSource adapter on the testbed (kai_fn/local/adapter.py): knative/base's
+sources as rendered, their RBAC, and the objects the tests change."""
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 
-from kai_fn.local.adapter import RealApiServerSource, source_spec
 from tests.manifests import BASE, render
 from tests.testbed.kai_fn_install import _FUNCTION_KINDS, apply
 
@@ -32,17 +28,9 @@ def install(testbed: LiveCluster) -> None:
     apply(testbed, [o for o in render(BASE) if o["kind"] in _FUNCTION_KINDS])
 
 
-@contextmanager
-def real_adapter(testbed: LiveCluster, name: str, sink: str, log_dir: Path, *, oidc: bool = True
-                 ) -> Iterator[RealApiServerSource]:
-    with RealApiServerSource(testbed.api, source_spec(sources()[name]), sink, log_dir / f"{name}.log",
-                             oidc=oidc) as src:
-        yield src
-
-
-def namespace(testbed: LiveCluster, name: str, *, enabled: bool) -> str:
+def namespace(testbed: LiveCluster, name: str, *, enabled: bool, labels: dict[str, str] | None = None) -> str:
     client.CoreV1Api(testbed.api).create_namespace(client.V1Namespace(
-        metadata=client.V1ObjectMeta(name=name, labels=ENABLED if enabled else None)))
+        metadata=client.V1ObjectMeta(name=name, labels={**(ENABLED if enabled else {}), **(labels or {})})))
     return name
 
 

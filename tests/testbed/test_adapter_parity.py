@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kai_fn.local.adapter import RealApiServerSource, source_spec
+from kai_fn.local.adapter import RealApiServerSource, narrowed, source_spec
 from kai_fn.local.source import PODGROUPS, TRAINJOBS, ApiServerSource
 from tests.testbed.adapters import KAI_PG, TRAINER, Objects, install, namespace, podgroup, sources, trainjob
 from kai_fn.local.sink import Request, ScriptedSink
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
 
 AUDIENCE = "kai-fn"
+RUN = "kai-fn.test/parity"
 # Values that are per emission or per connection; every other header must match value for value.
 PER_EMISSION = {"Ce-Id", "Ce-Time", "Host", "Authorization"}
 GO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")  # Go's RFC3339Nano, UTC
@@ -49,7 +50,7 @@ def side_by_side(testbed: LiveCluster, logs: Path, *, mode: str = "Resource",
     """Real adapters (knative/base's sources, ``mode`` as given) and stand-ins, each to a sink of its own, while
     each object of ``kinds`` is created, labelled and deleted in a labelled namespace and in one that is not."""
     tag = uuid.uuid4().hex[:5]
-    on = namespace(testbed, f"parity-on-{tag}", enabled=True)
+    on = namespace(testbed, f"parity-on-{tag}", enabled=True, labels={RUN: tag})
     off = namespace(testbed, f"parity-off-{tag}", enabled=False)
     objects = Objects(testbed)
     pick = {"TrainJob": ("kai-fn-trainjobs", TRAINJOBS, [(TRAINER, trainjob("tj"))]),
@@ -60,7 +61,8 @@ def side_by_side(testbed: LiveCluster, logs: Path, *, mode: str = "Resource",
             real, standin = (stack.enter_context(ScriptedSink()) for _ in range(2))
             for kind in kinds:
                 name, resource, _ = pick[kind]
-                spec = replace(source_spec(sources()[name]), mode=mode)
+                # the manifest's source, in ``mode``, blind to other tests' namespaces (their churn would redeploy it)
+                spec = narrowed(replace(source_spec(sources()[name]), mode=mode), {RUN: tag})
                 adapter = stack.enter_context(RealApiServerSource(testbed.api, spec, real.url, logs / f"{name}.log"))
                 token = testbed.sa_token("kai-fn", adapter.spec.oidc_service_account, [AUDIENCE])
                 stack.enter_context(ApiServerSource(testbed.api, resource, standin.url, mode=mode,  # type: ignore[arg-type]
