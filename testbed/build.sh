@@ -98,6 +98,15 @@ copy_launcher_manifests() {
   chmod -R u+w "$out/manifests"
 }
 
+# mtping's ClusterRole (Knative's config/core/roles), from the module zip, next to the eventing binaries.
+copy_eventing_manifests() {
+  local dir=$1 out=$2 ev
+  ev=$(cd "$dir" && go mod download knative.dev/eventing && go list -m -f '{{.Dir}}' knative.dev/eventing)
+  mkdir -p "$out/manifests"
+  cp "$ev/config/core/roles/pingsource-mt-adapter-clusterrole.yaml" "$out/manifests/"
+  chmod -R u+w "$out/manifests"
+}
+
 build_one() {
   local c=$1 dir pkg version sources key out
   read -r dir pkg version sources <<<"$(module_of "$c")"
@@ -112,6 +121,7 @@ build_one() {
     bins=("$c")
   fi
   for p in "${bins[@]}"; do [ -x "$out/$p" ] || built=false; done
+  [ "$c" = eventing ] && [ ! -d "$out/manifests" ] && built=false
   if $built; then
     log "$c: up to date (nothing built)"
     echo "$c=$result"
@@ -141,6 +151,7 @@ build_one() {
     exit 1
   fi
   [ "$c" = launcher ] && copy_launcher_manifests "$dir" "$tmp"
+  [ "$c" = eventing ] && copy_eventing_manifests "$dir" "$tmp"
   rm -f "$tmp/build.log"
   rm -rf "$out"
   mv "$tmp" "$out"

@@ -167,16 +167,16 @@ def reflectors(spec: SourceSpec, namespaces: list[str]) -> set[str]:
 
 # -- the binary, one process ---------------------------------------------------------------------------------------
 
-def binary(kubeconfig: Path | None = None) -> Path:
-    """From the testbed's bin.env when `cluster up` built it, else from ``testbed/build.sh eventing`` (cached)."""
-    if kubeconfig and (env := kubeconfig.parent / "bin.env").exists():
-        for line in env.read_text().split():
-            if line.startswith("eventing="):
-                return Path(line.split("=", 1)[1]) / BINARY
+def eventing_dir() -> Path:
+    """Where ``testbed/build.sh eventing`` put the binaries (cached: a warm call builds nothing)."""
     done = subprocess.run([str(REPO / "testbed" / "build.sh"), "eventing"], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"testbed/build.sh eventing failed:\n{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1].split("=", 1)[1]) / BINARY
+    return Path(done.stdout.strip().splitlines()[-1].split("=", 1)[1])
+
+
+def binary() -> Path:
+    return eventing_dir() / BINARY
 
 
 def free_port() -> int:
@@ -187,11 +187,14 @@ def free_port() -> int:
 
 
 class AdapterProcess:
-    """One adapter process; its stdout and stderr go line by line to ``log``, tagged, and tell when it has listed
-    every resource it watches (each reflector's "Caches populated"), from which point no change is missed."""
+    """One adapter process; its stdout and stderr go line by line to ``log``, tagged, and tell when it is ready:
+    ``marker`` logged and every reflector in ``expected`` listed ("Caches populated"), from which point no change is
+    missed."""
 
-    def __init__(self, exe: Path, env: dict[str, str], expected: set[str], *, log_to: IO[str], tag: str) -> None:
+    def __init__(self, exe: Path, env: dict[str, str], expected: set[str], *, log_to: IO[str], tag: str,
+                 args: tuple[str, ...] = (), marker: str = _STARTED) -> None:
         self.exe, self.env, self.expected, self.log_to, self.tag = exe, env, expected, log_to, tag
+        self.args, self.marker = args, marker
         self.populated: set[str] = set()
         self.started = threading.Event()
         self.ready = threading.Event()
@@ -200,15 +203,16 @@ class AdapterProcess:
         self.reader: threading.Thread | None = None
 
     def start(self, timeout: float = 60.0) -> Self:
-        self.proc = subprocess.Popen([str(self.exe)], env={"PATH": os.environ.get("PATH", ""), **self.env},
+        self.proc = subprocess.Popen([str(self.exe), *self.args], env={"PATH": os.environ.get("PATH", ""), **self.env},
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)
         self.reader = threading.Thread(target=self._read, name=f"adapter-log-{self.tag}", daemon=True)
         self.reader.start()
         if not self.ready.wait(timeout):
             self.stop()
-            raise RuntimeError(f"adapter {self.tag} did not list {sorted(self.expected - self.populated)} within "
-                               f"{timeout:.0f}s; last lines:\n" + "".join(line for _, line in self.timed_lines[-15:]))
+            last = "".join(line for _, line in self.timed_lines[-15:])
+            raise RuntimeError(f"adapter {self.tag} not ready ({self.marker!r}, to list: "
+                               f"{sorted(self.expected - self.populated)}) within {timeout:.0f}s; last lines:\n{last}")
         return self
 
     def _read(self) -> None:
@@ -218,7 +222,7 @@ class AdapterProcess:
             del self.timed_lines[:-2000]
             self.log_to.write(f"[{self.tag}] {line}")
             self.log_to.flush()
-            if _STARTED in line:
+            if self.marker in line:
                 self.started.set()
             if m := _POPULATED.search(line):
                 self.populated.add(m.group(1))
@@ -256,7 +260,7 @@ class AdapterProcess:
 
 # -- the controller's part: identity, OIDC, namespaces, redeploys ------------------------------------------------
 
-def _create(call: Any, *args: Any) -> None:
+def ensure(call: Any, *args: Any) -> None:
     try:
         call(*args)
     except ApiException as e:
@@ -295,8 +299,8 @@ class RealApiServerSource:
         ServiceAccount (the Role and RoleBinding of resources.MakeOIDCRole/MakeOIDCRoleBinding)."""
         ns, sa = self.spec.namespace, self.spec.service_account
         meta = client.V1ObjectMeta
-        _create(self.core.create_namespace, client.V1Namespace(metadata=meta(name=ns)))
-        _create(self.core.create_namespaced_service_account, ns, client.V1ServiceAccount(metadata=meta(name=sa)))
+        ensure(self.core.create_namespace, client.V1Namespace(metadata=meta(name=ns)))
+        ensure(self.core.create_namespaced_service_account, ns, client.V1ServiceAccount(metadata=meta(name=sa)))
         token = self.core.create_namespaced_service_account_token(sa, ns, client.AuthenticationV1TokenRequest(
             spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=6 * 3600))).status.token
         host, ca = self.api.configuration.host, self.api.configuration.ssl_ca_cert
@@ -309,12 +313,12 @@ class RealApiServerSource:
             return
         oidc_sa, role = self.spec.oidc_service_account, child_name(self.spec.name, "-create-oidc-token")
         rbac = client.RbacAuthorizationV1Api(self.api)
-        _create(self.core.create_namespaced_service_account, ns, client.V1ServiceAccount(
+        ensure(self.core.create_namespaced_service_account, ns, client.V1ServiceAccount(
             metadata=meta(name=oidc_sa, labels={"eventing.knative.dev/oidc": "enabled"})))
-        _create(rbac.create_namespaced_role, ns, client.V1Role(
+        ensure(rbac.create_namespaced_role, ns, client.V1Role(
             metadata=meta(name=role), rules=[client.V1PolicyRule(
                 api_groups=[""], resources=["serviceaccounts/token"], resource_names=[oidc_sa], verbs=["create"])]))
-        _create(rbac.create_namespaced_role_binding, ns, client.V1RoleBinding(
+        ensure(rbac.create_namespaced_role_binding, ns, client.V1RoleBinding(
             metadata=meta(name=role), role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role",
                                                                 name=role),
             subjects=[client.RbacV1Subject(kind="ServiceAccount", name=sa, namespace=ns)]))

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 ENABLED = "kai-fn.io/enabled=true"
 ACTIONS = {"ADDED": "add", "MODIFIED": "update", "DELETED": "delete"}
 PING_SOURCE = "/apis/v1/namespaces/kai-fn/pingsources/kai-fn-resync"
+PING_DATA = b'{"resync": true}'  # spec.data of knative/base/pingsource.yaml
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,12 @@ def apiserver_event(resource: Resource, obj: dict[str, Any], action: str, source
     }, data), struct=mode == "Reference")
 
 
-def ping_event() -> Sample:
-    return sample_of(CloudEvent({"id": str(uuid.uuid4()), "type": "dev.knative.sources.ping", "source": PING_SOURCE,
-                                "time": go_time(), "datacontenttype": "application/json"},
-                                {"resync": True}))
+def ping_event(data: bytes = PING_DATA) -> Sample:
+    """mtping sends the PingSource's ``spec.data`` as it is written (knative/base/pingsource.yaml), not re-encoded."""
+    headers, _ = to_binary(CloudEvent({"id": str(uuid.uuid4()), "type": "dev.knative.sources.ping",
+                                       "source": PING_SOURCE, "time": go_time(),
+                                       "datacontenttype": "application/json"}, None))
+    return Sample("dev.knative.sources.ping", "", go_case(dict(headers)), data)
 
 
 class _Sender:

@@ -1,8 +1,9 @@
-"""Knative's own ApiServerSource adapter and the stand-in (kai_fn/local/source.py), side by side on the real API
-server: the same changes (add, update, delete of a TrainJob, of a PodGroup kai_fn labels and of one it does not, in a
-labelled namespace and in one that is not) must reach a recording sink as the same events, down to the bytes of
-the body and the case of the header names. Where they differed, the real adapter was right and the stand-in was
-fixed (knative/README.md, "The adapter as measured")."""
+"""Knative's own source adapters and the stand-ins (kai_fn/local/source.py), side by side on the real API server.
+For the ApiServerSource adapter, the same changes (add, update, delete of a TrainJob, of a PodGroup kai_fn labels
+and of one it does not, in a labelled namespace and in one that is not) must reach a recording sink as the same
+events, down to the bytes of the body and the case of the header names; for mtping, the resync ping. Where they
+differed, the real adapter was right and the stand-in was fixed (knative/README.md, "Knative's adapters, measured").
+"""
 from __future__ import annotations
 
 import base64
@@ -17,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kai_fn.local.adapter import RealApiServerSource, narrowed, source_spec
-from kai_fn.local.source import PODGROUPS, TRAINJOBS, ApiServerSource
+from kai_fn.local.ping import RealPingSource
+from kai_fn.local.source import PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
+from tests.manifests import BASE, render
 from tests.testbed.adapters import KAI_PG, TRAINER, Objects, install, namespace, podgroup, sources, trainjob
 from kai_fn.local.sink import Request, ScriptedSink
 
@@ -65,8 +68,8 @@ def side_by_side(testbed: LiveCluster, logs: Path, *, mode: str = "Resource",
                 spec = narrowed(replace(source_spec(sources()[name]), mode=mode), {RUN: tag})
                 adapter = stack.enter_context(RealApiServerSource(testbed.api, spec, real.url, logs / f"{name}.log"))
                 token = testbed.sa_token("kai-fn", adapter.spec.oidc_service_account, [AUDIENCE])
-                stack.enter_context(ApiServerSource(testbed.api, resource, standin.url, mode=mode,  # type: ignore[arg-type]
-                                                    token=lambda t=token: t))
+                stack.enter_context(ApiServerSource(testbed.api, resource, standin.url,
+                                                    mode=mode, token=lambda t=token: t))  # type: ignore[arg-type]
             for ns in (on, off):
                 for kind in kinds:
                     for gvr, body in pick[kind][2]:
@@ -159,3 +162,27 @@ def test_reference_mode_sends_the_same_object_reference(ref_run: Run):
             {k: v for k, v in real.headers if k not in PER_EMISSION}
     assert ref_run.real[0].data == {"kind": "TrainJob", "namespace": ref_run.on, "name": "tj",
                                     "apiVersion": "trainer.kubeflow.org/v1alpha1"}
+
+
+@pytest.fixture(scope="module")
+def pings(testbed: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Request], list[Request]]:
+    """Knative's mtping (kai_fn/local/ping.py) for knative/base's PingSource, every second, and the stand-in."""
+    manifest = next(o for o in render(BASE) if o["kind"] == "PingSource")
+    with ScriptedSink() as real, ScriptedSink() as standin:
+        with RealPingSource(testbed.api, manifest, real.url, tmp_path_factory.mktemp("mtping") / "mtping.log",
+                            schedule="@every 1s") as source:
+            token = testbed.sa_token("kai-fn", source.sender.rsplit(":", 1)[1], [AUDIENCE])
+            with PingSource(standin.url, 1.0, token=lambda: token):
+                for sink in (real, standin):
+                    sink.wait(lambda got: len(got) >= 2, 20)
+        return list(real.requests), list(standin.requests)
+
+
+def test_the_resync_ping_is_mtpings_to_the_byte(pings: tuple[list[Request], list[Request]]):
+    real, standin = pings[0][0], pings[1][0]
+    assert standin.body == real.body == b'{"resync": true}'  # spec.data as written, not re-encoded
+    assert sorted(k for k, _ in standin.headers) == sorted(k for k, _ in real.headers)
+    assert {k: v for k, v in standin.headers if k not in PER_EMISSION} == \
+        {k: v for k, v in real.headers if k not in PER_EMISSION}
+    assert claims(real.header("Authorization"))["sub"] == claims(standin.header("Authorization"))["sub"] == \
+        "system:serviceaccount:kai-fn:kai-fn-resync-oidc-sources.knative.dev-pingsource"
