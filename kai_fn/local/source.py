@@ -7,13 +7,14 @@ case (``Ce-Specversion``), type ``dev.knative.apiserver.resource.add|update|dele
 ``namespace``, a fresh UUID per emission, ``time`` in Go's RFC3339Nano, the body as Go's encoding/json writes it
 (compact, keys sorted), and the adapter client's own headers (``Kn-Namespace: <the source's namespace>``, Go's
 User-Agent and Accept-Encoding). It watches only namespaces labelled like the source's ``namespaceSelector``, sends
-no add for objects that exist when it starts (a restarted adapter replays nothing), and delivers one event at a time
-with a direct sink's retries (:class:`kai_fn.local.delivery.Adapter`), its watch blocked meanwhile. With a token
+no add for objects that exist when it starts (a restarted adapter replays nothing), and delivers with a direct
+sink's retries (:class:`kai_fn.local.delivery.Adapter`) one event at a time per namespace, in order, namespaces in
+parallel (the adapter runs a watch per namespace, each blocked while it delivers). With a token
 provider it sends ``Authorization: Bearer``, as a source does with Knative's ``authentication-oidc`` on.
 
 It differs from the real adapter (kai_fn/local/adapter.py, which the chain uses) where a stand-in must: it reads a
 namespace's labels when it first sees an object there, where Knative resolves the selector when it (re)deploys the
-adapter, and it watches all namespaces through one watch, where the adapter runs one per namespace, concurrently.
+adapter, so a TrainJob created right after its namespace was labelled is seen here and missed there.
 
 :class:`PingSource` sends ``dev.knative.sources.ping`` with ``{"resync": true}`` every ``period`` seconds.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
 import uuid
 from collections.abc import Callable
@@ -165,10 +167,15 @@ class _Sender:
 
 
 class ApiServerSource(_Sender):
+    """One watch; each namespace's events go to a delivery thread of that namespace, in order, so one namespace's
+    slow or retried event holds up only that namespace, as the adapter's watch per namespace does."""
+
     def __init__(self, api: client.ApiClient, resource: Resource, sink: str, *,
                  mode: Literal["Resource", "Reference"] = "Resource", namespace_selector: str = ENABLED,
                  token: Callable[[], str] | None = None, adapter: Adapter | None = None) -> None:
         super().__init__(sink, token, adapter)
+        self.queues: dict[str, queue.Queue[Sample]] = {}
+        self.workers: list[threading.Thread] = []
         self.api, self.resource, self.mode = api, resource, mode
         self.objects, self.core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         key, _, value = namespace_selector.partition("=")
@@ -216,8 +223,9 @@ class ApiServerSource(_Sender):
                         version = None  # 410 Gone: list again, as a reflector does (and miss what happened)
                         break
                     action = ACTIONS.get(change["type"])
-                    if action and self.watches(obj["metadata"].get("namespace", "")):
-                        self.deliver(apiserver_event(self.resource, obj, action, self.source, self.mode))
+                    ns = obj["metadata"].get("namespace", "")
+                    if action and self.watches(ns):
+                        self._queue(ns).put(apiserver_event(self.resource, obj, action, self.source, self.mode))
                     if self.stopping.is_set():
                         stream.stop()
                         break
@@ -230,6 +238,28 @@ class ApiServerSource(_Sender):
             except Exception as error:  # the API server restarting: reconnect, as the adapter's informer does
                 log.warning("ApiServerSource %s: watch broke: %s", self.resource.plural, error)
                 self.stopping.wait(1)
+
+
+    def _queue(self, namespace: str) -> queue.Queue[Sample]:
+        if namespace not in self.queues:
+            self.queues[namespace] = queue.Queue()
+            worker = threading.Thread(target=self._deliver_from, args=(self.queues[namespace],), daemon=True,
+                                      name=f"{self.thread.name}-{namespace}")
+            self.workers.append(worker)
+            worker.start()
+        return self.queues[namespace]
+
+    def _deliver_from(self, events: queue.Queue[Sample]) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.deliver(events.get(timeout=0.2))
+            except queue.Empty:
+                continue
+
+    def stop(self, timeout: float = 10.0) -> None:
+        super().stop(timeout)
+        for worker in self.workers:
+            worker.join(timeout)
 
 
 class PingSource(_Sender):

@@ -22,7 +22,7 @@ from kai_fn.local.ping import RealPingSource
 from kai_fn.local.source import PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
 from tests.manifests import BASE, render
 from tests.testbed.adapters import KAI_PG, TRAINER, Objects, install, namespace, podgroup, sources, trainjob
-from kai_fn.local.sink import Request, ScriptedSink
+from kai_fn.local.sink import Answer, Request, ScriptedSink
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
@@ -186,3 +186,26 @@ def test_the_resync_ping_is_mtpings_to_the_byte(pings: tuple[list[Request], list
         {k: v for k, v in real.headers if k not in PER_EMISSION}
     assert claims(real.header("Authorization"))["sub"] == claims(standin.header("Authorization"))["sub"] == \
         "system:serviceaccount:kai-fn:kai-fn-resync-oidc-sources.knative.dev-pingsource"
+
+
+@pytest.mark.parametrize("namespaces, in_flight", [(1, 1), (2, 2)])
+def test_the_stand_in_delivers_one_at_a_time_per_namespace_like_the_adapter(testbed: LiveCluster, namespaces,
+                                                                            in_flight):
+    """tests/testbed/test_adapter_delivery.py pins this for the real adapter."""
+    install(testbed)
+    tag = uuid.uuid4().hex[:5]
+    nss = [namespace(testbed, f"standin-{tag}-{i}", enabled=True) for i in range(namespaces)]
+    objects = Objects(testbed)
+    try:
+        with ScriptedSink(lambda r, n: Answer(200, delay=0.3)) as sink, \
+                ApiServerSource(testbed.api, TRAINJOBS, sink.url):
+            order = [(nss[i % namespaces], f"tj-{i}") for i in range(4)]
+            for ns, name in order:
+                objects.create(TRAINER, ns, trainjob(name))
+            sink.wait(lambda got: len(got) >= 4, 30)
+        assert sink.max_in_flight == in_flight
+        for ns in nss:
+            assert [r.key[2] for r in sink.requests if r.key[1] == ns] == [n for s, n in order if s == ns]
+    finally:
+        for ns in nss:
+            testbed.kubectl("delete", "namespace", ns, "--wait=false")
