@@ -11,6 +11,8 @@
 #   testbed/build.sh scheduler kwok     # two binaries each, one directory: "<component>=<dir>"
 #     scheduler: kube-scheduler (+ scheduler-plugins Coscheduling) and podgroup-controller (testbed/scheduler)
 #     kwok:      kwok (sigs.k8s.io/kwok/cmd/kwok) and simnodes (testbed/kwok)
+#     eventing:  Knative's apiserver_receive_adapter (ApiServerSource) and mtping (PingSource), knative.dev/eventing
+#                (testbed/eventing: upstream's mains without the :8080 probe server)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,6 +48,10 @@ module_of() {
       local kw
       kw=$(awk '$1 == "sigs.k8s.io/kwok" {print $2}' "$here/kwok/go.mod")
       echo "$here/kwok sigs.k8s.io/kwok/cmd/kwok,./cmd/simnodes $kw yes" ;;
+    eventing)
+      local ev
+      ev=$(awk '$1 == "knative.dev/eventing" {print $2}' "$here/eventing/go.mod")
+      echo "$here/eventing ./cmd/apiserver_receive_adapter,./cmd/mtping $ev yes" ;;
     launcher)
       local js tr
       js=$(awk '$1 == "sigs.k8s.io/jobset" {print $2}' "$here/launcher/go.mod")
@@ -92,6 +98,15 @@ copy_launcher_manifests() {
   chmod -R u+w "$out/manifests"
 }
 
+# mtping's ClusterRole (Knative's config/core/roles), from the module zip, next to the eventing binaries.
+copy_eventing_manifests() {
+  local dir=$1 out=$2 ev
+  ev=$(cd "$dir" && go mod download knative.dev/eventing && go list -m -f '{{.Dir}}' knative.dev/eventing)
+  mkdir -p "$out/manifests"
+  cp "$ev/config/core/roles/pingsource-mt-adapter-clusterrole.yaml" "$out/manifests/"
+  chmod -R u+w "$out/manifests"
+}
+
 build_one() {
   local c=$1 dir pkg version sources key out
   read -r dir pkg version sources <<<"$(module_of "$c")"
@@ -106,6 +121,7 @@ build_one() {
     bins=("$c")
   fi
   for p in "${bins[@]}"; do [ -x "$out/$p" ] || built=false; done
+  [ "$c" = eventing ] && [ ! -d "$out/manifests" ] && built=false
   if $built; then
     log "$c: up to date (nothing built)"
     echo "$c=$result"
@@ -135,6 +151,7 @@ build_one() {
     exit 1
   fi
   [ "$c" = launcher ] && copy_launcher_manifests "$dir" "$tmp"
+  [ "$c" = eventing ] && copy_eventing_manifests "$dir" "$tmp"
   rm -f "$tmp/build.log"
   rm -rf "$out"
   mv "$tmp" "$out"

@@ -84,7 +84,7 @@ up() {
   mkdir -p "$state"
   local paths
   local build=(etcd kube-apiserver kube-controller-manager kubectl launcher)
-  $chain && build+=(scheduler kwok)
+  $chain && build+=(scheduler kwok eventing)
   paths=$("$here/build.sh" "${build[@]}") \
     || { say "FAILED: build (see the build.sh lines above)"; exit 1; }
   echo "$paths" >"$state/bin.env"

@@ -3,13 +3,16 @@
 :func:`running` applies from knative/overlays/scheduler-plugins what a cluster without Knative can hold (the
 function's Namespace, ServiceAccounts, (Cluster)Roles and bindings, its heartbeat Lease; the admission policy), the sample runtimes of
 samples/chain, and then runs the function as a functions-framework process with its ServiceAccount's token and
-``KAI_PODGROUP_FLAVOR=scheduler-plugins``, fed by the ApiServerSource and PingSource stand-ins of
-:mod:`kai_fn.local.source` (with OIDC-style tokens when ``audience`` is set). Everything it started stops on exit,
+``KAI_PODGROUP_FLAVOR=scheduler-plugins``, fed by Knative's own adapters, configured from the overlay's sources (one
+``apiserver_receive_adapter`` per ApiServerSource, :mod:`kai_fn.local.adapter`; ``mtping`` for the PingSource,
+:mod:`kai_fn.local.ping`; each requesting OIDC tokens itself when ``audience`` is set), or by the stand-ins of
+:mod:`kai_fn.local.source`. Everything it started stops on exit,
 and the admission policy is removed (the testbed may be shared with tiers that do not expect it).
 """
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import tempfile
 import time
@@ -24,6 +27,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from kai_fn.local.adapter import RealApiServerSource, source_spec
+from kai_fn.local.ping import RealPingSource
 from kai_fn.local.process import REPO, FunctionProcess
 from kai_fn.local.source import PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
 
@@ -44,6 +49,7 @@ SOURCE_SAS = {
 }
 RUNTIMES = ("clustertrainingruntime-chain.yaml", "clustertrainingruntime-chain-staged.yaml")
 _FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease"}
+KNATIVE_SOURCES = os.environ.get("KAI_FN_CHAIN_SOURCES", "knative") != "stand-in"
 _POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
 
 
@@ -122,8 +128,17 @@ class Chain(Testbed):
     """The running chain: the testbed, the function process (``function.url``), and the sources feeding it."""
 
     function: FunctionProcess
-    sources: list[ApiServerSource | PingSource] = field(default_factory=list)
+    sources: list[RealApiServerSource | RealPingSource | ApiServerSource | PingSource] = field(default_factory=list)
     log_dir: Path | None = None
+
+    def namespace(self, prefix: str, *, enabled: bool = True) -> str:
+        """As the testbed's; with Knative's adapters, once they watch it: a newly labelled namespace redeploys them
+        (as in a cluster), and a TrainJob made before that sends no add (only the resync would find it)."""
+        name = super().namespace(prefix, enabled=enabled)
+        for source in self.sources:
+            if enabled and isinstance(source, RealApiServerSource):
+                source.wait_watching(name)
+        return name
 
 
 def _token(core: client.CoreV1Api, namespace: str, name: str, audiences: list[str], seconds: int) -> str:
@@ -170,11 +185,13 @@ def _wait_for_policy(chain: Testbed, timeout: float = 120) -> None:
 @contextmanager
 def running(kubeconfig: str | Path, *, audience: str | None = "kai-fn", ping_seconds: float = 30.0,
             policy: bool = True, log_dir: str | Path | None = None, settings: dict[str, str] | None = None,
-            token_seconds: int = 6 * 3600) -> Iterator[Chain]:
+            token_seconds: int = 6 * 3600, knative_sources: bool = KNATIVE_SOURCES) -> Iterator[Chain]:
     """The chain around a running ``cluster up --chain`` testbed; see the module docstring.
 
     ``audience``: None delivers without tokens (authentication-oidc off). ``log_dir``: where ``function.log``
-    goes (default: the testbed's state dir, next to the kubeconfig). ``settings``: more KAI_* variables.
+    (and each adapter's log) goes (default: the testbed's state dir, next to the kubeconfig). ``settings``: more
+    KAI_* variables. ``knative_sources``: Knative's own adapters (default; ``KAI_FN_CHAIN_SOURCES=stand-in`` picks
+    the stand-ins of kai_fn/local/source.py); their ping runs ``@every <ping_seconds>s``.
     """
     kubeconfig = Path(kubeconfig)
     logs = Path(log_dir) if log_dir else kubeconfig.parent
@@ -216,9 +233,18 @@ def running(kubeconfig: str | Path, *, audience: str | None = "kai-fn", ping_sec
         log = stack.enter_context((logs / "function.log").open("ab"))
         function = stack.enter_context(FunctionProcess({**env, **(settings or {})}, log=log))
         chain = Chain(kubeconfig, api, kubectl, function, log_dir=logs)
-        chain.sources = [
-            stack.enter_context(ApiServerSource(api, TRAINJOBS, function.url, token=tokens["trainjobs"])),
-            stack.enter_context(ApiServerSource(api, PODGROUPS[FLAVOR], function.url, token=tokens["podgroups"])),
-            stack.enter_context(PingSource(function.url, ping_seconds, token=tokens["ping"])),
-        ]
+        if knative_sources:  # Knative's adapters, configured from the overlay's sources (adapter.py, ping.py)
+            oidc = audience is not None
+            chain.sources = [stack.enter_context(RealApiServerSource(
+                api, source_spec(o), function.url, logs / f"adapter-{o['metadata']['name']}.log", oidc=oidc))
+                for o in objs if o["kind"] == "ApiServerSource"]
+            chain.sources.append(stack.enter_context(RealPingSource(
+                api, next(o for o in objs if o["kind"] == "PingSource"), function.url, logs / "mtping.log", oidc=oidc,
+                schedule=f"@every {ping_seconds:g}s")))
+        else:
+            chain.sources = [
+                stack.enter_context(ApiServerSource(api, TRAINJOBS, function.url, token=tokens["trainjobs"])),
+                stack.enter_context(ApiServerSource(api, PODGROUPS[FLAVOR], function.url, token=tokens["podgroups"])),
+                stack.enter_context(PingSource(function.url, ping_seconds, token=tokens["ping"])),
+            ]
         yield chain

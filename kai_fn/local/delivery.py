@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 
 import requests
 import requests.adapters
+import requests.structures
 
 from kai_fn.commands.invoke import Sample
 
+GO_CLIENT_HEADERS = {"User-Agent": "Go-http-client/1.1", "Accept-Encoding": "gzip"}  # what Go's net/http adds
 RETRYABLE = frozenset({404, 413, 425, 429, 502, 503, 504})
 RETRIES = 5  # sdk-go MaxTries: retries after the first try
 PERIOD = 0.05  # seconds
@@ -68,6 +70,7 @@ class Adapter:
         session = getattr(self._local, "session", None)
         if session is None:
             session = self._local.session = requests.Session()
+            session.headers = requests.structures.CaseInsensitiveDict(GO_CLIENT_HEADERS)  # no Accept, no Connection
             session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=4, max_retries=0))
         return session
 

@@ -1,23 +1,33 @@
 """Event delivery as a cluster does it, for a testbed without Knative: an ApiServerSource stand-in and a PingSource.
 
-:class:`ApiServerSource` watches one resource with the kubernetes client and posts every change exactly as
-Knative's adapter does (FACTS §4): binary mode, Go-style ``Ce-*`` header case, type
-``dev.knative.apiserver.resource.add|update|delete`` (``ref.*`` in Reference mode), ``source`` the API server URL,
-``subject`` the object's path, extensions ``kind``/``apiversion``/``name``/``namespace``, a fresh UUID per emission.
-It watches only namespaces labelled like the source's ``namespaceSelector``, sends no add for objects that exist when
-it starts (a restarted adapter replays nothing), and delivers one event at a time with a direct sink's retries
-(:class:`kai_fn.local.delivery.Adapter`), its watch blocked meanwhile. With a token provider it sends
-``Authorization: Bearer``, as a source does with Knative's ``authentication-oidc`` on.
+:class:`ApiServerSource` watches one resource with the kubernetes client and posts every change as Knative's adapter
+does (checked byte for byte against the real one, tests/testbed/test_adapter_parity.py): binary mode, Go's header
+case (``Ce-Specversion``), type ``dev.knative.apiserver.resource.add|update|delete`` (``ref.*`` in Reference mode),
+``source`` the API server URL, ``subject`` the object's path, extensions ``kind``/``apiversion``/``name``/
+``namespace``, a fresh UUID per emission, ``time`` in Go's RFC3339Nano, the body as Go's encoding/json writes it
+(compact, keys sorted), and the adapter client's own headers (``Kn-Namespace: <the source's namespace>``, Go's
+User-Agent and Accept-Encoding). It watches only namespaces labelled like the source's ``namespaceSelector``, sends
+no add for objects that exist when it starts (a restarted adapter replays nothing), and delivers with a direct
+sink's retries (:class:`kai_fn.local.delivery.Adapter`) one event at a time per namespace, in order, namespaces in
+parallel (the adapter runs a watch per namespace, each blocked while it delivers). With a token
+provider it sends ``Authorization: Bearer``, as a source does with Knative's ``authentication-oidc`` on.
+
+It differs from the real adapter (kai_fn/local/adapter.py, which the chain uses) where a stand-in must: it reads a
+namespace's labels when it first sees an object there, where Knative resolves the selector when it (re)deploys the
+adapter, so a TrainJob created right after its namespace was labelled is seen here and missed there.
 
 :class:`PingSource` sends ``dev.knative.sources.ping`` with ``{"resync": true}`` every ``period`` seconds.
 """
 from __future__ import annotations
 
+import json
 import logging
+import queue
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal, Self
 
 from cloudevents.conversion import to_binary
@@ -32,6 +42,7 @@ log = logging.getLogger(__name__)
 ENABLED = "kai-fn.io/enabled=true"
 ACTIONS = {"ADDED": "add", "MODIFIED": "update", "DELETED": "delete"}
 PING_SOURCE = "/apis/v1/namespaces/kai-fn/pingsources/kai-fn-resync"
+PING_DATA = b'{"resync": true}'  # spec.data of knative/base/pingsource.yaml
 
 
 @dataclass(frozen=True)
@@ -62,38 +73,63 @@ def go_case(headers: dict[str, str]) -> dict[str, str]:
     return {"-".join(part.capitalize() for part in k.split("-")): v for k, v in headers.items()}
 
 
-def sample_of(event: CloudEvent) -> Sample:
-    headers, body = to_binary(event)
-    return Sample(event["type"], "", go_case(dict(headers)), body if isinstance(body, bytes) else body.encode())
+_GO_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
+
+
+def go_json(data: Any, *, struct: bool = False) -> bytes:
+    """encoding/json's Marshal, as sdk-go writes the data: compact, UTF-8, ``<``, ``>``, ``&``, U+2028 and U+2029
+    escaped (they can only occur inside strings), and a map's keys sorted; ``struct``: a Go struct's fields, in the
+    order given."""
+    text = json.dumps(data, sort_keys=not struct, separators=(",", ":"), ensure_ascii=False)
+    for char, escaped in _GO_ESCAPES:
+        text = text.replace(char, escaped)
+    return text.encode()
+
+
+def go_time(when: datetime | None = None) -> str:
+    """Go's time.RFC3339Nano in UTC (sdk-go's WithTimeNow): trailing zeros of the fraction dropped, ``Z``."""
+    when = (when or datetime.now(UTC)).astimezone(UTC)
+    fraction = f"{when.microsecond:06d}".rstrip("0")
+    return when.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
+
+
+def sample_of(event: CloudEvent, *, struct: bool = False) -> Sample:
+    headers, _ = to_binary(event)
+    return Sample(event["type"], "", go_case(dict(headers)), go_json(event.get_data(), struct=struct))
 
 
 def apiserver_event(resource: Resource, obj: dict[str, Any], action: str, source: str,
                     mode: Literal["Resource", "Reference"] = "Resource") -> Sample:
+    """Reference mode's data is a corev1.ObjectReference: its fields in struct order, empty ones left out. The
+    subject is the adapter's createSelfLink: always ``/apis/<apiVersion>/namespaces/<ns>/...``, core kinds and
+    cluster-scoped objects (``namespaces//``) included."""
     meta = obj["metadata"]
     ns, name = meta.get("namespace", ""), meta["name"]
-    prefix = f"/apis/{resource.api_version}" if resource.group else f"/api/{resource.version}"
-    where = f"/namespaces/{ns}" if ns else ""
-    data = obj if mode == "Resource" else {"kind": resource.kind, "namespace": ns, "name": name,
-                                           "apiVersion": resource.api_version}
+    ref = {"kind": resource.kind, "namespace": ns, "name": name, "apiVersion": resource.api_version}
+    data = obj if mode == "Resource" else {k: v for k, v in ref.items() if v}
     kind = "resource" if mode == "Resource" else "ref"
     return sample_of(CloudEvent({
         "id": str(uuid.uuid4()), "type": f"dev.knative.apiserver.{kind}.{action}", "source": source,
-        "datacontenttype": "application/json",
-        "subject": f"{prefix}{where}/{resource.plural}/{name}",
+        "time": go_time(), "datacontenttype": "application/json",
+        "subject": f"/apis/{resource.api_version}/namespaces/{ns}/{resource.plural}/{name}",
         "kind": resource.kind, "apiversion": resource.api_version, "name": name, "namespace": ns,
-    }, data))
+    }, data), struct=mode == "Reference")
 
 
-def ping_event() -> Sample:
-    return sample_of(CloudEvent({"id": str(uuid.uuid4()), "type": "dev.knative.sources.ping", "source": PING_SOURCE,
-                                "datacontenttype": "application/json"},
-                                {"resync": True}))
+def ping_event(data: bytes = PING_DATA) -> Sample:
+    """mtping sends the PingSource's ``spec.data`` as it is written (knative/base/pingsource.yaml), not re-encoded."""
+    headers, _ = to_binary(CloudEvent({"id": str(uuid.uuid4()), "type": "dev.knative.sources.ping",
+                                       "source": PING_SOURCE, "time": go_time(),
+                                       "datacontenttype": "application/json"}, None))
+    return Sample("dev.knative.sources.ping", "", go_case(dict(headers)), data)
 
 
 class _Sender:
     """A background thread that delivers through an :class:`Adapter`; ``stop()`` ends it between events."""
 
-    def __init__(self, sink: str, token: Callable[[], str] | None, adapter: Adapter | None) -> None:
+    def __init__(self, sink: str, token: Callable[[], str] | None, adapter: Adapter | None,
+                 namespace: str = "kai-fn") -> None:
+        self.namespace = namespace  # the source's own: the adapter's client sends it as Kn-Namespace
         self.stopping = threading.Event()
         self.adapter = adapter or Adapter(sink, stop=self.stopping)
         self.token = token
@@ -101,9 +137,10 @@ class _Sender:
         self.thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
 
     def deliver(self, sample: Sample) -> Delivery:
+        headers = {**sample.headers, "Kn-Namespace": self.namespace}
         if self.token is not None:
-            sample = Sample(sample.name, sample.description,
-                            {**sample.headers, "Authorization": f"Bearer {self.token()}"}, sample.body)
+            headers["Authorization"] = f"Bearer {self.token()}"
+        sample = Sample(sample.name, sample.description, headers, sample.body)
         delivery = self.adapter.send(sample)
         self.deliveries.append(delivery)
         if not delivery.acked:
@@ -130,10 +167,15 @@ class _Sender:
 
 
 class ApiServerSource(_Sender):
+    """One watch; each namespace's events go to a delivery thread of that namespace, in order, so one namespace's
+    slow or retried event holds up only that namespace, as the adapter's watch per namespace does."""
+
     def __init__(self, api: client.ApiClient, resource: Resource, sink: str, *,
                  mode: Literal["Resource", "Reference"] = "Resource", namespace_selector: str = ENABLED,
                  token: Callable[[], str] | None = None, adapter: Adapter | None = None) -> None:
         super().__init__(sink, token, adapter)
+        self.queues: dict[str, queue.Queue[Sample]] = {}
+        self.workers: list[threading.Thread] = []
         self.api, self.resource, self.mode = api, resource, mode
         self.objects, self.core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         key, _, value = namespace_selector.partition("=")
@@ -181,8 +223,9 @@ class ApiServerSource(_Sender):
                         version = None  # 410 Gone: list again, as a reflector does (and miss what happened)
                         break
                     action = ACTIONS.get(change["type"])
-                    if action and self.watches(obj["metadata"].get("namespace", "")):
-                        self.deliver(apiserver_event(self.resource, obj, action, self.source, self.mode))
+                    ns = obj["metadata"].get("namespace", "")
+                    if action and self.watches(ns):
+                        self._queue(ns).put(apiserver_event(self.resource, obj, action, self.source, self.mode))
                     if self.stopping.is_set():
                         stream.stop()
                         break
@@ -195,6 +238,28 @@ class ApiServerSource(_Sender):
             except Exception as error:  # the API server restarting: reconnect, as the adapter's informer does
                 log.warning("ApiServerSource %s: watch broke: %s", self.resource.plural, error)
                 self.stopping.wait(1)
+
+
+    def _queue(self, namespace: str) -> queue.Queue[Sample]:
+        if namespace not in self.queues:
+            self.queues[namespace] = queue.Queue()
+            worker = threading.Thread(target=self._deliver_from, args=(self.queues[namespace],), daemon=True,
+                                      name=f"{self.thread.name}-{namespace}")
+            self.workers.append(worker)
+            worker.start()
+        return self.queues[namespace]
+
+    def _deliver_from(self, events: queue.Queue[Sample]) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.deliver(events.get(timeout=0.2))
+            except queue.Empty:
+                continue
+
+    def stop(self, timeout: float = 10.0) -> None:
+        super().stop(timeout)
+        for worker in self.workers:
+            worker.join(timeout)
 
 
 class PingSource(_Sender):

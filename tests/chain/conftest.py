@@ -53,7 +53,7 @@ def chain_testbed(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
 
 @pytest.fixture(scope="session")
 def chain(chain_testbed: LiveCluster) -> Iterator[Chain]:
-    """kai_fn on the chain: function process, ApiServerSource and PingSource stand-ins, admission policy."""
+    """kai_fn on the chain: function process, Knative's source adapters (or the stand-ins), admission policy."""
     stack = ExitStack()
     before_stop(stack.close)
     with stack:

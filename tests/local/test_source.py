@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 import uuid
 
 import pytest
 
-from kai_fn.local.source import PODGROUPS, TRAINJOBS, apiserver_event, ping_event
+from kai_fn.local.delivery import Adapter, Try
+from kai_fn.local.source import PODGROUPS, TRAINJOBS, PingSource, apiserver_event, go_json, go_time, ping_event
 from tests.conftest import sample_object
 
 API = "https://127.0.0.1:6443"
@@ -52,3 +53,35 @@ def test_ping_is_the_pingsources_resync():
     sample = ping_event()
     assert sample.headers["Ce-Type"] == "dev.knative.sources.ping"
     assert json.loads(sample.body) == {"resync": True}
+
+
+@pytest.mark.parametrize("data, wire", [
+    ({"b": 1, "a": {"d": [1, 2], "c": "x"}}, b'{"a":{"c":"x","d":[1,2]},"b":1}'),
+    ({"s": "<a&b>\u2028é"}, '{"s":"\\u003ca\\u0026b\\u003e\\u2028é"}'.encode()),
+])
+def test_data_is_written_as_gos_encoding_json_writes_a_map(data, wire):
+    assert go_json(data) == wire
+
+
+def test_reference_data_keeps_the_object_reference_field_order():
+    job = sample_object("trainjob-llama-finetune")
+    body = apiserver_event(TRAINJOBS, job, "add", API, mode="Reference").body
+    assert list(json.loads(body)) == ["kind", "namespace", "name", "apiVersion"]
+
+
+@pytest.mark.parametrize("when, text", [
+    (datetime(2026, 12, 3, 18, 51, 7, 34220, tzinfo=UTC), "2026-12-03T18:51:07.03422Z"),
+    (datetime(2026, 12, 3, 18, 51, 7, tzinfo=UTC), "2026-12-03T18:51:07Z"),
+])
+def test_time_is_gos_rfc3339nano(when, text):
+    assert go_time(when) == text
+
+
+def test_the_senders_client_adds_its_namespace_and_gos_headers():
+    got: list[dict[str, str]] = []
+    adapter = Adapter("http://sink.invalid")
+    adapter.post = lambda sample: got.append(sample.headers) or Try(200)  # type: ignore[method-assign]
+    sender = PingSource("http://sink.invalid", 60, adapter=adapter)
+    sender.deliver(ping_event())
+    assert got[0]["Kn-Namespace"] == "kai-fn"
+    assert dict(adapter.session.headers) == {"User-Agent": "Go-http-client/1.1", "Accept-Encoding": "gzip"}
