@@ -1,11 +1,12 @@
-"""The chain tier: the testbed with Trainer in-process, kube-scheduler with Coscheduling, kwok and simulated GPU nodes
-(``./run.sh cluster up --chain``), and kai_fn running on it as a cluster runs it (kai_fn/local/chain.py).
+"""The chain tier: the testbed with Trainer in-process, KAI Scheduler, kube-scheduler with Coscheduling, kwok and
+simulated GPU nodes (``./run.sh cluster up --chain --without-kai-fn``), and kai_fn running on it as a cluster runs it
+(kai_fn/local/chain.py), in the kai flavor unless a test is marked ``flavor("scheduler-plugins")``.
 
 Every test under tests/chain is marked ``chain``. One chain per session; scenarios keep to their own namespaces and
 to their own simnodes pools (nodes ``<pool>-N`` labelled ``kai-fn.testbed/pool=<pool>``), and delete both.
-The chain's function and sources live from the first scenario to the end of the session; a test that runs its own
-function (test_plain_submission.py, kai flavor) must run before them, hence the scenario files' names
-(test_scenario_N_*.py sort after it).
+The chain's function and sources live from the first scenario to the end of the session, one flavor at a time (a
+test of the other flavor switches them); a test that runs its own function (test_plain_submission.py) must run
+before them, hence the scenario files' names (test_scenario_N_*.py sort after it).
 Figures worth reading (binding spread, timings) are printed in the terminal summary, never asserted.
 """
 from __future__ import annotations
@@ -40,7 +41,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 @pytest.fixture(scope="session")
 def chain_testbed(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
-    started = live_cluster(pytestconfig, "--chain")
+    started = live_cluster(pytestconfig, "--chain", "--without-kai-fn")
     cluster = next(started)
     try:
         if "trainer" not in cluster.kubectl("get", "validatingwebhookconfigurations", "-o", "name").stdout:
@@ -51,13 +52,43 @@ def chain_testbed(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
         started.close()
 
 
+# A timed-out gang is suspended again (only TrainJobs annotated kai-fn/schedule-timeout-seconds have a timeout here).
+SETTINGS = {"KAI_FN_ON_TIMEOUT": "suspend"}
+
+
+class Chains:
+    """kai_fn on the chain in one flavor at a time: function process, event sources, admission policy."""
+
+    def __init__(self, testbed: LiveCluster) -> None:
+        self.testbed, self.stack, self.current = testbed, ExitStack(), None
+
+    def use(self, flavor: str) -> Chain:
+        if self.current is None or self.current.flavor != flavor:
+            self.close()
+            self.current = self.stack.enter_context(running(self.testbed.kubeconfig, flavor=flavor, ping_seconds=10,
+                                                            settings=SETTINGS))
+        return self.current
+
+    def close(self) -> None:
+        self.stack.close()
+        self.current = None
+
+
 @pytest.fixture(scope="session")
-def chain(chain_testbed: LiveCluster) -> Iterator[Chain]:
-    """kai_fn on the chain: function process, ApiServerSource and PingSource stand-ins, admission policy."""
-    stack = ExitStack()
-    before_stop(stack.close)
-    with stack:
-        yield stack.enter_context(running(chain_testbed.kubeconfig, ping_seconds=10))
+def chains(chain_testbed: LiveCluster) -> Iterator[Chains]:
+    held = Chains(chain_testbed)
+    before_stop(held.close)
+    try:
+        yield held
+    finally:
+        held.close()
+
+
+@pytest.fixture
+def chain(chains: Chains, request: pytest.FixtureRequest) -> Chain:
+    """kai_fn in the test's flavor: ``kai``, or the ``flavor`` marker's."""
+    marker = request.node.get_closest_marker("flavor")
+    return chains.use(marker.args[0] if marker else "kai")
 
 
 class Pool:

@@ -6,11 +6,13 @@ from datetime import datetime
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kai_fn.local.chain import Chain
+from kai_fn.core import keys
+from kai_fn.local.chain import PODGROUP_APIS, TRAINER, Chain
 
 JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 TRAINJOB = "jobset.sigs.k8s.io/jobset-name"  # Trainer names the JobSet after the TrainJob
 SP_LABEL = "scheduling.x-k8s.io/pod-group"
+KAI_ANNOTATION = "pod-group-name"
 
 
 def pods(chain: Chain, ns: str, trainjob: str, replicated_job: str = "node") -> list[client.V1Pod]:
@@ -44,14 +46,28 @@ def spread(ps: list[client.V1Pod]) -> float:
     return (max(times) - min(times)).total_seconds()
 
 
-def podgroup(chain: Chain, ns: str, name: str) -> dict | None:
+def group_of(p: client.V1Pod) -> str | None:
+    """The PodGroup a pod names: KAI's annotation, or scheduler-plugins' label."""
+    return (p.metadata.annotations or {}).get(KAI_ANNOTATION) or (p.metadata.labels or {}).get(SP_LABEL)
+
+
+def podgroup(chain: Chain, ns: str, trainjob: str) -> dict | None:
+    """The PodGroup kai_fn made for the TrainJob (named on it once released), in the chain's flavor."""
     try:
-        return client.CustomObjectsApi(chain.api).get_namespaced_custom_object(
-            "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", name)
+        job = client.CustomObjectsApi(chain.api).get_namespaced_custom_object(*TRAINER, ns, "trainjobs", trainjob)
+        name = (job["metadata"].get("annotations") or {}).get(keys.MARKER_PODGROUP)
+        return name and client.CustomObjectsApi(chain.api).get_namespaced_custom_object(
+            *PODGROUP_APIS[chain.flavor], ns, "podgroups", name)
     except ApiException as e:
         if e.status == 404:
             return None
         raise
+
+
+def kai_reasons(group: dict) -> list[str]:
+    """KAI's reasons why the gang waits (PodGroup ``status.schedulingConditions[].reasons[].reason``)."""
+    return [r.get("reason", "") for c in (group.get("status") or {}).get("schedulingConditions") or []
+            for r in c.get("reasons") or []]
 
 
 def table(chain: Chain, ns: str) -> str:
