@@ -124,10 +124,13 @@ class Testbed:
         self.kubectl("delete", "nodes", "-l", f"{POOL_LABEL}={pool}", "--ignore-not-found", "--wait=false", check=False)
 
     def trainjob(self, namespace: str, name: str, runtime: str = "chain", *, kind: str = "TrainingRuntime",
-                 num_nodes: int = 4) -> dict[str, Any]:
-        """Submits a TrainJob plainly (no suspend); in a labelled namespace the admission policy suspends it."""
+                 num_nodes: int = 4, labels: dict[str, str] | None = None,
+                 annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        """Submits a TrainJob plainly (no suspend); in a labelled namespace the admission policy suspends it.
+        ``labels``: e.g. ``kai.scheduler/queue``, ``priorityClassName``, ``kai.scheduler/preemptibility``."""
         job = copy.deepcopy(sample("trainjob-chain.yaml"))
-        job["metadata"] = {"name": name, "namespace": namespace}
+        job["metadata"] = {"name": name, "namespace": namespace, "labels": labels or {},
+                           "annotations": annotations or {}}
         job["spec"]["runtimeRef"] = {"name": runtime, "kind": kind, "apiGroup": TRAINER[0]}
         job["spec"]["trainer"]["numNodes"] = num_nodes
         return client.CustomObjectsApi(self.api).create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", job)

@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client
 
 from kai_fn.local.chain import Chain, running
+from tests.chain.gangs import QUEUE_API
 from tests.testbed.conftest import SKIPPED, LiveCluster, before_stop, live_cluster, wait_for  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
@@ -117,6 +118,21 @@ def pool(chain: Chain) -> Iterator[Callable[[str], Pool]]:
     yield make
     for p in made:
         p.delete()
+
+
+@pytest.fixture
+def queues(chain: Chain) -> Iterator[Callable[[dict], str]]:
+    """Creates KAI Queues (tests.chain.gangs.queue) for one test, deleted afterwards, leaves first."""
+    objs, made = client.CustomObjectsApi(chain.api), []
+
+    def make(body: dict) -> str:
+        objs.create_cluster_custom_object(*QUEUE_API, body)
+        made.append(body["metadata"]["name"])
+        return made[-1]
+
+    yield make
+    for name in reversed(made):
+        objs.delete_cluster_custom_object(*QUEUE_API, name)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 TRAINJOB = "jobset.sigs.k8s.io/jobset-name"  # Trainer names the JobSet after the TrainJob
 SP_LABEL = "scheduling.x-k8s.io/pod-group"
 KAI_ANNOTATION = "pod-group-name"
+QUEUE_API = ("scheduling.run.ai", "v2", "queues")
 
 
 def pods(chain: Chain, ns: str, trainjob: str, replicated_job: str = "node") -> list[client.V1Pod]:
@@ -87,3 +88,23 @@ def trainjob_annotations(chain: Chain, ns: str, name: str) -> dict[str, str]:
     obj = client.CustomObjectsApi(chain.api).get_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", name)
     return obj["metadata"].get("annotations") or {}
+
+
+def queue(name: str, *, parent: str | None = None, gpu_quota: int = 0, gpu_limit: int = -1) -> dict:
+    """A KAI Queue: GPUs as given (devices; -1 unlimited), CPU and memory unlimited."""
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    spec = {"resources": {"gpu": {"quota": gpu_quota, "limit": gpu_limit, "overQuotaWeight": 1},
+                          "cpu": unlimited, "memory": unlimited}}
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "/".join(QUEUE_API[:2]), "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def trainjob_warnings(chain: Chain, ns: str, name: str, reason: str) -> list[str]:
+    """The messages of the Events ``reason`` on TrainJob ``name``, one per Event object."""
+    events = client.CoreV1Api(chain.api).list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return [e.message for e in events if e.involved_object.kind == "TrainJob" and e.reason == reason]
+
+
+def trainjob(chain: Chain, ns: str, name: str) -> dict:
+    return client.CustomObjectsApi(chain.api).get_namespaced_custom_object(*TRAINER, ns, "trainjobs", name)
