@@ -165,7 +165,8 @@ start_chain() {
   sched=$(sed -n 's/^scheduler=//p' "$state/bin.env")
   kwok=$(sed -n 's/^kwok=//p' "$state/bin.env")
   kai=$(sed -n 's/^kai=//p' "$state/bin.env")
-  [ -n "$sched" ] && [ -n "$kwok" ] && [ -n "$kai" ] || failed "bin.env names no scheduler/kwok/kai (log: $state/launcher.log)"
+  [ -n "$sched" ] && [ -n "$kwok" ] && [ -n "$kai" ] ||
+    failed "bin.env names no scheduler/kwok/kai (log: $state/launcher.log)"
   export KUBECONFIG=$state/kubeconfig KAI_FN_TESTBED_DIR=$state
   touch "$state/chain.pids"
   start_one kube-scheduler kube-scheduler "$here/scheduler/start.sh" "$sched"

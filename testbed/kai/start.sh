@@ -16,12 +16,13 @@ case $component in
                --listen-address="127.0.0.1:$(free_port)" --plugin-server-port="$(free_port)") ;;
   binder) args=(--scheduler-name=kai-scheduler --leader-elect=false
             --metrics-bind-address=0 --health-probe-bind-address=0) ;;
-  # Its metrics server is off at build time (build.sh: it ignores --metrics-bind-address).
+  # Its metrics server is off at build time (build.sh: it ignores --metrics-bind-address). It also reads its
+  # --log-level before parsing flags (always debug, megabytes a run): zap's own flag sets the level.
   podgroupcontroller) args=(--scheduler-name=kai-scheduler --leader-elect=false --enable-podgroup-webhook=false
-                        --health-probe-bind-address=0) ;;
+                        --health-probe-bind-address=0 --zap-log-level=info) ;;
   queuecontroller) args=(--leader-elect=false --enable-webhook=false --metrics-listen-address=0) ;;
   podgrouper) args=(--scheduler-name=kai-scheduler --leader-elect=false
-                --metrics-bind-address=0 --health-probe-bind-address=0) ;;
+                --metrics-bind-address=0 --health-probe-bind-address=0 --zap-log-level=info) ;;
   *) echo "start.sh: unknown KAI component '$component'" >&2; exit 2 ;;
 esac
 echo "+ $bin/$component ${args[*]}"

@@ -122,7 +122,9 @@ def pool(chain: Chain) -> Iterator[Callable[[str], Pool]]:
 
 @pytest.fixture
 def queues(chain: Chain) -> Iterator[Callable[[dict], str]]:
-    """Creates KAI Queues (tests.chain.gangs.queue) for one test, deleted afterwards, leaves first."""
+    """Creates KAI Queues (tests.chain.gangs.queue) for one test, deleted afterwards, leaves first. Ask for it before
+    ``namespaces``, so the namespaces (and their PodGroups) go first: KAI logs errors for a PodGroup whose Queue
+    is gone."""
     objs, made = client.CustomObjectsApi(chain.api), []
 
     def make(body: dict) -> str:

@@ -16,7 +16,7 @@ QUEUE_LABEL = "kai.scheduler/queue"
 
 
 def test_a_gang_over_what_its_queue_has_left_waits_with_overlimit_then_binds_when_the_holder_goes(
-        chain, pool, namespaces, queues):
+        chain, pool, queues, namespaces):
     pool("qlimit").ensure("4x8")
     ns = namespaces("qlimit")
     parent = queues(queue(f"{ns}-parent"))
@@ -43,11 +43,11 @@ def test_a_gang_over_what_its_queue_has_left_waits_with_overlimit_then_binds_whe
     wait_for("the waiter binds whole once the holder is gone",
              lambda: len(bound(pods(chain, ns, "waiter"))) == 2, explain=seen)
     assert len(trainjob_warnings(chain, ns, "waiter", "GangUnschedulable")) == 1
-    wait_for("kai_fn tells the waiter's TrainJob GangBound", lambda: "GangBound" in trainjob_events(chain, ns, "waiter"),
-             deadline_s=60)
+    wait_for("kai_fn tells the waiter's TrainJob GangBound",
+             lambda: "GangBound" in trainjob_events(chain, ns, "waiter"), deadline_s=60)
 
 
-def test_a_gang_that_can_never_fit_its_queue_is_refused_before_any_pod_exists(chain, pool, namespaces, queues):
+def test_a_gang_that_can_never_fit_its_queue_is_refused_before_any_pod_exists(chain, pool, queues, namespaces):
     pool("qnever").ensure("4x8")
     ns = namespaces("qnever")
     parent = queues(queue(f"{ns}-parent"))

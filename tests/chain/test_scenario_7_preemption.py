@@ -4,7 +4,8 @@ non-preemptible``) in the same queue, within its quota, makes KAI evict one of t
 (which would free the same 16 GPUs on two nodes); the evicted gang's pods come back and wait whole.
 
 KAI's PriorityClasses are the ones its install creates (``cluster up --chain``); a priority of 100 or more is
-non-preemptible, and a non-preemptible gang may use only its queue's quota (FACTS §2), hence the queues' quota of 16."""
+non-preemptible, and a non-preemptible gang may use only its queue's quota (FACTS §2), hence the queues' quota of
+16."""
 from __future__ import annotations
 
 import time
@@ -16,7 +17,7 @@ PREEMPTIBLE = {"priorityClassName": "train", "kai.scheduler/preemptibility": "pr
 NON_PREEMPTIBLE = {"priorityClassName": "build", "kai.scheduler/preemptibility": "non-preemptible"}
 
 
-def test_a_non_preemptible_gang_in_a_full_pool_evicts_one_preemptible_gang_whole(chain, pool, namespaces, queues):
+def test_a_non_preemptible_gang_in_a_full_pool_evicts_one_preemptible_gang_whole(chain, pool, queues, namespaces):
     pool("prio").ensure("4x8")
     ns = namespaces("prio")
     parent = queues(queue(f"{ns}-parent", gpu_quota=16))
@@ -35,6 +36,7 @@ def test_a_non_preemptible_gang_in_a_full_pool_evicts_one_preemptible_gang_whole
     submitted = time.monotonic()
     wait_for("the non-preemptible gang binds whole", lambda: len(bound(pods(chain, ns, "urgent"))) == 2,
              deadline_s=180, explain=seen)
+    took = time.monotonic() - submitted
 
     def left(name: str) -> int:
         """Pods of the gang's first incarnation still there."""
@@ -46,7 +48,6 @@ def test_a_non_preemptible_gang_in_a_full_pool_evicts_one_preemptible_gang_whole
     back = wait_for(f"{evicted}'s pods come back and KAI turns them away whole",
                     lambda: (ps := pods(chain, ns, evicted)) and len(ps) == 2 and ps, explain=seen)
     assert bound(back) == []
-    took = time.monotonic() - submitted
     wait_for("kai_fn tells the urgent TrainJob GangBound", lambda: "GangBound" in trainjob_events(chain, ns, "urgent"),
              deadline_s=60)
     REPORT.append(f"preemption: KAI evicted {evicted} whole for the non-preemptible gang, which bound {took:.0f} s "
