@@ -146,10 +146,10 @@ each_chain_pid() { # each_chain_pid FUNCTION: FUNCTION name pid comm, for each l
 
 ours() { alive "$2" && pid_is "$2" "$3"; }
 
-running_one() { # running_one NAME: chain.pids names a live process of ours by that name
-  local n p comm
+running_one() { # running_one NAME [any]: chain.pids names a live process of ours by that name (any: alive, whatever
+  local n p comm  # it runs yet: a start script may not have exec'd its program)
   read -r n p comm < <(grep "^$1 " "$state/chain.pids" 2>/dev/null | tail -n 1) || return 1
-  ours "$n" "$p" "${comm:-$n}"
+  if [ "${2:-}" = any ]; then alive "$p"; else ours "$n" "$p" "${comm:-$n}"; fi
 }
 
 start_one() { # start_one NAME COMM COMMAND...: detached, own session, log NAME.log; kept if it runs
@@ -172,9 +172,10 @@ start_chain() {
   start_one kube-scheduler kube-scheduler "$here/scheduler/start.sh" "$sched"
   start_one podgroup-controller podgroup-controller "$sched/podgroup-controller" --kubeconfig="$KUBECONFIG"
   start_one kwok kwok "$here/kwok/start.sh" "$kwok/kwok"
-  local c
+  local c started=(kube-scheduler podgroup-controller kwok)
   for c in scheduler binder podgroupcontroller queuecontroller podgrouper; do
     start_one "kai-$c" "$c" "$here/kai/start.sh" "$c" "$kai"
+    started+=("kai-$c")
   done
   local nodes=${KAI_FN_TESTBED_NODES:-4x8}
   "$kwok/simnodes" "$nodes" >>"$state/simnodes.log" 2>&1 ||
@@ -183,7 +184,7 @@ start_chain() {
     -f "$kai/priorityclasses.yaml" >>"$state/kai-install.log" 2>&1 ||
     failed "KAI's default queues and PriorityClasses could not be created (log: $state/kai-install.log)"
   sleep 1
-  each_chain_pid started_or_fail
+  for c in "${started[@]}"; do running_one "$c" any || failed "$c exited at start-up (log: $state/$c.log)"; done
   say "chain: kube-scheduler, podgroup-controller, kwok, KAI (scheduler, binder, podgroupcontroller, queuecontroller,"
   say "  podgrouper) running; nodes $nodes; KAI's default queues and PriorityClasses"
   if [ "$with_kai_fn" = true ]; then start_kai_fn; fi
@@ -191,18 +192,26 @@ start_chain() {
 
 failed() { echo "$1" >"$state/failure"; fail; }
 
-started_or_fail() { alive "$2" || failed "$1 exited at start-up (log: $state/$1.log)"; }
-
 # kai_fn as an operator deploys it (kai_fn/local/chain.py): it writes kai-fn.ready once the function answers and
-# its sources run, naming the function's pid, which goes into chain.pids too.
+# its sources run, naming the function's pid, which goes into chain.pids too; it exits when its function does.
 start_kai_fn() {
   [ -x "$python" ] || failed "kai-fn: no Python at $python (./run.sh cluster up makes .venv; or --without-kai-fn)"
   local ready=$state/kai-fn.ready p start=$SECONDS
-  running_one kai-fn || rm -f "$ready"
+  if running_one kai-fn && grep -q "^kai-fn-function " "$state/chain.pids" && ! running_one kai-fn-function; then
+    say "kai_fn's function is down: starting kai_fn again"
+    p=$(sed -n 's/^kai-fn \([0-9]*\) .*/\1/p' "$state/chain.pids" | tail -n 1)
+    kill -TERM "$p" 2>/dev/null || true
+    for _ in $(seq 1 60); do running_one kai-fn || break; sleep 0.25; done
+    running_one kai-fn && kill -KILL "$p" 2>/dev/null
+  fi
+  if ! running_one kai-fn; then
+    rm -f "$ready"
+    sed -i '/^kai-fn-function /d' "$state/chain.pids"
+  fi
   (cd "$repo" && start_one kai-fn "$(basename "$python")" "$python" -m kai_fn.local.chain serve \
     --kubeconfig "$state/kubeconfig" --flavor kai --log-dir "$state" --ready-file "$ready")
   while [ ! -f "$ready" ]; do
-    each_chain_pid started_or_fail
+    running_one kai-fn any || failed "kai-fn exited at start-up (log: $state/kai-fn.log)"
     (( SECONDS - start < 180 )) || failed "kai-fn: not ready after 180s (log: $state/kai-fn.log)"
     sleep 0.5
   done

@@ -261,8 +261,9 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
 
 
 def serve(argv: list[str] | None = None) -> int:
-    """``python -m kai_fn.local.chain serve --kubeconfig PATH``: :func:`running` until SIGTERM or SIGINT. Once the
-    function answers and its sources run, ``--ready-file`` gets ``url <function URL>`` and ``function <pid>``."""
+    """``python -m kai_fn.local.chain serve --kubeconfig PATH``: :func:`running` until SIGTERM or SIGINT, or until
+    the function exits (then 1, so whoever runs it sees it down and starts it again). Once the function answers and
+    its sources run, ``--ready-file`` gets ``url <function URL>`` and ``function <pid>``."""
     parser = argparse.ArgumentParser(prog="python -m kai_fn.local.chain serve", description=serve.__doc__)
     parser.add_argument("--kubeconfig", required=True, type=Path, help="the testbed's admin kubeconfig")
     parser.add_argument("--flavor", choices=sorted(MANIFESTS), default="kai")
@@ -285,12 +286,14 @@ def serve(argv: list[str] | None = None) -> int:
                 os.replace(partial, args.ready_file)
             logging.info("kai_fn (%s flavor) serving at %s; sources: %s", args.flavor, chain.function.url,
                          ", ".join(type(s).__name__ for s in chain.sources))
-            signal.pause()
+            while (code := chain.function.proc.poll()) is None:
+                time.sleep(1)
+            logging.error("the function exited (%s): stopping its sources", code)
+            return 1
     finally:
         if args.ready_file:
             args.ready_file.unlink(missing_ok=True)
         logging.info("kai_fn stopped")
-    return 0
 
 
 if __name__ == "__main__":
