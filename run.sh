@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: `./run.sh demo` runs the embedded demo, `./run.sh test` the test suite,
-# `./run.sh cluster up|down|status` the real control plane of testbed/ (see testbed/cluster.sh).
+# `./run.sh cluster up|down|status` the real control plane of testbed/ (see testbed/cluster.sh; `up --chain` deploys
+# kai_fn from .venv).
 # Each creates .venv on first use and installs the pinned requirements into it.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -31,10 +32,13 @@ case "${1:-}" in
     ;;
   cluster)
     shift
+    # The chain deploys kai_fn (python -m kai_fn.local.chain serve) unless told not to.
+    if [ "${1:-}" = up ] && [[ " $* " == *" --chain "* && " $* " != *" --without-kai-fn "* ]]; then venv; fi
     exec testbed/cluster.sh "$@"
     ;;
   *)
-    echo "usage: ./run.sh demo [--real] | ./run.sh test [pytest args] | ./run.sh cluster up [--chain]|down|status" >&2
+    echo "usage: ./run.sh demo [--real] | ./run.sh test [pytest args] |" \
+      "./run.sh cluster up [--chain [--without-kai-fn]]|down|status" >&2
     exit 2
     ;;
 esac

@@ -8,11 +8,13 @@
 #   testbed/build.sh                    # etcd kube-apiserver kube-controller-manager kubectl launcher
 #   testbed/build.sh kubectl oracle     # any of: etcd kube-apiserver kube-controller-manager kube-scheduler
 #                                       #   kubectl launcher, or <dir> for a main package in testbed/<dir>
-#   testbed/build.sh scheduler kwok     # two binaries each, one directory: "<component>=<dir>"
+#   testbed/build.sh scheduler kwok kai # several binaries each, one directory: "<component>=<dir>"
 #     scheduler: kube-scheduler (+ scheduler-plugins Coscheduling) and podgroup-controller (testbed/scheduler)
 #     kwok:      kwok (sigs.k8s.io/kwok/cmd/kwok) and simnodes (testbed/kwok)
 #     eventing:  Knative's apiserver_receive_adapter (ApiServerSource) and mtping (PingSource), knative.dev/eventing
 #                (testbed/eventing: upstream's mains without the :8080 probe server)
+#     kai:       KAI Scheduler's scheduler, binder, podgroupcontroller, queuecontroller, podgrouper, with its CRDs in
+#                <dir>/crds, its default queues and PriorityClasses in <dir>/*.yaml (testbed/kai)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,6 +23,7 @@ bin_root=$cache/bin
 nice_level=${KAI_FN_BUILD_NICE:-10}
 KUBE_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
+KAI_MODULE=github.com/kai-scheduler/KAI-scheduler
 
 default_components=(etcd kube-apiserver kube-controller-manager kubectl launcher)
 components=("$@")
@@ -52,6 +55,13 @@ module_of() {
       local ev
       ev=$(awk '$1 == "knative.dev/eventing" {print $2}' "$here/eventing/go.mod")
       echo "$here/eventing ./cmd/apiserver_receive_adapter,./cmd/mtping $ev yes" ;;
+    kai)
+      local kv p pkgs=""
+      kv=$(awk -v m="$KAI_MODULE" '$1 == m {print $2} $1 == "require" && $2 == m {print $3}' "$here/kai/go.mod")
+      for p in scheduler binder podgroupcontroller queuecontroller podgrouper; do
+        pkgs+=${pkgs:+,}$KAI_MODULE/cmd/$p
+      done
+      echo "$here/kai $pkgs $kv no" ;;
     launcher)
       local js tr
       js=$(awk '$1 == "sigs.k8s.io/jobset" {print $2}' "$here/launcher/go.mod")
@@ -64,9 +74,10 @@ module_of() {
 }
 
 key_of() {
-  local dir=$1 version=$2 sources=$3
+  local dir=$1 version=$2 sources=$3 extra=${4:-}
   {
     go env GOVERSION
+    [ -z "$extra" ] || echo "$extra"
     cat "$dir/go.mod" "$dir/go.sum"
     if [ "$sources" = yes ]; then
       (cd "$dir" && find . -name '*.go' -not -path './vendor/*' | LC_ALL=C sort | xargs cat)
@@ -83,8 +94,36 @@ ldflags_of() {
         flags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
         flags+=" -X $pkg.gitTreeState=clean"
       done ;;
+    # KAI's podgroupcontroller ignores its --metrics-bind-address and serves metrics on controller-runtime's
+    # default :8080; "0" as that default turns it off (the other components pass their flag, so it is unused).
+    kai) flags+=" -X sigs.k8s.io/controller-runtime/pkg/metrics/server.DefaultBindAddress=0" ;;
   esac
   echo "$flags"
+}
+
+# KAI's module is served only by the file-based proxy in ../shared/goproxy (its README): that proxy first, then
+# the usual one, and no checksum database for that one module; go.sum pins its hash. Only for the kai build.
+kai_env() {
+  local dir=${KAI_FN_GOPROXY_DIR:-$here/../../shared/goproxy}
+  [ -d "$dir" ] || { log "kai: no Go module proxy at $dir (it serves $KAI_MODULE; set KAI_FN_GOPROXY_DIR)"; exit 1; }
+  echo "GOPROXY=file://$(cd "$dir" && pwd),$(go env GOPROXY) GONOSUMDB=$KAI_MODULE"
+}
+
+# Next to the binaries, what KAI's install puts in a cluster besides them, from the module: its CRDs, its default
+# queues (docs/quickstart) and its default PriorityClasses (the Helm chart's templates, enabled by default, whose
+# only template lines are the `{{- if }}` around each).
+copy_kai_manifests() {
+  local dir=$1 out=$2 src f
+  shift 2
+  src=$(cd "$dir" && env "$@" go list -m -f '{{.Dir}}' "$KAI_MODULE")
+  mkdir -p "$out/crds"
+  cp "$src"/deployments/kai-scheduler/crds/*.yaml "$out/crds/"
+  cp "$src/docs/quickstart/default-queues.yaml" "$out/"
+  for f in "$src"/deployments/kai-scheduler/templates/priorityclasses/*.yaml; do
+    echo ---
+    grep -v '^{{' "$f"
+  done >"$out/priorityclasses.yaml"
+  chmod -R u+w "$out/crds" "$out/default-queues.yaml"
 }
 
 # Trainer's and JobSet's webhook kustomizations come from their module zips, next to the launcher binary.
@@ -110,7 +149,9 @@ copy_eventing_manifests() {
 build_one() {
   local c=$1 dir pkg version sources key out
   read -r dir pkg version sources <<<"$(module_of "$c")"
-  key=$(key_of "$dir" "$version" "$sources")
+  local extra=""
+  [ "$c" = kai ] && extra=$(ldflags_of kai)
+  key=$(key_of "$dir" "$version" "$sources" "$extra")
   out=$bin_root/$c-$key
   local pkgs=() bins=() p built=true result=$out/$c
   IFS=, read -r -a pkgs <<<"$pkg"
@@ -122,18 +163,23 @@ build_one() {
   fi
   for p in "${bins[@]}"; do [ -x "$out/$p" ] || built=false; done
   [ "$c" = eventing ] && [ ! -d "$out/manifests" ] && built=false
+  [ "$c" != kai ] || [ -f "$out/priorityclasses.yaml" ] || built=false
   if $built; then
     log "$c: up to date (nothing built)"
     echo "$c=$result"
     return
   fi
-  local tmp start pid n next
+  local tmp start pid n next goenv=() envs
+  if [ "$c" = kai ]; then
+    envs=$(kai_env) || exit 1
+    read -r -a goenv <<<"$envs"
+  fi
   tmp=$(mktemp -d "$bin_root/.$c.XXXXXX")
   start=$SECONDS
   log "$c: building $version from testbed/${dir#"$here"/} (cold builds take minutes; log: $tmp/build.log)"
   local target=$tmp/$c
   [ ${#pkgs[@]} -gt 1 ] && target=$tmp/
-  (cd "$dir" && CGO_ENABLED=0 nice -n "$nice_level" go build -mod=readonly -trimpath -v \
+  (cd "$dir" && env "${goenv[@]}" CGO_ENABLED=0 nice -n "$nice_level" go build -mod=readonly -trimpath -v \
       -ldflags "$(ldflags_of "$c")" -o "$target" "${pkgs[@]}") >"$tmp/build.log" 2>&1 &
   pid=$!
   next=$((start + 30))
@@ -152,6 +198,7 @@ build_one() {
   fi
   [ "$c" = launcher ] && copy_launcher_manifests "$dir" "$tmp"
   [ "$c" = eventing ] && copy_eventing_manifests "$dir" "$tmp"
+  [ "$c" = kai ] && copy_kai_manifests "$dir" "$tmp" "${goenv[@]}"
   rm -f "$tmp/build.log"
   rm -rf "$out"
   mv "$tmp" "$out"

@@ -1,19 +1,27 @@
 """kai_fn on the chain testbed (``./run.sh cluster up --chain``), as a cluster would run it, for the tests and the demo.
 
-:func:`running` applies from knative/overlays/scheduler-plugins what a cluster without Knative can hold (the
-function's Namespace, ServiceAccounts, (Cluster)Roles and bindings, its heartbeat Lease; the admission policy), the sample runtimes of
-samples/chain, and then runs the function as a functions-framework process with its ServiceAccount's token and
-``KAI_PODGROUP_FLAVOR=scheduler-plugins``, fed by Knative's own adapters, configured from the overlay's sources (one
+:func:`running` applies, for its flavor, what a cluster without Knative can hold of the manifests (``kai``:
+knative/base; ``scheduler-plugins``: knative/overlays/scheduler-plugins): the function's Namespace, ServiceAccounts,
+(Cluster)Roles and bindings, its heartbeat Lease, and the admission policy; then the sample runtimes of
+samples/chain, their pods sent to the flavor's scheduler (KAI, or the Coscheduling profile); then runs the function
+as a functions-framework process with its ServiceAccount's token and the Service's settings, fed by the event
+sources (:func:`event_sources`): Knative's own adapters configured from the manifests' sources (one
 ``apiserver_receive_adapter`` per ApiServerSource, :mod:`kai_fn.local.adapter`; ``mtping`` for the PingSource,
-:mod:`kai_fn.local.ping`; each requesting OIDC tokens itself when ``audience`` is set), or by the stand-ins of
-:mod:`kai_fn.local.source`. Everything it started stops on exit,
-and the admission policy is removed (the testbed may be shared with tiers that do not expect it).
+:mod:`kai_fn.local.ping`; each requesting OIDC tokens itself when ``audience`` is set), or the stand-ins of
+:mod:`kai_fn.local.source` (``KAI_FN_CHAIN_SOURCES=stand-in``). Everything it started stops on exit, and the
+admission policy is removed (the testbed may be shared with tiers that do not expect it).
+
+``python -m kai_fn.local.chain serve`` is the same until SIGTERM: ``cluster up --chain`` deploys kai_fn with it.
 """
 from __future__ import annotations
 
+import argparse
 import copy
+import logging
 import os
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -32,7 +40,9 @@ from kai_fn.local.ping import RealPingSource
 from kai_fn.local.process import REPO, FunctionProcess
 from kai_fn.local.source import PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
 
-OVERLAY = REPO / "knative" / "overlays" / "scheduler-plugins"
+MANIFESTS = {"kai": REPO / "knative" / "base", "scheduler-plugins": REPO / "knative" / "overlays" / "scheduler-plugins"}
+SCHEDULERS = {"kai": "kai-scheduler", "scheduler-plugins": "scheduler-plugins-scheduler"}
+PODGROUP_APIS = {"kai": ("scheduling.run.ai", "v2alpha2"), "scheduler-plugins": ("scheduling.x-k8s.io", "v1alpha1")}
 SAMPLES = REPO / "samples" / "chain"
 NAMESPACE = "kai-fn"
 FUNCTION_SA = "kai-fn"
@@ -40,7 +50,6 @@ ENABLED = {"kai-fn.io/enabled": "true"}
 POOL_LABEL = "kai-fn.testbed/pool"
 POLICY = "kai-fn-auto-suspend"
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
-FLAVOR = "scheduler-plugins"
 # The identities Knative gives each source when authentication-oidc is on (see knative/base).
 SOURCE_SAS = {
     "trainjobs": "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource",
@@ -66,13 +75,23 @@ def sample(name: str) -> dict[str, Any]:
     return yaml.safe_load((SAMPLES / name).read_text())
 
 
+def for_scheduler(runtime: dict[str, Any], scheduler: str) -> dict[str, Any]:
+    """The runtime with every pod template sent to ``scheduler`` (the samples name KAI's)."""
+    rt = copy.deepcopy(runtime)
+    for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]:
+        rj["template"]["spec"]["template"]["spec"]["schedulerName"] = scheduler
+    return rt
+
+
 @dataclass
 class Testbed:
-    """The chain testbed as its admin: the client, kubectl, and what scenarios make on it."""
+    """The chain testbed as its admin: the client, kubectl, and what scenarios make on it; ``flavor`` is the
+    PodGroup flavor of the kai_fn that runs on it, which decides where sample runtimes send their pods."""
 
     kubeconfig: Path
     api: client.ApiClient
     kubectl_path: Path
+    flavor: str = field(default="kai", kw_only=True)
 
     def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.kubectl_path), "--kubeconfig", str(self.kubeconfig), *args],
@@ -92,15 +111,12 @@ class Testbed:
     def runtime(self, namespace: str, *, staged: bool = False, pool: str | None = None,
                 scheduler: str | None = None, name: str = "chain") -> dict[str, Any]:
         """A namespaced TrainingRuntime copied from samples/chain: its pods kept on the simnodes pool ``pool``
-        (``kai-fn.testbed/pool``) and, with ``scheduler``, sent to another scheduler profile."""
-        rt = sample(RUNTIMES[1] if staged else RUNTIMES[0])
+        (``kai-fn.testbed/pool``) and sent to the flavor's scheduler, or to ``scheduler``."""
+        rt = for_scheduler(sample(RUNTIMES[1] if staged else RUNTIMES[0]), scheduler or SCHEDULERS[self.flavor])
         rt["kind"], rt["metadata"] = "TrainingRuntime", {**rt["metadata"], "name": name, "namespace": namespace}
         for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]:
-            pod = rj["template"]["spec"]["template"]["spec"]
             if pool:
-                pod["nodeSelector"] = {POOL_LABEL: pool}
-            if scheduler:
-                pod["schedulerName"] = scheduler
+                rj["template"]["spec"]["template"]["spec"]["nodeSelector"] = {POOL_LABEL: pool}
         return client.CustomObjectsApi(self.api).create_namespaced_custom_object(
             *TRAINER, namespace, "trainingruntimes", rt)
 
@@ -114,10 +130,13 @@ class Testbed:
         self.kubectl("delete", "nodes", "-l", f"{POOL_LABEL}={pool}", "--ignore-not-found", "--wait=false", check=False)
 
     def trainjob(self, namespace: str, name: str, runtime: str = "chain", *, kind: str = "TrainingRuntime",
-                 num_nodes: int = 4) -> dict[str, Any]:
-        """Submits a TrainJob plainly (no suspend); in a labelled namespace the admission policy suspends it."""
+                 num_nodes: int = 4, labels: dict[str, str] | None = None,
+                 annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        """Submits a TrainJob plainly (no suspend); in a labelled namespace the admission policy suspends it.
+        ``labels``: e.g. ``kai.scheduler/queue``, ``priorityClassName``, ``kai.scheduler/preemptibility``."""
         job = copy.deepcopy(sample("trainjob-chain.yaml"))
-        job["metadata"] = {"name": name, "namespace": namespace}
+        job["metadata"] = {"name": name, "namespace": namespace, "labels": labels or {},
+                           "annotations": annotations or {}}
         job["spec"]["runtimeRef"] = {"name": runtime, "kind": kind, "apiGroup": TRAINER[0]}
         job["spec"]["trainer"]["numNodes"] = num_nodes
         return client.CustomObjectsApi(self.api).create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", job)
@@ -182,16 +201,48 @@ def _wait_for_policy(chain: Testbed, timeout: float = 120) -> None:
         client.CoreV1Api(chain.api).delete_namespace(ns)
 
 
+def knative_event_sources(api: client.ApiClient, objs: list[dict[str, Any]], sink: str, logs: Path, oidc: bool,
+                          ping_seconds: float) -> list[RealApiServerSource | RealPingSource]:
+    """Knative's own adapters for the sources the rendered manifests declare, as context managers, not started:
+    one per ApiServerSource, and mtping for the PingSource (``@every <ping_seconds>s``)."""
+    sources: list[RealApiServerSource | RealPingSource] = [
+        RealApiServerSource(api, source_spec(o), sink, logs / f"adapter-{o['metadata']['name']}.log", oidc=oidc)
+        for o in objs if o["kind"] == "ApiServerSource"]
+    sources.append(RealPingSource(api, next(o for o in objs if o["kind"] == "PingSource"), sink, logs / "mtping.log",
+                                  oidc=oidc, schedule=f"@every {ping_seconds:g}s"))
+    return sources
+
+
+def event_sources(api: client.ApiClient, flavor: str, sink: str, tokens: dict[str, Callable[[], str] | None],
+                  ping_seconds: float) -> list[ApiServerSource | PingSource]:
+    """The stand-ins of :mod:`kai_fn.local.source` for the sources knative/base declares, as context managers, not
+    started: the TrainJob and PodGroup ApiServerSources and the resync PingSource; ``tokens`` per source (keys of
+    ``SOURCE_SAS``) when delivery is authenticated."""
+    return [ApiServerSource(api, TRAINJOBS, sink, token=tokens["trainjobs"]),
+            ApiServerSource(api, PODGROUPS[flavor], sink, token=tokens["podgroups"]),
+            PingSource(sink, ping_seconds, token=tokens["ping"])]
+
+
+def _service_env(objs: list[dict[str, Any]]) -> dict[str, str]:
+    """The function's settings as the rendered Knative Service gives them."""
+    service = next(o for o in objs if o["kind"] == "Service")
+    return {e["name"]: str(e["value"]) for e in service["spec"]["template"]["spec"]["containers"][0].get("env", [])
+            if "value" in e}
+
+
 @contextmanager
-def running(kubeconfig: str | Path, *, audience: str | None = "kai-fn", ping_seconds: float = 30.0,
-            policy: bool = True, log_dir: str | Path | None = None, settings: dict[str, str] | None = None,
-            token_seconds: int = 6 * 3600, knative_sources: bool = KNATIVE_SOURCES) -> Iterator[Chain]:
+def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None = "kai-fn",
+            ping_seconds: float = 30.0, policy: bool = True, log_dir: str | Path | None = None,
+            settings: dict[str, str] | None = None, token_seconds: int = 6 * 3600,
+            knative_sources: bool = KNATIVE_SOURCES) -> Iterator[Chain]:
     """The chain around a running ``cluster up --chain`` testbed; see the module docstring.
 
+    ``flavor``: ``kai`` (KAI's PodGroups, for KAI Scheduler) or ``scheduler-plugins`` (for Coscheduling).
     ``audience``: None delivers without tokens (authentication-oidc off). ``log_dir``: where ``function.log``
     (and each adapter's log) goes (default: the testbed's state dir, next to the kubeconfig). ``settings``: more
-    KAI_* variables. ``knative_sources``: Knative's own adapters (default; ``KAI_FN_CHAIN_SOURCES=stand-in`` picks
-    the stand-ins of kai_fn/local/source.py); their ping runs ``@every <ping_seconds>s``.
+    KAI_* variables, over the Service's (runtimes and Queues are not cached: scenarios make them and use them at
+    once). ``knative_sources``: Knative's own adapters (default; ``KAI_FN_CHAIN_SOURCES=stand-in`` picks the
+    stand-ins of kai_fn/local/source.py); their ping runs ``@every <ping_seconds>s``.
     """
     kubeconfig = Path(kubeconfig)
     logs = Path(log_dir) if log_dir else kubeconfig.parent
@@ -199,11 +250,12 @@ def running(kubeconfig: str | Path, *, audience: str | None = "kai-fn", ping_sec
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         stack.callback(api.close)
         kubectl = kubectl_of(kubeconfig)
-        rendered = yaml.safe_load_all(subprocess.run([str(kubectl), "kustomize", str(OVERLAY)], capture_output=True,
-                                                     text=True, check=True).stdout)
+        rendered = yaml.safe_load_all(subprocess.run([str(kubectl), "kustomize", str(MANIFESTS[flavor])],
+                                                     capture_output=True, text=True, check=True).stdout)
         objs = [o for o in rendered if o]
-        probe = Testbed(kubeconfig, api, kubectl)
-        probe.apply([o for o in objs if o["kind"] in _FUNCTION_KINDS] + [sample(r) for r in RUNTIMES])
+        probe = Testbed(kubeconfig, api, kubectl, flavor=flavor)
+        probe.apply([o for o in objs if o["kind"] in _FUNCTION_KINDS]
+                    + [for_scheduler(sample(r), SCHEDULERS[flavor]) for r in RUNTIMES])
         if policy:
             stack.callback(lambda: [probe.kubectl("delete", f"{plural}.admissionregistration.k8s.io", POLICY,
                                                   "--ignore-not-found", check=False)
@@ -221,7 +273,7 @@ def running(kubeconfig: str | Path, *, audience: str | None = "kai-fn", ping_sec
             "contexts": [{"name": "kai-fn", "context": {"cluster": "testbed", "user": "kai-fn"}}],
         }
         (Path(tmp) / "kubeconfig").write_text(yaml.safe_dump(fn_config))
-        env = {"KUBECONFIG": str(Path(tmp) / "kubeconfig"), "KAI_PODGROUP_FLAVOR": FLAVOR,
+        env = {**_service_env(objs), "KUBECONFIG": str(Path(tmp) / "kubeconfig"), "KAI_PODGROUP_FLAVOR": flavor,
                "KAI_FN_RUNTIME_CACHE_SECONDS": "0"}
         tokens: dict[str, Callable[[], str] | None] = dict.fromkeys(SOURCE_SAS)
         if audience:
@@ -232,19 +284,50 @@ def running(kubeconfig: str | Path, *, audience: str | None = "kai-fn", ping_sec
                 tokens[key] = lambda token=token: token
         log = stack.enter_context((logs / "function.log").open("ab"))
         function = stack.enter_context(FunctionProcess({**env, **(settings or {})}, log=log))
-        chain = Chain(kubeconfig, api, kubectl, function, log_dir=logs)
-        if knative_sources:  # Knative's adapters, configured from the overlay's sources (adapter.py, ping.py)
-            oidc = audience is not None
-            chain.sources = [stack.enter_context(RealApiServerSource(
-                api, source_spec(o), function.url, logs / f"adapter-{o['metadata']['name']}.log", oidc=oidc))
-                for o in objs if o["kind"] == "ApiServerSource"]
-            chain.sources.append(stack.enter_context(RealPingSource(
-                api, next(o for o in objs if o["kind"] == "PingSource"), function.url, logs / "mtping.log", oidc=oidc,
-                schedule=f"@every {ping_seconds:g}s")))
-        else:
-            chain.sources = [
-                stack.enter_context(ApiServerSource(api, TRAINJOBS, function.url, token=tokens["trainjobs"])),
-                stack.enter_context(ApiServerSource(api, PODGROUPS[FLAVOR], function.url, token=tokens["podgroups"])),
-                stack.enter_context(PingSource(function.url, ping_seconds, token=tokens["ping"])),
-            ]
+        chain = Chain(kubeconfig, api, kubectl, function, log_dir=logs, flavor=flavor)
+        sources = (knative_event_sources(api, objs, function.url, logs, audience is not None, ping_seconds)
+                   if knative_sources else event_sources(api, flavor, function.url, tokens, ping_seconds))
+        chain.sources = [stack.enter_context(source) for source in sources]
         yield chain
+
+
+def serve(argv: list[str] | None = None) -> int:
+    """``python -m kai_fn.local.chain serve --kubeconfig PATH``: :func:`running` until SIGTERM or SIGINT, or until
+    the function exits (then 1, so whoever runs it sees it down and starts it again). Once the function answers and
+    its sources run, ``--ready-file`` gets ``url <function URL>`` and ``function <pid>``."""
+    parser = argparse.ArgumentParser(prog="python -m kai_fn.local.chain serve", description=serve.__doc__)
+    parser.add_argument("--kubeconfig", required=True, type=Path, help="the testbed's admin kubeconfig")
+    parser.add_argument("--flavor", choices=sorted(MANIFESTS), default="kai")
+    parser.add_argument("--log-dir", type=Path, help="where function.log goes (default: next to the kubeconfig)")
+    parser.add_argument("--ready-file", type=Path)
+    parser.add_argument("--ping-seconds", type=float, default=60.0,
+                        help="the PingSource's period (knative/base: every minute)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting of the function")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    settings = dict(kv.split("=", 1) for kv in args.set)
+    try:
+        with running(args.kubeconfig, flavor=args.flavor, ping_seconds=args.ping_seconds, log_dir=args.log_dir,
+                     settings=settings) as chain:
+            assert chain.function.proc is not None
+            if args.ready_file:
+                partial = args.ready_file.with_suffix(".partial")
+                partial.write_text(f"url {chain.function.url}\nfunction {chain.function.proc.pid}\n")
+                os.replace(partial, args.ready_file)
+            logging.info("kai_fn (%s flavor) serving at %s; sources: %s", args.flavor, chain.function.url,
+                         ", ".join(type(s).__name__ for s in chain.sources))
+            while (code := chain.function.proc.poll()) is None:
+                time.sleep(1)
+            logging.error("the function exited (%s): stopping its sources", code)
+            return 1
+    finally:
+        if args.ready_file:
+            args.ready_file.unlink(missing_ok=True)
+        logging.info("kai_fn stopped")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["serve"]:
+        sys.exit("usage: python -m kai_fn.local.chain serve --kubeconfig PATH [--flavor kai|scheduler-plugins] ...")
+    sys.exit(serve(sys.argv[2:]))

@@ -15,7 +15,10 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 SP_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-SP_PODGROUP = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+KAI_GROUP_ANNOTATION = "pod-group-name"
+# Where a pod names its PodGroup, and that PodGroup's API: KAI's annotation, or scheduler-plugins' label.
+PODGROUP_APIS = {KAI_GROUP_ANNOTATION: ("scheduling.run.ai", "v2alpha2", "podgroups"),
+                 SP_GROUP_LABEL: ("scheduling.x-k8s.io", "v1alpha1", "podgroups")}
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
@@ -94,20 +97,23 @@ class PodWatch:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         labels = meta.get("labels") or {}
         name = meta["name"]
+        key = KAI_GROUP_ANNOTATION if KAI_GROUP_ANNOTATION in (meta.get("annotations") or {}) else SP_GROUP_LABEL
+        group = (meta.get("annotations") or {}).get(key) or labels.get(key)
         with self._lock:
             seen = self.pods.get(name)
             if seen is None:
-                seen = self.pods[name] = PodSeen(name, labels.get(JOBSET_LABEL), labels.get(SP_GROUP_LABEL), now)
+                seen = self.pods[name] = PodSeen(name, labels.get(JOBSET_LABEL), group, now)
                 new_group = seen.group
             else:
                 new_group = None
             if spec.get("nodeName") and seen.bound_at is None:
                 seen.node, seen.bound_at = spec["nodeName"], now
             seen.phase = (pod.get("status") or {}).get("phase") or seen.phase
-        if self.check_groups and new_group and not self._group_exists(new_group, meta.get("creationTimestamp")):
+        if self.check_groups and new_group and not self._group_exists(PODGROUP_APIS[key], new_group,
+                                                                      meta.get("creationTimestamp")):
             self.violations.append(f"pod {name} names PodGroup {new_group}, which did not exist when the pod was made")
 
-    def _group_exists(self, name: str, pod_created: str | None) -> bool:
+    def _group_exists(self, api: tuple[str, str, str], name: str, pod_created: str | None) -> bool:
         """The PodGroup exists now and was not made after the pod (timestamps are whole seconds: a later second
         is proof, the same second is not)."""
         if name in self._groups_seen:
@@ -115,8 +121,8 @@ class PodWatch:
         objs = client.CustomObjectsApi(self.api)
         for attempt in range(20):  # the API server may be restarting: a 404 is an answer, an outage is not
             try:
-                group = objs.get_namespaced_custom_object(SP_PODGROUP[0], SP_PODGROUP[1], self.namespace,
-                                                          SP_PODGROUP[2], name, _request_timeout=5)
+                group = objs.get_namespaced_custom_object(api[0], api[1], self.namespace, api[2], name,
+                                                          _request_timeout=5)
                 if pod_created and group["metadata"]["creationTimestamp"][:19] > pod_created[:19]:  # UTC, to the second
                     return False
                 self._groups_seen.add(name)

@@ -5,7 +5,6 @@ and TrainJobs as users write them, submitted through an API server that may be r
 """
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 import time
@@ -19,7 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
-from kai_fn.local.chain import Chain, running, sample
+from kai_fn.local.chain import SCHEDULERS, Chain, for_scheduler, running, sample
 from kai_fn.local.process import REPO
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
@@ -47,13 +46,14 @@ def _run_sh(*args: str, env: dict[str, str], quiet: bool) -> subprocess.Complete
 
 @contextmanager
 def chain_cluster(nodes: str = "3x8", env: dict[str, str] | None = None, quiet: bool = False) -> Iterator[Cluster]:
-    """``./run.sh cluster up --chain`` (build progress shown unless quiet), stopped at the end only if started
-    here. ``env`` goes to run.sh (KAI_FN_TESTBED_DIR, KAI_FN_TESTBED_AUDIT_LOG, …)."""
+    """``./run.sh cluster up --chain --without-kai-fn`` (build progress shown unless quiet; kai_fn is started by
+    :func:`kai_fn_running`), stopped at the end only if started here. ``env`` goes to run.sh (KAI_FN_TESTBED_DIR,
+    KAI_FN_TESTBED_AUDIT_LOG, …)."""
     env = {"KAI_FN_TESTBED_NODES": nodes, **(env or {})}
     reused = _run_sh("cluster", "status", env=env, quiet=True).returncode == 0
-    up = _run_sh("cluster", "up", "--chain", env=env, quiet=quiet)
+    up = _run_sh("cluster", "up", "--chain", "--without-kai-fn", env=env, quiet=quiet)
     if up.returncode != 0:
-        raise ChainError("./run.sh cluster up --chain failed (the lines above name the component and its log)")
+        raise ChainError("./run.sh cluster up --chain --without-kai-fn failed (the lines above say why)")
     kubeconfig = Path(up.stdout.strip().splitlines()[-1])
     api = config.new_client_from_config(config_file=str(kubeconfig))
     try:
@@ -66,9 +66,9 @@ def chain_cluster(nodes: str = "3x8", env: dict[str, str] | None = None, quiet: 
 
 def anchor_runtime() -> dict[str, Any]:
     """kai_fn's ``chain-gang`` runtime turned into the anchor: the gang is Trainer's own (podGroupPolicy
-    coscheduling: Trainer writes the scheduler-plugins PodGroup and labels the pods), no queue label, so kai_fn
-    and the admission policy leave its TrainJobs alone."""
-    rt = copy.deepcopy(sample("clustertrainingruntime-chain.yaml"))
+    coscheduling: Trainer writes the scheduler-plugins PodGroup and labels the pods; the Coscheduling profile
+    schedules them), no queue label, so kai_fn and the admission policy leave its TrainJobs alone."""
+    rt = for_scheduler(sample("clustertrainingruntime-chain.yaml"), SCHEDULERS["scheduler-plugins"])
     rt["metadata"] = {"name": ANCHOR_RUNTIME, "labels": {"trainer.kubeflow.org/framework": "torch"}}
     rt["spec"]["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": 60}}
     return rt

@@ -1,11 +1,12 @@
-"""The chain tier: the testbed with Trainer in-process, kube-scheduler with Coscheduling, kwok and simulated GPU nodes
-(``./run.sh cluster up --chain``), and kai_fn running on it as a cluster runs it (kai_fn/local/chain.py).
+"""The chain tier: the testbed with Trainer in-process, KAI Scheduler, kube-scheduler with Coscheduling, kwok and
+simulated GPU nodes (``./run.sh cluster up --chain --without-kai-fn``), and kai_fn running on it as a cluster runs it
+(kai_fn/local/chain.py), in the kai flavor unless a test is marked ``flavor("scheduler-plugins")``.
 
 Every test under tests/chain is marked ``chain``. One chain per session; scenarios keep to their own namespaces and
 to their own simnodes pools (nodes ``<pool>-N`` labelled ``kai-fn.testbed/pool=<pool>``), and delete both.
-The chain's function and sources live from the first scenario to the end of the session; a test that runs its own
-function (test_plain_submission.py, kai flavor) must run before them, hence the scenario files' names
-(test_scenario_N_*.py sort after it).
+The chain's function and sources live from the first scenario to the end of the session, one flavor at a time (a
+test of the other flavor switches them); a test that runs its own function (test_plain_submission.py) must run
+before them, hence the scenario files' names (test_scenario_N_*.py sort after it).
 Figures worth reading (binding spread, timings) are printed in the terminal summary, never asserted.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from kubernetes import client
 
 from kai_fn.local.chain import Chain, running
+from tests.chain.gangs import QUEUE_API
 from tests.testbed.conftest import SKIPPED, LiveCluster, before_stop, live_cluster, wait_for  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
@@ -40,7 +42,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 @pytest.fixture(scope="session")
 def chain_testbed(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
-    started = live_cluster(pytestconfig, "--chain")
+    started = live_cluster(pytestconfig, "--chain", "--without-kai-fn")
     cluster = next(started)
     try:
         if "trainer" not in cluster.kubectl("get", "validatingwebhookconfigurations", "-o", "name").stdout:
@@ -51,13 +53,43 @@ def chain_testbed(pytestconfig: pytest.Config) -> Iterator[LiveCluster]:
         started.close()
 
 
+# A timed-out gang is suspended again (only TrainJobs annotated kai-fn/schedule-timeout-seconds have a timeout here).
+SETTINGS = {"KAI_FN_ON_TIMEOUT": "suspend"}
+
+
+class Chains:
+    """kai_fn on the chain in one flavor at a time: function process, event sources, admission policy."""
+
+    def __init__(self, testbed: LiveCluster) -> None:
+        self.testbed, self.stack, self.current = testbed, ExitStack(), None
+
+    def use(self, flavor: str) -> Chain:
+        if self.current is None or self.current.flavor != flavor:
+            self.close()
+            self.current = self.stack.enter_context(running(self.testbed.kubeconfig, flavor=flavor, ping_seconds=10,
+                                                            settings=SETTINGS))
+        return self.current
+
+    def close(self) -> None:
+        self.stack.close()
+        self.current = None
+
+
 @pytest.fixture(scope="session")
-def chain(chain_testbed: LiveCluster) -> Iterator[Chain]:
-    """kai_fn on the chain: function process, Knative's source adapters (or the stand-ins), admission policy."""
-    stack = ExitStack()
-    before_stop(stack.close)
-    with stack:
-        yield stack.enter_context(running(chain_testbed.kubeconfig, ping_seconds=10))
+def chains(chain_testbed: LiveCluster) -> Iterator[Chains]:
+    held = Chains(chain_testbed)
+    before_stop(held.close)
+    try:
+        yield held
+    finally:
+        held.close()
+
+
+@pytest.fixture
+def chain(chains: Chains, request: pytest.FixtureRequest) -> Chain:
+    """kai_fn in the test's flavor: ``kai``, or the ``flavor`` marker's."""
+    marker = request.node.get_closest_marker("flavor")
+    return chains.use(marker.args[0] if marker else "kai")
 
 
 class Pool:
@@ -86,6 +118,23 @@ def pool(chain: Chain) -> Iterator[Callable[[str], Pool]]:
     yield make
     for p in made:
         p.delete()
+
+
+@pytest.fixture
+def queues(chain: Chain) -> Iterator[Callable[[dict], str]]:
+    """Creates KAI Queues (tests.chain.gangs.queue) for one test, deleted afterwards, leaves first. Ask for it before
+    ``namespaces``, so the namespaces (and their PodGroups) go first: KAI logs errors for a PodGroup whose Queue
+    is gone."""
+    objs, made = client.CustomObjectsApi(chain.api), []
+
+    def make(body: dict) -> str:
+        objs.create_cluster_custom_object(*QUEUE_API, body)
+        made.append(body["metadata"]["name"])
+        return made[-1]
+
+    yield make
+    for name in reversed(made):
+        objs.delete_cluster_custom_object(*QUEUE_API, name)
 
 
 @pytest.fixture

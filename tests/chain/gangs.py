@@ -6,11 +6,14 @@ from datetime import datetime
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kai_fn.local.chain import Chain
+from kai_fn.core import keys
+from kai_fn.local.chain import PODGROUP_APIS, TRAINER, Chain
 
 JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 TRAINJOB = "jobset.sigs.k8s.io/jobset-name"  # Trainer names the JobSet after the TrainJob
 SP_LABEL = "scheduling.x-k8s.io/pod-group"
+KAI_ANNOTATION = "pod-group-name"
+QUEUE_API = ("scheduling.run.ai", "v2", "queues")
 
 
 def pods(chain: Chain, ns: str, trainjob: str, replicated_job: str = "node") -> list[client.V1Pod]:
@@ -44,14 +47,28 @@ def spread(ps: list[client.V1Pod]) -> float:
     return (max(times) - min(times)).total_seconds()
 
 
-def podgroup(chain: Chain, ns: str, name: str) -> dict | None:
+def group_of(p: client.V1Pod) -> str | None:
+    """The PodGroup a pod names: KAI's annotation, or scheduler-plugins' label."""
+    return (p.metadata.annotations or {}).get(KAI_ANNOTATION) or (p.metadata.labels or {}).get(SP_LABEL)
+
+
+def podgroup(chain: Chain, ns: str, trainjob: str) -> dict | None:
+    """The PodGroup kai_fn made for the TrainJob (named on it once released), in the chain's flavor."""
     try:
-        return client.CustomObjectsApi(chain.api).get_namespaced_custom_object(
-            "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", name)
+        job = client.CustomObjectsApi(chain.api).get_namespaced_custom_object(*TRAINER, ns, "trainjobs", trainjob)
+        name = (job["metadata"].get("annotations") or {}).get(keys.MARKER_PODGROUP)
+        return name and client.CustomObjectsApi(chain.api).get_namespaced_custom_object(
+            *PODGROUP_APIS[chain.flavor], ns, "podgroups", name)
     except ApiException as e:
         if e.status == 404:
             return None
         raise
+
+
+def kai_reasons(group: dict) -> list[str]:
+    """KAI's reasons why the gang waits (PodGroup ``status.schedulingConditions[].reasons[].reason``)."""
+    return [r.get("reason", "") for c in (group.get("status") or {}).get("schedulingConditions") or []
+            for r in c.get("reasons") or []]
 
 
 def table(chain: Chain, ns: str) -> str:
@@ -71,3 +88,23 @@ def trainjob_annotations(chain: Chain, ns: str, name: str) -> dict[str, str]:
     obj = client.CustomObjectsApi(chain.api).get_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", name)
     return obj["metadata"].get("annotations") or {}
+
+
+def queue(name: str, *, parent: str | None = None, gpu_quota: int = 0, gpu_limit: int = -1) -> dict:
+    """A KAI Queue: GPUs as given (devices; -1 unlimited), CPU and memory unlimited."""
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    spec = {"resources": {"gpu": {"quota": gpu_quota, "limit": gpu_limit, "overQuotaWeight": 1},
+                          "cpu": unlimited, "memory": unlimited}}
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "/".join(QUEUE_API[:2]), "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def trainjob_warnings(chain: Chain, ns: str, name: str, reason: str) -> list[str]:
+    """The messages of the Events ``reason`` on TrainJob ``name``, one per Event object."""
+    events = client.CoreV1Api(chain.api).list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return [e.message for e in events if e.involved_object.kind == "TrainJob" and e.reason == reason]
+
+
+def trainjob(chain: Chain, ns: str, name: str) -> dict:
+    return client.CustomObjectsApi(chain.api).get_namespaced_custom_object(*TRAINER, ns, "trainjobs", name)

@@ -1,8 +1,6 @@
-"""Scenario 3, competition: two TrainJobs of 4 x 8 GPUs on a pool that fits one. One binds whole, the other waits
-whole, never in part; the second binds whole once the first is deleted.
-
-KAI would cap them with a Queue's GPU limit; Coscheduling has no queues, so the limit here is the pool's capacity
-(4 nodes x 8 GPUs).
+"""Scenario 3, competition: two TrainJobs of 4 x 8 GPUs on a pool that fits one, on KAI. One binds whole, the other
+waits whole, never in part; the second binds whole once the first is deleted. The limit here is the pool's capacity
+(4 nodes x 8 GPUs); test_scenario_6_queue_limits.py caps gangs with a Queue's GPU limit instead.
 
 "In part" means a gang holding some of its pods while it waits. A gang the scheduler has admitted whole is bound
 with one API call per pod, so a poll can catch it between those calls; such a count is allowed only on the way to

@@ -1,12 +1,12 @@
-"""samples/chain: schema-valid, and planned by the scheduler-plugins flavor without a problem (the staged runtime's
-gang is its trainer stage)."""
+"""samples/chain: schema-valid, and planned without a problem by both flavors, their pods sent to the flavor's
+scheduler (the staged runtime's gang is its trainer stage in the scheduler-plugins flavor)."""
 from __future__ import annotations
 
 import pytest
 
 from kai_fn.core.models import Runtime, TrainJob
 from kai_fn.core.plan import plan
-from kai_fn.local.chain import RUNTIMES, sample
+from kai_fn.local.chain import RUNTIMES, SCHEDULERS, for_scheduler, sample
 from tests import crds
 
 JOB = sample("trainjob-chain.yaml")
@@ -17,12 +17,31 @@ def test_fits_the_crd(name):
     crds.validate(sample(name))
 
 
-@pytest.mark.parametrize("name, ganged", [(RUNTIMES[0], ["node"]), (RUNTIMES[1], ["node"])])
-def test_the_chain_runtimes_plan_a_four_node_gang_of_32_gpus(name, ganged):
-    rt = sample(name)
-    job = {**JOB, "metadata": {"name": "chain", "namespace": "ns", "uid": "0" * 8},
-           "spec": {**JOB["spec"], "runtimeRef": {"name": rt["metadata"]["name"]}}}
-    result = plan(TrainJob.model_validate(job), Runtime.model_validate(rt), flavor="scheduler-plugins")
+@pytest.mark.parametrize("flavor", sorted(SCHEDULERS))
+def test_the_flat_runtime_plans_a_four_node_gang_of_32_gpus(flavor):
+    rt = for_scheduler(sample(RUNTIMES[0]), SCHEDULERS[flavor])
+    result = plan(_job(rt), Runtime.model_validate(rt), flavor=flavor)
     assert result.actionable and result.problems == ()
-    assert [t.replicated_job for t in result.pod_templates] == ganged
+    assert [t.replicated_job for t in result.pod_templates] == ["node"]
+    assert result.min_member == 4
+    if flavor == "scheduler-plugins":
+        assert result.min_resources["nvidia.com/gpu"] == "32"
+
+
+def test_the_staged_runtime_gangs_its_trainer_stage_in_the_scheduler_plugins_flavor():
+    rt = for_scheduler(sample(RUNTIMES[1]), SCHEDULERS["scheduler-plugins"])
+    result = plan(_job(rt), Runtime.model_validate(rt), flavor="scheduler-plugins")
+    assert result.actionable and result.problems == ()
+    assert [t.replicated_job for t in result.pod_templates] == ["node"]
     assert (result.min_member, result.min_resources["nvidia.com/gpu"]) == (4, "32")
+
+
+def test_the_samples_send_their_pods_to_kai():
+    for name in RUNTIMES:
+        jobs = sample(name)["spec"]["template"]["spec"]["replicatedJobs"]
+        assert {rj["template"]["spec"]["template"]["spec"]["schedulerName"] for rj in jobs} == {"kai-scheduler"}
+
+
+def _job(rt: dict) -> TrainJob:
+    return TrainJob.model_validate({**JOB, "metadata": {"name": "chain", "namespace": "ns", "uid": "0" * 8},
+                                    "spec": {**JOB["spec"], "runtimeRef": {"name": rt["metadata"]["name"]}}})
