@@ -72,6 +72,8 @@ SETTINGS_DEFAULTS = {
     "KAI_FN_QUEUE_CHECK": "enforce",
     "KAI_FN_SCHEDULE_TIMEOUT_SECONDS": "",
     "KAI_FN_ON_TIMEOUT": "event",
+    "KAI_FN_STALENESS_GRACE_PERIOD": "-1s",
+    "KAI_FN_HEARTBEAT_LEASE": "kai-fn/kai-fn-resync",
 }
 
 # The exact API calls kai_fn makes: (apiGroup, resource, verb).
@@ -86,7 +88,9 @@ COMMON_TRIPLES = {
     ("", "events", "create"),
     ("", "pods", "list"),  # the gang's status: are its pods on nodes?
     ("authentication.k8s.io", "tokenreviews", "create"),  # KAI_FN_AUDIENCE set only
+    ("coordination.k8s.io", "leases", "patch"),  # the resync's heartbeat, its one Lease (a Role, resourceNames)
 }
+HEARTBEAT_LEASE = "kai-fn-resync"
 KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get")} | {
     ("scheduling.run.ai", "podgroups", "list"),  # the schedule timeout, on the resync
     ("scheduling.run.ai", "queues", "list"),  # the queue pre-check
@@ -163,22 +167,39 @@ def knative_services(objs):
 
 
 def bound_triples(objs: list[dict[str, Any]], sa: str) -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) granted to ServiceAccount ``kai-fn/<sa>`` by ClusterRoleBindings."""
-    roles = {r["metadata"]["name"]: r for r in by_kind(objs, "ClusterRole")}
-    triples: set[tuple[str, str, str]] = set()
+    """(apiGroup, resource, verb) granted to ServiceAccount ``kai-fn/<sa>`` by ClusterRoleBindings and RoleBindings
+    (a rule narrowed by ``resourceNames`` counts: :func:`named_grants` says to which names)."""
+    return set(_grants(objs, sa))
+
+
+def named_grants(objs: list[dict[str, Any]], sa: str) -> dict[tuple[str, str, str], tuple[str, tuple[str, ...]]]:
+    """The grants narrowed by ``resourceNames``: (apiGroup, resource, verb) -> (the Role's namespace, the names)."""
+    return {triple: scope for triple, scope in _grants(objs, sa).items() if scope[1]}
+
+
+def _grants(objs: list[dict[str, Any]], sa: str) -> dict[tuple[str, str, str], tuple[str, tuple[str, ...]]]:
+    cluster_roles = {r["metadata"]["name"]: r for r in by_kind(objs, "ClusterRole")}
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in by_kind(objs, "Role")}
+    grants: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {}
     for binding in by_kind(objs, "ClusterRoleBinding") + by_kind(objs, "RoleBinding"):
         subjects = binding.get("subjects", [])
         if not any(s["kind"] == "ServiceAccount" and s["name"] == sa and s["namespace"] == NAMESPACE for s in subjects):
             continue
-        assert binding["roleRef"]["kind"] == "ClusterRole"
-        role = roles[binding["roleRef"]["name"]]  # KeyError: binding to a missing role
+        where = binding["metadata"].get("namespace", "")
+        if binding["roleRef"]["kind"] == "Role":
+            role = roles[(where, binding["roleRef"]["name"])]  # KeyError: binding to a missing role
+        else:
+            role = cluster_roles[binding["roleRef"]["name"]]
         for rule in role["rules"]:
-            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+            assert "nonResourceURLs" not in rule
+            names = tuple(rule.get("resourceNames", ()))
+            assert not names or role["kind"] == "Role", "a ClusterRole narrowed by name: grant it in a Role instead"
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
-                        triples.add((group, resource, verb))
-    return triples
+                        assert (group, resource, verb) not in grants or not names, "granted twice, once by name"
+                        grants[(group, resource, verb)] = (where, names)
+    return grants
 
 
 @cache

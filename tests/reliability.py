@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from kai_fn.core.stages import is_stage_of
 from kai_fn.local.emulator import Call, Emulator, Fault
 from kai_fn.commands.invoke import Sample
 from kai_fn.local.delivery import Adapter, Delivery
@@ -228,7 +229,7 @@ def state_of(api: Emulator, job: Job) -> tuple[str, list[str]]:
     if problems:
         return INCONSISTENT, problems
     carries = pg is not None and js is not None and js["metadata"].get("annotations", {}).get(SKIP) == "true" and all(
-        m.get("annotations", {}).get(POD_GROUP) == job.pg_name and QUEUE in m.get("labels", {})
+        _names_its_gang(m.get("annotations", {}).get(POD_GROUP), job.pg_name) and QUEUE in m.get("labels", {})
         for m in pod_templates(js))
     if carries and tj_diff == released:
         return DONE, []
@@ -238,6 +239,11 @@ def state_of(api: Emulator, job: Job) -> tuple[str, list[str]]:
         return JS_PATCHED, []
     return INCONSISTENT, [f"TrainJob changes {tj_diff}; JobSet names {named_podgroups(js) if js else 'n/a (gone)'}; "
                           f"PodGroup {'exists' if pg else 'missing'}"]
+
+
+def _names_its_gang(named: str | None, main: str) -> bool:
+    """A pod template names the TrainJob's main PodGroup, or one of its stages'."""
+    return named is not None and (named == main or is_stage_of(named, main))
 
 
 def versions_since(api: Emulator, api_version: str, kind: str, ns: str, name: str, since: int) -> list[dict]:
@@ -277,9 +283,9 @@ def settle(api: Emulator, timeout: float = 5.0) -> None:
 
 
 def gang_events(api: Emulator, ns: str) -> collections.Counter[str]:
-    """GangScheduled Events per TrainJob uid."""
+    """GangCreated Events per TrainJob uid."""
     return collections.Counter(e["involvedObject"]["uid"] for e in api.list("v1", "Event", ns)
-                               if e.get("reason") == "GangScheduled")
+                               if e.get("reason") == "GangCreated")
 
 
 def shape(call: Call) -> tuple[str, str, int | None]:

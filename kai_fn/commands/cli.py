@@ -1,4 +1,4 @@
-"""``python -m kai_fn``: plan from files, explain a live TrainJob, invoke a running function with a sample event.
+"""``python -m kai_fn``: plan from files; status, explain and release of live TrainJobs; invoke a running function.
 
 Commands of the workstation harness (the demo) are added by whoever composes the entry point (``kai_fn/__main__``), so
 this package never imports :mod:`kai_fn.local`."""
@@ -60,6 +60,8 @@ def plan_report(result: Plan, jobset: dict[str, Any] | None) -> dict[str, Any]:
     report: dict[str, Any] = {"plan": result.summary()}
     if result.podgroup:
         report["podGroup"] = result.podgroup
+    if result.stage_podgroups:
+        report["stagePodGroups"] = list(result.stage_podgroups)
     if result.pod_templates:
         report["podTemplates"] = {
             c.replicated_job: {"labels": c.labels, "annotations": c.annotations} for c in result.pod_templates
@@ -79,7 +81,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     runtime = _read(args.runtime, Runtime)
     jobset = load_document(args.jobset) if args.jobset else None
     try:
-        result = plan(job, runtime, flavor=args.flavor or config.flavor, default_queue=config.default_queue)
+        result = plan(job, runtime, **(config.planning() | {"flavor": args.flavor or config.flavor}))
         report = plan_report(result, jobset)
     except InputError as error:
         raise UsageError(f"{args.runtime}: {error}") from None
@@ -118,9 +120,72 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", choices=["text", "json"], default="text")
     e.set_defaults(func=cmd_explain)
 
+    s = sub.add_parser("status", help="every TrainJob in kai_fn's scope, one line each: held, blocked, waiting, ...")
+    where = s.add_mutually_exclusive_group()
+    where.add_argument("-n", "--namespace", metavar="NAMESPACE", help="one namespace (default: all)")
+    where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (the default)")
+    s.add_argument("--held-for", default="2m", metavar="DURATION",
+                   help="exit 1 when a TrainJob has been held longer than this (default: %(default)s)")
+    s.add_argument("-o", "--output", choices=["text", "wide", "json"], default="text")
+    _cluster_args(s)
+    s.set_defaults(func=cmd_status)
+
+    r = sub.add_parser("release", help="release held TrainJobs without a gang (an operator's way out; --yes to act)")
+    r.add_argument("trainjobs", nargs="*", metavar="NAMESPACE/NAME", help="held or blocked TrainJobs, by name")
+    r.add_argument("--held", action="store_true", help="every held TrainJob of -n NAMESPACE or -A")
+    where = r.add_mutually_exclusive_group()
+    where.add_argument("-n", "--namespace", metavar="NAMESPACE")
+    where.add_argument("-A", "--all-namespaces", action="store_true")
+    r.add_argument("--yes", action="store_true", help="do it; without, print what would be released and exit 1")
+    r.add_argument("--reason", metavar="TEXT", help="why, recorded in the Event on each TrainJob (needed with --yes)")
+    _cluster_args(r, heartbeat=False)
+    r.set_defaults(func=cmd_release)
+
     for add in extra:
         add(sub)
     return parser
+
+
+def _cluster_args(p: argparse.ArgumentParser, heartbeat: bool = True) -> None:
+    p.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG, ~/.kube/config or in-cluster")
+    p.add_argument("--flavor", choices=["kai", "scheduler-plugins"], help="default: KAI_PODGROUP_FLAVOR or kai")
+    if heartbeat:
+        p.add_argument("--heartbeat", metavar="NAMESPACE/NAME",
+                       help="the function's heartbeat Lease (default: KAI_FN_HEARTBEAT_LEASE or kai-fn/kai-fn-resync)")
+
+
+def _settings(args: argparse.Namespace) -> settings_mod.Settings:
+    overrides = {"KAI_PODGROUP_FLAVOR": args.flavor} if args.flavor else {}
+    return settings_mod.load(**overrides)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Exit 0 nothing held longer than --held-for, 1 something is, 2 bad input or no cluster."""
+    from kai_fn.commands.status import Unusable, run
+
+    try:
+        code, out, err = run(args.namespace, args.kubeconfig, args.output, args.held_for, args.heartbeat,
+                             _settings(args))
+    except Unusable as error:
+        raise UsageError(str(error)) from None
+    print(out)
+    if err:
+        print(err, file=sys.stderr)
+    return code
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    """Exit 0 released, 1 nothing written (no --yes) or one refused, 2 bad input or no cluster."""
+    from kai_fn.commands.release import run
+    from kai_fn.commands.status import Unusable
+
+    try:
+        code, out = run(args.trainjobs, args.held, args.namespace, args.all_namespaces, args.yes, args.reason,
+                        args.kubeconfig, _settings(args))
+    except Unusable as error:
+        raise UsageError(str(error)) from None
+    print(out)
+    return code
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

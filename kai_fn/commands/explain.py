@@ -1,11 +1,16 @@
 """``python -m kai_fn explain NAMESPACE/NAME``: why a TrainJob's gang waits, read from the live cluster.
 
-Read-only: GETs and one pod list with the caller's kubeconfig, nothing written. It gathers what kai_fn decided
-(scope, plan), what exists (PodGroup, JobSet, markers), and what the scheduler says (conditions, queue, pods), then
-names one next step. Exit 0 when bound or progressing, 1 when blocked, 2 when the input or the cluster is unusable.
+Read-only with the caller's kubeconfig, nothing written: GETs of the TrainJob, its runtime and JobSet; LISTs of its
+pods, its PodGroups (by its uid label), the Queues, and, while kai_fn still owes it a release, kai_fn's Warnings on
+it; and the heartbeat Lease when it has been held longer than a resync period. It gathers what kai_fn decided
+(scope, plan), what exists (PodGroup, JobSet, markers), where it stands (the same reading as ``status``,
+:mod:`kai_fn.commands.state`) and what the scheduler says (conditions, queue, pods), then names one next step.
+Exit 0 when bound or progressing, 1 when blocked (an absent function, for a TrainJob held longer than a resync
+period, is one), 2 when the input or the cluster is unusable.
 """
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -17,7 +22,9 @@ from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
 from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
 from kai_fn.core.runtime import target
+from kai_fn.commands import state as states, status as status_mod, survey
 from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
+from kai_fn.function.heartbeat import RESYNC_PERIOD_SECONDS
 from kai_fn.function.settings import Settings
 from kai_fn.commands.tables import table
 
@@ -46,33 +53,40 @@ class Report:
     plan: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
     kai: dict[str, Any] = field(default_factory=dict)
+    reading: dict[str, Any] = field(default_factory=dict)  # what `status -o json` prints for it
 
     @property
     def exit_code(self) -> int:
         return EXIT_BLOCKED if self.status == "blocked" else EXIT_OK
 
     def as_dict(self) -> dict[str, Any]:
-        return {"trainJob": self.trainjob, "status": self.status, "next": self.next, "scope": self.scope,
-                "plan": self.plan, "state": self.state, "kai": self.kai}
+        return {"trainJob": self.trainjob, "status": self.status, "next": self.next, "reading": self.reading,
+                "scope": self.scope, "plan": self.plan, "state": self.state, "kai": self.kai}
 
     def verdict(self, status: str, next_step: str) -> Report:
         self.status, self.next = status, next_step
         return self
 
 
-def explain(session: Session, settings: Settings, namespace: str, name: str) -> Report:
+def explain(session: Session, settings: Settings, namespace: str, name: str,
+            now: datetime.datetime | None = None) -> Report:
     try:
         obj = session.trainjob(namespace, name)
     except Transient as error:
         raise Unusable(f"cannot read TrainJob {namespace}/{name}: {error}") from None
     if obj is None:
         raise Unusable(f"no TrainJob {namespace}/{name}")
+    now = now or datetime.datetime.now(datetime.UTC)
     out = Report(f"{namespace}/{name}")
+    pods = session.jobset_pods(namespace, name)
+    reading, podgroups = survey.reading_of(session, settings.flavor, obj, pods)
+    out.reading = reading.as_dict()
+    out.state["since"] = status_mod.age(reading.age(now)) if reading.since else None
     meta = obj.get("metadata") or {}
     notes = meta.get("annotations") or {}
     released = keys.MARKER_PODGROUP in notes and (obj.get("spec") or {}).get("suspend") is False
-    out.state = {"released": released, "suspend": (obj.get("spec") or {}).get("suspend"),
-                 "markers": {k: v for k, v in sorted(notes.items()) if k.startswith("kai-fn/")}}
+    out.state |= {"released": released, "suspend": (obj.get("spec") or {}).get("suspend"),
+                  "markers": {k: v for k, v in sorted(notes.items()) if k.startswith("kai-fn/")}}
     try:
         job = parse(TrainJob, obj)
         where = target(job)
@@ -84,7 +98,7 @@ def explain(session: Session, settings: Settings, namespace: str, name: str) -> 
         return out.verdict("blocked", f"create {where} or fix spec.runtimeRef")
     try:
         runtime = parse(Runtime, raw)
-        result = plan(job, runtime, flavor=settings.flavor, default_queue=settings.default_queue)
+        result = plan(job, runtime, **settings.planning())
     except InputError as error:
         return out.verdict("blocked", f"fix {where}: {error}")
     if result.ignored:
@@ -98,12 +112,12 @@ def explain(session: Session, settings: Settings, namespace: str, name: str) -> 
     if result.blocked:
         return out.verdict("blocked", "fix " + "; ".join(str(p) for p in result.problems if p.blocking))
 
-    podgroup = _podgroup(session, result, notes.get(keys.MARKER_PODGROUP))
+    podgroup = _podgroup(podgroups, result, notes.get(keys.MARKER_PODGROUP))
     jobset = session.jobset(namespace, name)
     out.state |= {"podGroup": podgroup["metadata"]["name"] if podgroup else None,
                   "jobSet": _jobset_state(result, jobset)}
-    pods = session.jobset_pods(namespace, name) if jobset else []
-    reasons = gang.unschedulable(podgroup) if podgroup else ()
+    pods = pods if jobset else []
+    reasons = states.reasons(podgroups, podgroup)
     out.kai = {
         "conditions": [{"reason": r.reason, "message": r.message, "queue": r.queue} for r in reasons],
         "pods": {rj: {"bound": b, "waiting": w} for rj, (b, w) in gang.per_replicated_job(pods).items()},
@@ -118,6 +132,13 @@ def explain(session: Session, settings: Settings, namespace: str, name: str) -> 
                                       "resubmit it suspended")
     if queue_problem:
         return out.verdict("blocked", queue_problem)
+    if not released and states.held_longer(reading, now, RESYNC_PERIOD_SECONDS):
+        absent = status_mod.absence(session, settings, None, now)
+        if absent is not None:
+            return out.verdict("blocked", f"kai_fn looks absent ({absent}) and it has been held for "
+                                          f"{status_mod.age(reading.age(now))}: check the function (kubectl get "
+                                          "ksvc,pingsource,apiserversource -n kai-fn), or release it without a gang: "
+                                          f"python -m kai_fn release {namespace}/{name} --yes --reason '...'")
     if not released:
         return out.verdict(*_before_release(obj, jobset))
     if podgroup is None:
@@ -150,11 +171,12 @@ def _plan_view(result: Plan) -> dict[str, Any]:
     return view
 
 
-def _podgroup(session: Session, result: Plan, marked: str | None) -> dict[str, Any] | None:
+def _podgroup(podgroups: list[dict[str, Any]], result: Plan, marked: str | None) -> dict[str, Any] | None:
+    """The gang's PodGroup (the marker's, else the plan's name) among the TrainJob's own."""
     name = marked or result.podgroup_name
     if not name or not result.podgroup:
         return None
-    return session.podgroup(result.podgroup["apiVersion"], result.namespace, name)
+    return next((p for p in podgroups if (p.get("metadata") or {}).get("name") == name), None)
 
 
 def _jobset_state(result: Plan, jobset: dict[str, Any] | None) -> str:
@@ -229,6 +251,10 @@ def render(report: Report) -> str:
                 ["queue", p.get("queue")],
                 ["minResources", ", ".join(f"{k}={v}" for k, v in (p.get("minResources") or {}).items()) or None]]
         out += ["PLAN", table(rows), ""]
+        if len(p.get("podGroups") or []) > 1:
+            stages = [[g["name"], ", ".join(g["replicatedJobs"]), g["minMember"], "main" if g.get("main") else ""]
+                      for g in p["podGroups"]]
+            out += [table(stages, ["STAGE PODGROUP", "REPLICATED JOBS", "MIN MEMBER", ""]), ""]
         sets = [[s["name"], s["count"], ", ".join(f"{k}={v}" for k, v in s["requests"].items())]
                 for s in p.get("podSets", [])]
         out += [table(sets, ["POD SET", "COUNT", "REQUESTS PER POD"]), ""]
@@ -236,7 +262,10 @@ def render(report: Report) -> str:
             out.append(f"  problem: {problem}")
     if report.state:
         s = report.state
-        rows = [["PodGroup", s.get("podGroup") or "none"] if "podGroup" in s else None,
+        seen = report.reading
+        rows = [["state", f"{seen['state']}" + (f" for {s['since']}" if s.get("since") else "") + f": {seen['reason']}"]
+                if seen else None,
+                ["PodGroup", s.get("podGroup") or "none"] if "podGroup" in s else None,
                 ["JobSet", s.get("jobSet")] if "jobSet" in s else None,
                 ["released", "yes" if s.get("released") else f"no (spec.suspend {s.get('suspend')})"],
                 ["markers", ", ".join(f"{k}={v}" for k, v in s.get("markers", {}).items()) or "none"]]
@@ -248,7 +277,7 @@ def render(report: Report) -> str:
     if kai.get("queue"):
         staged = report.plan.get("layout") == "staged"
         out += ["QUEUE (KAI units: cpu millicores, memory MB, gpu devices; -1 unlimited"
-                + ("; a staged gang needs room for its largest subgroup at once)" if staged else ")"),
+                + ("; a staged gang needs room for its largest stage at once)" if staged else ")"),
                 table([[r["queue"], r["resource"], r["request"], r["quota"], r["limit"], r["allocated"]]
                        for r in kai["queue"]], ["QUEUE", "RESOURCE", "GANG NEEDS", "QUOTA", "LIMIT", "ALLOCATED"]), ""]
     if "pods" in kai:

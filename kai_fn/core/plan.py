@@ -1,7 +1,13 @@
 """The pure planner: (TrainJob, runtime, settings) → a Plan of exactly what must exist in the cluster.
 
-Nothing here does I/O. The shell turns a Plan into API calls: create :attr:`Plan.podgroup`, patch the JobSet
-with :func:`kai_fn.core.patch.jobset_patch`, then release the TrainJob.
+Nothing here does I/O. The shell turns a Plan into API calls: create every PodGroup of :attr:`Plan.podgroups`,
+patch the JobSet with :func:`kai_fn.core.patch.jobset_patch`, then release the TrainJob.
+
+The KAI flavor makes one flat PodGroup per start wave of the runtime's replicatedJobs (:mod:`kai_fn.core.stages`
+says why): a runtime without ``dependsOn`` gets one, ``pg-<name>-<uid>``. Each sets ``stalenessGracePeriod``
+(``KAI_FN_STALENESS_GRACE_PERIOD``, default ``-1s``: never), because KAI v0.17.0 no longer sees a finished pod and
+would evict the rest of a gang whose pods finish at different times (KAI issue #1968, fixed after v0.17.0); JobSet
+owns the pods' lifecycle, as the per-PodGroup override intends.
 """
 from __future__ import annotations
 
@@ -14,9 +20,11 @@ from kai_fn.core.podsets import PodSet, pod_sets, total_requests
 from kai_fn.core.queue_check import Gang, gangs
 from kai_fn.core.runtime import check_matches
 from kai_fn.core.scope import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, GangPolicy, Problem, gang_policy, out_of_scope
+from kai_fn.core.stages import Stage, main_stage, stages
 
 Flavor = Literal["kai", "scheduler-plugins"]  # which PodGroup API the gang is written to
-Layout = Literal["flat", "staged"]
+Layout = Literal["flat", "staged"]  # staged: more than one start wave (dependsOn), so more than one PodGroup
+NEVER_STALE = "-1s"
 
 
 @dataclass(frozen=True)
@@ -36,13 +44,25 @@ class PodSetSummary:
 
 
 @dataclass(frozen=True)
+class StageSummary:
+    """One PodGroup of the plan: its replicatedJobs and the ``minMember`` KAI holds them to."""
+
+    podgroup: str
+    replicated_jobs: tuple[str, ...]
+    min_member: int
+    main: bool
+
+
+@dataclass(frozen=True)
 class Plan:
     namespace: str
     trainjob: str
     uid: str
     flavor: Flavor
     ignored: str | None = None
-    podgroup: dict[str, Any] | None = None
+    podgroup: dict[str, Any] | None = None  # the main gang's: bound, timed and named on the TrainJob
+    stage_podgroups: tuple[dict[str, Any], ...] = ()  # the other waves' (KAI flavor, dependsOn), in start order
+    stages: tuple[StageSummary, ...] = ()
     pod_templates: tuple[PodTemplateChange, ...] = ()
     jobset_annotations: dict[str, str] = field(default_factory=dict)
     layout: Layout = "flat"
@@ -74,6 +94,18 @@ class Plan:
     def podgroup_name(self) -> str | None:
         return self.podgroup["metadata"]["name"] if self.podgroup else None
 
+    @property
+    def podgroups(self) -> tuple[dict[str, Any], ...]:
+        """Every PodGroup to create, each before any pod can name it."""
+        return (*self.stage_podgroups, self.podgroup) if self.podgroup else ()
+
+    def gang_text(self) -> str:
+        """The gang in a few words, for Events and logs: ``minMember 4`` or each stage's PodGroup."""
+        if len(self.stages) <= 1:
+            return f"minMember {self.stages[0].min_member if self.stages else self.min_member}"
+        return "stages " + "; ".join(f"{s.podgroup} ({', '.join(s.replicated_jobs)}: minMember {s.min_member})"
+                                     for s in self.stages)
+
     def summary(self) -> dict[str, Any]:
         """What the plan decided, for the CLI, Events and logs."""
         out: dict[str, Any] = {"trainJob": f"{self.namespace}/{self.trainjob}", "flavor": self.flavor}
@@ -87,6 +119,9 @@ class Plan:
             "queue": self.queue,
             "podSets": [{"name": p.name, "count": p.count, "requests": p.requests} for p in self.pod_sets],
         }
+        if self.flavor == "kai":
+            out["podGroups"] = [{"name": s.podgroup, "replicatedJobs": list(s.replicated_jobs),
+                                 "minMember": s.min_member, **({"main": True} if s.main else {})} for s in self.stages]
         for key, value in (("priorityClassName", self.priority_class), ("preemptibility", self.preemptibility)):
             if value:
                 out[key] = value
@@ -100,8 +135,9 @@ def kai_podgroup_name(job: TrainJob) -> str:
 
 
 def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_queue: str = "default-queue",
-         schedule_timeout_seconds: int | None = None) -> Plan:
-    """``schedule_timeout_seconds``: kai_fn's own timeout for a KAI gang whose runtime has no podGroupPolicy.kai."""
+         schedule_timeout_seconds: int | None = None, staleness_grace_period: str | None = NEVER_STALE) -> Plan:
+    """``schedule_timeout_seconds``: kai_fn's own timeout for a KAI gang whose runtime has no podGroupPolicy.kai.
+    ``staleness_grace_period``: each KAI PodGroup's ``stalenessGracePeriod`` (a Go duration), None for KAI's."""
     check_matches(job, runtime)
     base = Plan(namespace=job.metadata.namespace, trainjob=job.metadata.name, uid=job.metadata.uid, flavor=flavor)
     if reason := out_of_scope(job, runtime):
@@ -110,11 +146,11 @@ def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_que
     sets = pod_sets(job, runtime)
     policy = gang_policy(job, runtime, sets, default_queue)
     resources = {k: str(q) for k, q in sorted(total_requests(sets).items())}
-    staged = any(ps.depends_on for ps in sets)
+    waves = stages(sets)
     problems = list(policy.problems) + _pod_set_problems(sets)
     base = replace(
         base,
-        layout="staged" if staged and flavor == "kai" else "flat",
+        layout="staged" if len(waves) > 1 and flavor == "kai" else "flat",
         min_member=sum(ps.count for ps in sets),
         min_resources=resources,
         queue=policy.queue if flavor == "kai" else None,
@@ -124,9 +160,9 @@ def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_que
         pod_sets=tuple(PodSetSummary(ps.name, ps.count, {k: str(q) for k, q in sorted(ps.requests.items())}) for ps in sets),
     )
     if flavor == "kai":
-        base = replace(base, gangs=gangs(sets, base.layout == "staged"))
-        return _kai(base, job, sets, policy, problems)
-    return _scheduler_plugins(base, job, sets, problems)
+        base = replace(base, gangs=gangs(waves))
+        return _kai(base, job, waves, policy, problems, staleness_grace_period)
+    return _scheduler_plugins(base, job, sets, waves, problems)
 
 
 def _timeout(policy: GangPolicy, flavor: Flavor, label_only: int | None) -> int | None:
@@ -136,60 +172,70 @@ def _timeout(policy: GangPolicy, flavor: Flavor, label_only: int | None) -> int 
     return DEFAULT_SCHEDULE_TIMEOUT_SECONDS if flavor == "scheduler-plugins" else label_only
 
 
-def _kai(base: Plan, job: TrainJob, sets: list[PodSet], policy: GangPolicy, problems: list[Problem]) -> Plan:
-    name = kai_podgroup_name(job)
-    if why := validation.dns_subdomain(name):
-        problems.append(Problem("PodGroup metadata.name", why))
+def _kai(base: Plan, job: TrainJob, waves: tuple[Stage, ...], policy: GangPolicy, problems: list[Problem],
+         staleness: str | None) -> Plan:
+    main_name = kai_podgroup_name(job)
+    names = {stage.wave: stage.podgroup_name(main_name) for stage in waves}
+    for stage in waves:
+        if why := validation.dns_subdomain(names[stage.wave]):
+            problems.append(Problem(f"PodGroup metadata.name {names[stage.wave]!r}", why))
     problems += _identity_label_problems(job)
-    for ps in sets:
+    for ps in (ps for stage in waves for ps in stage.pod_sets):
         if ps.pod_spec.scheduler_name != keys.KAI_SCHEDULER_NAME:
             problems.append(Problem(
                 f"replicatedJob {ps.name!r} spec.template.spec.schedulerName",
                 f"is {ps.pod_spec.scheduler_name or 'unset (default-scheduler)'}: pods would not be scheduled by KAI; "
                 f"set schedulerName: {keys.KAI_SCHEDULER_NAME} in the runtime's pod templates",
             ))
-        if base.layout == "staged" and (why := validation.dns_label(ps.name)):
-            problems.append(Problem(f"replicatedJob {ps.name!r} name (a KAI subgroup name)", why))
 
-    spec: dict[str, Any] = {"queue": policy.queue}
-    if base.layout == "staged":
-        spec["minSubGroup"] = 1
-        spec["subGroups"] = [{"name": ps.name, "minMember": ps.count} for ps in sets]
-    else:
-        spec["minMember"] = base.min_member
+    podgroups = {stage.wave: _podgroup(keys.KAI_PODGROUP_API, names[stage.wave], job,
+                                       _kai_spec(stage, policy, staleness), base, stage)
+                 for stage in waves}
+    templates = tuple(
+        PodTemplateChange(ps.name, labels={keys.KAI_QUEUE_LABEL: policy.queue},
+                          annotations={keys.KAI_POD_GROUP_ANNOTATION: names[stage.wave]})
+        for stage in waves for ps in stage.pod_sets
+    )
+    order = {ps.name: i for i, ps in enumerate(ps for stage in waves for ps in stage.pod_sets)}
+    main = main_stage(waves) if waves else None
+    base = replace(
+        base,
+        stages=tuple(StageSummary(names[s.wave], s.names, s.min_member, s.main) for s in waves),
+        stage_podgroups=tuple(podgroups[s.wave] for s in waves if not s.main),
+    )
+    return _finish(base, problems, podgroups[main.wave] if main else None,
+                   tuple(sorted(templates, key=lambda t: order[t.replicated_job])), {keys.KAI_SKIP_PODGROUPER: "true"})
+
+
+def _kai_spec(stage: Stage, policy: GangPolicy, staleness: str | None) -> dict[str, Any]:
+    """A flat gang of the stage's pods. Topology binds only the main gang: an initializer needs no placement."""
+    spec: dict[str, Any] = {"queue": policy.queue, "minMember": stage.min_member}
     if policy.priority_class:
         spec["priorityClassName"] = policy.priority_class
     if policy.preemptibility:
         spec["preemptibility"] = policy.preemptibility
-    if policy.topology:
+    if staleness is not None:
+        spec["stalenessGracePeriod"] = staleness
+    if policy.topology and stage.main:
         constraint = {"topology": policy.topology.topology}
         if policy.topology.required_level:
             constraint["requiredTopologyLevel"] = policy.topology.required_level
         if policy.topology.preferred_level:
             constraint["preferredTopologyLevel"] = policy.topology.preferred_level
         spec["topologyConstraint"] = constraint
-
-    templates = tuple(
-        PodTemplateChange(
-            ps.name,
-            labels={keys.KAI_QUEUE_LABEL: policy.queue}
-            | ({keys.KAI_SUBGROUP_LABEL: ps.name} if base.layout == "staged" else {}),
-            annotations={keys.KAI_POD_GROUP_ANNOTATION: name},
-        )
-        for ps in sets
-    )
-    return _finish(base, problems, _podgroup(keys.KAI_PODGROUP_API, name, job, spec, base), templates,
-                   {keys.KAI_SKIP_PODGROUPER: "true"})
+    return spec
 
 
-def _scheduler_plugins(base: Plan, job: TrainJob, sets: list[PodSet], problems: list[Problem]) -> Plan:
-    """One flat gang. With ``dependsOn`` only the trainer stage is ganged: Coscheduling has no subgroups, and a
-    gang over every stage could never be met at once (the initializers must finish before the trainer starts)."""
+def _scheduler_plugins(base: Plan, job: TrainJob, sets: list[PodSet], waves: tuple[Stage, ...],
+                       problems: list[Problem]) -> Plan:
+    """One flat gang, as Trainer's coscheduling plugin counts it. With ``dependsOn`` only the main wave is ganged
+    (:mod:`kai_fn.core.stages`): a gang over pods that are never pending together could never be met, and
+    Coscheduling has one PodGroup per pod; the other waves' pods are scheduled one by one."""
     name = job.metadata.name
     if why := validation.label_value(name):
         problems.append(Problem(f"TrainJob metadata.name (the {keys.SP_POD_GROUP_LABEL} label value)", why))
     problems += _identity_label_problems(job)
-    ganged = trainer_stage(sets)
+    ganged = list(main_stage(waves).pod_sets) if len(waves) > 1 else sets
     if ganged is not sets:
         base = replace(
             base,
@@ -214,18 +260,6 @@ def _scheduler_plugins(base: Plan, job: TrainJob, sets: list[PodSet], problems: 
     return _finish(base, problems, _podgroup(keys.SP_PODGROUP_API, name, job, spec, base), templates, {})
 
 
-def trainer_stage(sets: list[PodSet]) -> list[PodSet]:
-    """The pod sets of a staged runtime that run together last: those of the trainer ancestor step, else those no
-    other set depends on. ``sets`` itself when nothing depends on anything."""
-    if not any(ps.depends_on for ps in sets):
-        return sets
-    trainer = [ps for ps in sets if ps.ancestor == keys.ANCESTOR_TRAINER]
-    if trainer:
-        return trainer
-    needed = {d for ps in sets for d in ps.depends_on}
-    return [ps for ps in sets if ps.name not in needed]
-
-
 def _pod_set_problems(sets: list[PodSet]) -> list[Problem]:
     if not sets:
         return [Problem("runtime spec.template.spec.replicatedJobs", "is empty: there are no pods to gang-schedule")]
@@ -244,7 +278,8 @@ def _identity_label_problems(job: TrainJob) -> list[Problem]:
     ]
 
 
-def _podgroup(api_version: str, name: str, job: TrainJob, spec: dict[str, Any], base: Plan) -> dict[str, Any]:
+def _podgroup(api_version: str, name: str, job: TrainJob, spec: dict[str, Any], base: Plan,
+              stage: Stage | None = None) -> dict[str, Any]:
     return {
         "apiVersion": api_version,
         "kind": "PodGroup",
@@ -256,7 +291,7 @@ def _podgroup(api_version: str, name: str, job: TrainJob, spec: dict[str, Any], 
                 keys.TRAINJOB_NAME_LABEL: job.metadata.name,
                 keys.TRAINJOB_UID_LABEL: job.metadata.uid,
             },
-            "annotations": _podgroup_annotations(base),
+            "annotations": _podgroup_annotations(base, stage),
             "ownerReferences": [{
                 "apiVersion": keys.TRAINER_API,
                 "kind": keys.TRAINJOB_KIND,
@@ -270,9 +305,15 @@ def _podgroup(api_version: str, name: str, job: TrainJob, spec: dict[str, Any], 
     }
 
 
-def _podgroup_annotations(base: Plan) -> dict[str, str]:
-    notes = {keys.MIN_RESOURCES_ANNOTATION: ",".join(f"{k}={v}" for k, v in base.min_resources.items())}
-    if base.flavor == "kai" and base.schedule_timeout_seconds is not None:
+def _podgroup_annotations(base: Plan, stage: Stage | None) -> dict[str, str]:
+    """``minResources`` of the pods this PodGroup gangs (Trainer's arithmetic: ``replicas`` left out), for people."""
+    sets = list(stage.pod_sets) if stage is not None and base.layout == "staged" else None
+    resources = ({k: str(q) for k, q in sorted(total_requests(sets).items())} if sets is not None
+                 else base.min_resources)
+    notes = {keys.MIN_RESOURCES_ANNOTATION: ",".join(f"{k}={v}" for k, v in resources.items())}
+    if stage is not None and base.layout == "staged":
+        notes[keys.STAGE_ANNOTATION] = ",".join(stage.names)
+    if base.flavor == "kai" and base.schedule_timeout_seconds is not None and (stage is None or stage.main):
         notes[keys.SCHEDULE_TIMEOUT_ANNOTATION] = str(base.schedule_timeout_seconds)
     return notes
 

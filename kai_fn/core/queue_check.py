@@ -20,7 +20,8 @@ from typing import Literal
 from pydantic import StrictFloat, StrictInt, StrictStr
 
 from kai_fn.core.models import Container, InputError, Meta, Model, PodSpec, Resources, parse
-from kai_fn.core.podsets import PodSet, Requests, pod_requests
+from kai_fn.core.podsets import Requests, pod_requests
+from kai_fn.core.stages import Stage
 
 Resource = Literal["gpu", "cpu", "memory"]
 Bound = Literal["limit", "quota"]
@@ -137,11 +138,12 @@ class Members:
 
 @dataclass(frozen=True)
 class Gang:
-    """``min_member`` pods out of ``members`` that KAI must place at once; ``subgroup`` names a KAI subgroup."""
+    """``min_member`` pods out of ``members`` that KAI must place at once; ``stage`` names the replicatedJobs of a
+    staged gang's PodGroup."""
 
     min_member: int
     members: tuple[Members, ...]
-    subgroup: str | None = None
+    stage: str | None = None
 
     def request(self, resource: Resource, view: Literal["kai", "trainer"] = "kai") -> Decimal:
         """What ``min_member`` of the pods ask for. When there are more pods than that (``replicas``), the least any
@@ -156,17 +158,17 @@ class Gang:
         return total
 
 
-def gangs(sets: Sequence[PodSet], staged: bool) -> tuple[Gang, ...]:
-    """What KAI places at once. Flat: all ``minMember`` pods. Staged (one subgroup per replicatedJob, root
-    ``minSubGroup: 1``, later jobs created only when earlier ones finish): each subgroup on its own, so each must
-    fit alone; their sum need not."""
-    members = [
-        Members(ps.count * ps.replicas, kai_amounts(pod_requests(as_admitted(ps.pod_spec))), kai_amounts(ps.requests))
-        for ps in sets
-    ]
-    if staged:
-        return tuple(Gang(ps.count, (m,), ps.name) for ps, m in zip(sets, members, strict=True))
-    return (Gang(sum(ps.count for ps in sets), tuple(members)),)
+def gangs(waves: Sequence[Stage]) -> tuple[Gang, ...]:
+    """What KAI places at once: each wave's PodGroup on its own (:mod:`kai_fn.core.stages`), every pod of it. The
+    waves run one after the other, so each must fit alone; their sum need not."""
+    staged = len(waves) > 1
+    return tuple(
+        Gang(stage.min_member,
+             tuple(Members(ps.count * max(ps.replicas, 1), kai_amounts(pod_requests(as_admitted(ps.pod_spec))),
+                           kai_amounts(ps.requests)) for ps in stage.pod_sets),
+             ", ".join(stage.names) if staged else None)
+        for stage in waves
+    )
 
 
 # -- the verdict -----------------------------------------------------------------------------------------------------
@@ -211,7 +213,7 @@ def check(tree: QueueTree, queue: str, demand: Sequence[Gang], non_preemptible: 
 
 
 def demand_of(gangs_: Sequence[Gang], resource: Resource) -> Decimal:
-    """What KAI must fit at once of one resource: the largest gang (with subgroups, the largest subgroup)."""
+    """What KAI must fit at once of one resource: the largest gang (of a staged one, the largest stage)."""
     return max((g.request(resource) for g in gangs_), default=Decimal(0))
 
 
@@ -220,7 +222,7 @@ def _over_message(gang: Gang, q: Queue, leaf: str, resource: Resource, kind: Bou
     unit = UNITS[resource]
     name = q.metadata.name
     where = f"Queue {name}" + (f" (an ancestor of {leaf})" if name != leaf else "")
-    who = f"subgroup {gang.subgroup}: its {gang.min_member} pods" if gang.subgroup else f"its {gang.min_member} pods"
+    who = f"stage {gang.stage}: its {gang.min_member} pods" if gang.stage else f"its {gang.min_member} pods"
     message = (f"the gang can never fit: {who} request {resource} {show(request)} {unit}, over the {kind} "
                f"{show(bound)} {unit} of {where}")
     if kind == "quota":

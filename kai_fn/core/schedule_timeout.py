@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import datetime
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kai_fn.core import keys
-from kai_fn.core.gang import GangCount
+from kai_fn.core.gang import GangCount, members
 
 _SECONDS = re.compile(r"^[0-9]{1,9}$")
 _ONE_SECOND = datetime.timedelta(seconds=1)
@@ -127,7 +127,18 @@ def new_wait(trainjob: dict[str, Any], now: datetime.datetime) -> str | None:
 
 
 def placed(counted: GangCount) -> bool:
-    """Whether KAI placed the gang, which ends its wait: its ``minMember`` pods on nodes; with subgroups (root
-    ``minSubGroup: 1``, later stages created only when earlier ones finish), any one subgroup's, which is all KAI
-    places before the later stages exist. A stage that waits longer than its initializers ran is not timed out."""
+    """Whether KAI placed the gang, which ends its wait: its ``minMember`` pods on nodes (with subgroups, which
+    kai_fn no longer makes but a PodGroup made before may have, any one subgroup's)."""
     return counted.bound or any(part.satisfied for part in counted.parts)
+
+
+def main_stage_wait(wait: Wait, podgroup: dict[str, Any], pods: list[dict[str, Any]]) -> Wait | None:
+    """The wait of a staged gang's main wave, which starts when its first pod exists: the waves before it
+    (initializers) run first, for as long as they need, and are not the scheduler's delay. None while none of its
+    pods exists yet. A flat gang's wait is unchanged: it starts at the release."""
+    if keys.STAGE_ANNOTATION not in _notes(podgroup):
+        return wait
+    created = [t for pod in members(podgroup, pods) if (t := parse_time(_meta(pod).get("creationTimestamp")))]
+    if not created:
+        return None
+    return replace(wait, started=max(wait.started, min(created)))

@@ -35,6 +35,11 @@ class Transient(Exception):
     """A failure a retry may fix; the function answers 503 with Retry-After."""
 
 
+class NotServed(Transient):
+    """404 on a list or a create of a kind: its API is not installed (KAI Scheduler's CRDs, say). A retry helps
+    only once someone installs it, so the reconciler says so once rather than answering 503 for ever."""
+
+
 class Gone(Exception):
     """404 on a write: the object was deleted meanwhile."""
 
@@ -214,16 +219,22 @@ class Session:
             self.cluster.remember_queues(tree)
             return tree, False
 
-    def podgroups(self) -> list[dict[str, Any]]:
-        """KAI PodGroups kai_fn made, in every namespace."""
-        group, version = keys.KAI_PODGROUP_API.split("/")
-        return self._list(self._custom.list_cluster_custom_object, group, version, "podgroups",
-                          label_selector=f"{keys.MANAGED_BY_LABEL}={keys.MANAGED_BY}")
+    def podgroups(self, api_version: str = keys.KAI_PODGROUP_API, namespace: str | None = None,
+                  selector: str = f"{keys.MANAGED_BY_LABEL}={keys.MANAGED_BY}") -> list[dict[str, Any]]:
+        """PodGroups kai_fn made (KAI's unless told), in every namespace unless told."""
+        group, version = api_version.split("/")
+        if namespace is None:
+            return self._list(self._custom.list_cluster_custom_object, group, version, "podgroups",
+                              label_selector=selector)
+        return self._list(self._custom.list_namespaced_custom_object, group, version, namespace, "podgroups",
+                          label_selector=selector)
 
     def _list(self, fn: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         try:
             found = self._call(fn, *args, **kwargs)
         except ApiException as error:
+            if error.status == 404:
+                raise NotServed(f"{'/'.join(str(a) for a in args[:3])} is not served (404 on list)") from None
             raise Transient(f"API {error.status} on list") from None
         return list((found or {}).get("items") or [])
 
@@ -240,6 +251,8 @@ class Session:
         except ApiException as error:
             if error.status == 409:
                 return False
+            if error.status == 404:
+                raise NotServed(f"{body['apiVersion']} podgroups is not served (404 on create)") from None
             raise Transient(f"API {error.status} on create podgroup") from None
         return True
 
@@ -278,6 +291,25 @@ class Session:
         response.read()
         return client.response_deserialize(response, {"200": "object", "201": "object"}).data
 
+    def _request(self, method: str, path: str, _request_timeout: float, *, body: Any = None,
+                 query: list[tuple[str, str]] | None = None, content_type: str = "application/json",
+                 **path_params: str) -> Any:
+        """Any call on a built-in kind through the ApiClient, like :meth:`_post`."""
+        client = self.cluster.client
+        headers = {"Accept": "application/json"} | ({"Content-Type": content_type} if body is not None else {})
+        request = client.param_serialize(method, path, path_params=path_params, query_params=query or [],
+                                         header_params=headers, body=body, auth_settings=["BearerToken"])
+        response = client.call_api(*request, _request_timeout=_request_timeout)
+        response.read()
+        return client.response_deserialize(response, {"200": "object", "201": "object"}).data
+
+    def request(self, method: str, path: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
+                content_type: str = "application/json", **path_params: str) -> Any:
+        """One metered, counted call on a built-in kind (Leases, Events, reviews); 404, 409 and 422 raise
+        ApiException, anything else that fails :class:`Transient`."""
+        return self._call(self._request, method, path, body=body, query=query, content_type=content_type,
+                          **path_params)
+
     def review_token(self, token: str, audience: str) -> dict[str, Any]:
         """A TokenReview's ``status``; Transient when the API cannot answer (the sender should retry)."""
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
@@ -313,8 +345,12 @@ class Session:
             raise Transient(f"API {error.status} on list pods") from None
         return list(found.get("items") or [])
 
-    def list_trainjobs(self) -> list[dict[str, Any]]:
-        return self._list(self._custom.list_cluster_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION, "trainjobs")
+    def list_trainjobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        if namespace is None:
+            return self._list(self._custom.list_cluster_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,
+                              "trainjobs")
+        return self._list(self._custom.list_namespaced_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,
+                          namespace, "trainjobs")
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
         """True when the Event is there (written now, or already: 409 on its content-derived name). Best effort:

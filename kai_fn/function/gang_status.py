@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kai_fn.core import gang, keys
+from kai_fn.core.stages import is_stage_of
 from kai_fn.function import metrics, report
 from kai_fn.function.cluster import Gone, Session, Transient
 from kai_fn.function.events import PodGroupEvent
@@ -57,7 +58,8 @@ def settled(trainjob: dict[str, Any], podgroup_name: str | None = None) -> str |
     if meta.get("deletionTimestamp"):
         return "the TrainJob is being deleted"
     marker = notes.get(keys.MARKER_PODGROUP)
-    if marker is None or (podgroup_name is not None and marker != podgroup_name):
+    if marker is None or (podgroup_name is not None and marker != podgroup_name
+                          and not is_stage_of(podgroup_name, marker)):
         return "the TrainJob's gang is not this PodGroup, or not made yet"
     if (trainjob.get("spec") or {}).get("suspend") is not False:
         return "the TrainJob is suspended: its pods do not exist"
@@ -65,12 +67,17 @@ def settled(trainjob: dict[str, Any], podgroup_name: str | None = None) -> str |
 
 
 def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, Any], *, fresh: bool) -> Outcome:
-    """Bound: GangBound once, then the mark. Nothing on a node and KAI gives reasons: GangUnschedulable."""
+    """Bound: GangBound once, then the mark. Nothing on a node and KAI gives reasons: GangUnschedulable. Another
+    stage's PodGroup (initializers, MPI's launcher) gets reasons only: GangBound is the main gang's."""
     meta = trainjob["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta.get("uid")
     pg_name = podgroup["metadata"]["name"]
+    main = (meta.get("annotations") or {}).get(keys.MARKER_PODGROUP) == pg_name
     pods = session.jobset_pods(ns, name)
     counted = gang.count(podgroup, pods)
+    if counted.bound and not main:
+        return Outcome("skipped", f"stage bound ({counted.summary()}); GangBound waits for the main gang",
+                       ns, name, uid, pg_name)
     if counted.bound:
         message = f"PodGroup {pg_name}: every pod of the gang is on a node ({counted.summary()})"
         body = report.event_body(trainjob, report.GANG_BOUND, message, warning=False, key=pg_name)

@@ -9,7 +9,7 @@ attacker posting odd CloudEvents cannot grow the series without bound.
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -39,6 +39,12 @@ PRECHECK_REFUSALS = Counter(
 )
 TIMEOUTS = Counter("kai_fn_schedule_timeouts", "Gangs not fully bound within their schedule timeout.",
                    registry=REGISTRY)
+# A timestamp, not a count, so an alert can tell how long ago the last resync succeeded from the last value
+# Prometheus scraped, also while the function is down (max_over_time): knative/overlays/servicemonitor/alerts.yaml.
+LAST_RESYNC = Gauge(
+    "kai_fn_last_resync_timestamp_seconds", "When the last resync (PingSource) succeeded, in Unix seconds; 0 before "
+    "the first one of this process.", registry=REGISTRY,
+)
 
 PING = "dev.knative.sources.ping"
 _APISERVER = "dev.knative.apiserver."

@@ -22,8 +22,8 @@ from kai_fn.core.plan import Plan, plan
 from kai_fn.core.queue_check import check
 from kai_fn.core.runtime import target
 from kai_fn.core.schedule_timeout import new_wait, stamp
-from kai_fn.function import gang_status, metrics, report, timeouts
-from kai_fn.function.cluster import Gone, GuardFailed, Session, Stale, Transient
+from kai_fn.function import gang_status, heartbeat, metrics, report, timeouts
+from kai_fn.function.cluster import Gone, GuardFailed, NotServed, Session, Stale, Transient
 from kai_fn.function.events import TrainJobEvent
 from kai_fn.function.report import Outcome, Result
 from kai_fn.function.settings import Settings
@@ -57,7 +57,7 @@ def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Out
 def resync(session: Session, settings: Settings) -> Outcome:
     """Reconcile suspended TrainJobs that no event brought us (the source replays nothing after a restart), then
     look at released gangs not yet known to be bound (binding changes no PodGroup, so no event says it) and at
-    their schedule timeouts."""
+    their schedule timeouts; a resync that got this far renews the heartbeat (:mod:`kai_fn.function.heartbeat`)."""
     listed = session.list_trainjobs()
     waiting = [
         o for o in listed
@@ -83,7 +83,7 @@ def resync(session: Session, settings: Settings) -> Outcome:
                + (f"; {len(released)} released gangs not yet bound: {gangs}" if released else ""))
     if settings.flavor == "kai":
         summary += "; " + timeouts.check(session, settings, listed, _now())
-    return Outcome("done", summary)
+    return Outcome("done", summary + "; " + heartbeat.beat(session, settings, _now()))
 
 
 def _now() -> datetime.datetime:
@@ -142,9 +142,7 @@ class Reconciler:
             return self.warn(report.RUNTIME_NOT_FOUND, f"{where} does not exist; a retry cannot help until it does",
                              result="ignored")
         try:
-            result = plan(job, parse(Runtime, raw), flavor=self.settings.flavor,
-                          default_queue=self.settings.default_queue,
-                          schedule_timeout_seconds=self.settings.schedule_timeout_seconds)
+            result = plan(job, parse(Runtime, raw), **self.settings.planning())
         except InputError as error:
             return self.warn(report.INVALID_RUNTIME, f"{where}: {error}")
         if result.ignored:
@@ -207,12 +205,19 @@ class Reconciler:
                 return self.after_earlier_work(result)
             if jobset.get("spec", {}).get("suspend") is not True:
                 return self.too_late_unless_suspending()
-            if not checked and (refused := self.queue_precheck(result)) is not None:
-                return refused
-            checked = True
-            if self.session.create_podgroup(result.podgroup):
-                created = True
-                metrics.GANGS_CREATED.inc()
+            try:
+                if not checked and (refused := self.queue_precheck(result)) is not None:
+                    return refused
+                checked = True
+                for podgroup in result.podgroups:
+                    if self.session.create_podgroup(podgroup):
+                        created = True
+                        metrics.GANGS_CREATED.inc()
+            except NotServed as missing:
+                return self.warn(report.SCHEDULER_NOT_SERVED,
+                                 f"{missing}: is {'KAI Scheduler' if self.settings.flavor == 'kai' else 'scheduler-plugins'}"
+                                 f" installed (KAI_PODGROUP_FLAVOR={self.settings.flavor})? The TrainJob stays suspended "
+                                 f"and is tried again on its next change and at every resync")
             try:
                 self.session.patch_jobset(self.namespace, self.name, ops)
             except GuardFailed:
@@ -268,13 +273,13 @@ class Reconciler:
                 merge["metadata"]["annotations"][keys.RELEASED_AT_ANNOTATION] = stamp(_now())
         self.session.patch_trainjob(self.namespace, self.name, merge)
         resources = ",".join(f"{k}={v}" for k, v in result.min_resources.items()) or "none"
+        made = "PodGroups" if len(result.podgroups) > 1 else "PodGroup"
         message = (
-            f"PodGroup {result.podgroup_name} {'created' if created else 'in place'}: minMember {result.min_member}"
-            f"{' in ' + str(len(result.pod_sets)) + ' subgroups' if result.layout == 'staged' else ''}, "
-            f"queue {result.queue or 'n/a'}, minResources {resources}; "
-            + (f"left suspended: {hold}" if hold else "released")
+            f"{made} {result.podgroup_name}{' and its stages' if len(result.podgroups) > 1 else ''} "
+            f"{'created' if created else 'in place'}: {result.gang_text()}, queue {result.queue or 'n/a'}, "
+            f"minResources {resources}; " + (f"left suspended: {hold}" if hold else "released")
         )
-        self.session.create_event(self.namespace, report.event_body(obj, report.GANG_SCHEDULED, message, warning=False,
+        self.session.create_event(self.namespace, report.event_body(obj, report.GANG_CREATED, message, warning=False,
                                                                    key=result.podgroup_name))
         return self.outcome("done", message, result.podgroup_name)
 

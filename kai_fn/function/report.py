@@ -26,8 +26,9 @@ GANG_UNSCHEDULABLE = "GangUnschedulable"
 QUEUE_NOT_FOUND = "QueueNotFound"
 GANG_EXCEEDS_QUEUE = "GangExceedsQueue"
 SCHEDULE_TIMEOUT = "ScheduleTimeout"
+SCHEDULER_NOT_SERVED = "SchedulerNotInstalled"  # the PodGroup or Queue API answers 404
 # Normal
-GANG_SCHEDULED = "GangScheduled"
+GANG_CREATED = "GangCreated"
 GANG_BOUND = "GangBound"
 
 Result = Literal["done", "skipped", "ignored", "blocked", "retry"]

@@ -1,14 +1,16 @@
 """Settings from the environment, validated once at start-up; a bad value stops the process with its name."""
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from kai_fn.core import validation
-from kai_fn.core.plan import Flavor
+from kai_fn.core.plan import NEVER_STALE, Flavor
 
+_GO_DURATION = re.compile(r"^-?(0|([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+)$")  # Go's time.ParseDuration
 QueueCheck = Literal["enforce", "warn", "off"]
 OnTimeout = Literal["event", "suspend"]
 
@@ -34,6 +36,9 @@ class Settings(BaseSettings):
     queue_check: QueueCheck = Field("enforce", alias="KAI_FN_QUEUE_CHECK")
     schedule_timeout_seconds: int | None = Field(None, ge=0, alias="KAI_FN_SCHEDULE_TIMEOUT_SECONDS")
     on_timeout: OnTimeout = Field("event", alias="KAI_FN_ON_TIMEOUT")
+    staleness_grace_period: str | None = Field(NEVER_STALE, alias="KAI_FN_STALENESS_GRACE_PERIOD")
+    # The resync's heartbeat: a Lease NAMESPACE/NAME renewed after each successful resync; empty: none written.
+    heartbeat_lease: str = Field("kai-fn/kai-fn-resync", alias="KAI_FN_HEARTBEAT_LEASE")
 
     @field_validator("default_queue")
     @classmethod
@@ -62,15 +67,38 @@ class Settings(BaseSettings):
                     not namespace or not name or validation.dns_label(namespace) or validation.dns_subdomain(name):
                 raise ValueError(f"{sender!r} is not system:serviceaccount:<namespace>:<name>")
         return value
-    @field_validator("schedule_timeout_seconds", mode="before")
+
+    @field_validator("heartbeat_lease")
+    @classmethod
+    def _namespace_slash_name(cls, value: str) -> str:
+        namespace, slash, name = value.strip().partition("/")
+        if value.strip() and (not slash or validation.dns_label(namespace) or validation.dns_subdomain(name)):
+            raise ValueError("must be NAMESPACE/NAME of a Lease, or empty")
+        return value.strip()
+
+    @field_validator("schedule_timeout_seconds", "staleness_grace_period", mode="before")
     @classmethod
     def _unset_when_empty(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("staleness_grace_period")
+    @classmethod
+    def _go_duration(cls, value: str | None) -> str | None:
+        """What KAI parses (``time.ParseDuration``): ``-1s`` never evicts, ``60s`` is KAI's own default."""
+        if value is not None and not _GO_DURATION.match(value):
+            raise ValueError("must be a Go duration such as -1s, 60s or 5m (empty: KAI's default)")
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
+
+    def planning(self) -> dict[str, object]:
+        """The settings the planner reads, as :func:`kai_fn.core.plan.plan` takes them."""
+        return {"flavor": self.flavor, "default_queue": self.default_queue,
+                "schedule_timeout_seconds": self.schedule_timeout_seconds,
+                "staleness_grace_period": self.staleness_grace_period}
 
     def watches(self, namespace: str) -> bool:
         return not self.namespaces or namespace in self.namespaces

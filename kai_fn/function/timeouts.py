@@ -12,7 +12,7 @@ import datetime
 from typing import Any
 
 from kai_fn.core import gang, keys
-from kai_fn.core.schedule_timeout import Wait, new_wait, overdue, placed, stamp, started
+from kai_fn.core.schedule_timeout import Wait, main_stage_wait, new_wait, overdue, placed, stamp, started
 from kai_fn.function import metrics, report
 from kai_fn.function.cluster import Gone, Session, Stale, Transient
 from kai_fn.function.settings import Settings
@@ -58,9 +58,14 @@ def time_out(session: Session, settings: Settings, wait: Wait, trainjob: dict[st
              now: datetime.datetime) -> str:
     """One overdue gang: bound after all (the wait ends quietly), or timed out (marked, maybe suspended, reported)."""
     if keys.GANG_BOUND_ANNOTATION not in ((trainjob.get("metadata") or {}).get("annotations") or {}):
-        if placed(gang.count(podgroup, session.jobset_pods(wait.namespace, wait.name))):
+        pods = session.jobset_pods(wait.namespace, wait.name)
+        if placed(gang.count(podgroup, pods)):
             ended = {keys.RELEASED_AT_ANNOTATION: None, keys.TIMED_OUT_ANNOTATION: None}
             return "bound" if _guarded(session, trainjob, {"annotations": ended}, {}) else "changed"
+        staged = main_stage_wait(wait, podgroup, pods)
+        if staged is None or staged.deadline > now:
+            return "earlier stage running" if staged is None else "stage waiting"
+        wait = staged
     suspend = settings.on_timeout == "suspend"
     notes: dict[str, Any] = {keys.TIMED_OUT_ANNOTATION: stamp(now)}
     if suspend:

@@ -2,7 +2,7 @@
 
 :func:`running` applies, for its flavor, what a cluster without Knative can hold of the manifests (``kai``:
 knative/base; ``scheduler-plugins``: knative/overlays/scheduler-plugins): the function's Namespace, ServiceAccounts,
-ClusterRoles and bindings, and the admission policy; then the sample runtimes of samples/chain, their pods sent to
+(Cluster)Roles and bindings, its heartbeat Lease, and the admission policy; then the sample runtimes of samples/chain, their pods sent to
 the flavor's scheduler (KAI, or the Coscheduling profile); then runs the function as a functions-framework process
 with its ServiceAccount's token and the Service's settings, fed by the event sources (:func:`event_sources`, with
 OIDC-style tokens when ``audience`` is set). Everything it started stops on exit, and the admission policy is
@@ -52,7 +52,7 @@ SOURCE_SAS = {
     "ping": "kai-fn-resync-oidc-sources.knative.dev-pingsource",
 }
 RUNTIMES = ("clustertrainingruntime-chain.yaml", "clustertrainingruntime-chain-staged.yaml")
-_FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+_FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease"}
 _POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
 
 

@@ -2,8 +2,8 @@
 
 A Kubernetes API emulator (kmock) in this process, seeded with what Trainer and KAI would have made; the real
 function server in another; the sample ApiServerSource events sent to it over HTTP (TrainJobs, then the gang's
-PodGroup as KAI reports on it); what each one cost; what the "cluster" holds at the end, as tables; and an
-``explain`` of a bound and of a blocked TrainJob.
+PodGroup as KAI reports on it); what each one cost; what the "cluster" holds at the end, as tables; an
+``explain`` of a bound and of a blocked TrainJob; and ``status`` of them all.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from kai_fn.function.settings import load
-from kai_fn.commands import explain
+from kai_fn.commands import explain, status
 from kai_fn.local.emulator import Call, Emulator
 from kai_fn.commands.invoke import load_sample, post
 from kai_fn.local.process import REPO, FunctionProcess
@@ -97,11 +97,11 @@ def show_cluster(api: Emulator) -> None:
     print("\n== What the cluster holds now\n\nPodGroups")
     rows = []
     for pg in api.list(KAI_PG, "PodGroup"):
-        spec = pg["spec"]
-        gang = (f"minMember {spec['minMember']}" if "minMember" in spec else
-                "minSubGroup 1 of " + ", ".join(f"{s['name']}({s['minMember']})" for s in spec.get("subGroups", [])))
-        rows.append([pg["metadata"]["labels"].get("kai-fn/trainjob"), spec["queue"], gang,
-                     (pg["metadata"].get("annotations") or {}).get("kai-fn/min-resources")])
+        notes = pg["metadata"].get("annotations") or {}
+        stage = notes.get("kai-fn/replicated-jobs")
+        gang = f"minMember {pg['spec']['minMember']}" + (f" of {stage}" if stage else "")
+        rows.append([pg["metadata"]["labels"].get("kai-fn/trainjob"), pg["spec"]["queue"], gang,
+                     notes.get("kai-fn/min-resources") or "-"])
     print(table(rows, ["TRAINJOB", "QUEUE", "GANG", "MIN RESOURCES"]))
     print("\nJobSet pod templates")
     rows = []
@@ -111,8 +111,8 @@ def show_cluster(api: Emulator) -> None:
             meta = rj["template"]["spec"]["template"].get("metadata") or {}
             keys = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
             rows.append([js["metadata"]["name"], rj["name"], keys.get("pod-group-name"), keys.get("kai.scheduler/queue"),
-                         keys.get("kai.scheduler/subgroup-name"), skip])
-    print(table(rows, ["JOBSET", "REPLICATED JOB", "pod-group-name", "QUEUE", "SUBGROUP", "SKIP-PODGROUPER"]))
+                         skip])
+    print(table(rows, ["JOBSET", "REPLICATED JOB", "pod-group-name", "QUEUE", "SKIP-PODGROUPER"]))
     print("\nTrainJobs")
     rows = []
     for tj in api.list(TRAINER, "TrainJob"):
@@ -160,4 +160,10 @@ def run() -> int:
             code, text = explain.run(f"{NS}/{name}", api.kubeconfig, "text", load())
             print(text)
             print(f"(exit {code})")
+        print(f"\n== python -m kai_fn status -n {NS}: every TrainJob kai_fn holds, what needs attention first\n")
+        code, text, _ = status.run(NS, api.kubeconfig, "text", "2m", None, load())
+        print(text)
+        print(f"(exit {code}: nothing held longer than 2m)")
+    print("\nOn a cluster: python -m kai_fn status -A (exit 1 when a TrainJob is held longer than --held-for),"
+          "\nexplain NAMESPACE/NAME for one of them, and release --held -A when the function is down.")
     return 0

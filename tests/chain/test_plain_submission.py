@@ -67,4 +67,4 @@ def test_a_plainly_submitted_trainjob_is_released_with_its_gang_and_never_too_la
         assert all(t["annotations"]["pod-group-name"] == podgroup for t in templates)
         objs.get_namespaced_custom_object("scheduling.run.ai", "v2alpha2", ns, "podgroups", podgroup)
         reasons = {e.reason for e in client.CoreV1Api(chain.api).list_namespaced_event(ns).items}
-        assert "GangScheduled" in reasons and "TooLate" not in reasons
+        assert "GangCreated" in reasons and "TooLate" not in reasons

@@ -190,8 +190,8 @@ def test_a_cluster_that_does_not_answer_is_exit_2(tmp_path, capsys):
     assert code == 2 and err.startswith("error: cannot read TrainJob team-a/x: API unreachable")
 
 
-def test_a_staged_gang_is_held_against_its_queue_by_its_largest_subgroup_not_the_sum(api, function, capsys):
-    """KAI places each subgroup on its own: bert-pretrain's trainer nodes need 24 GPUs, its initializers none."""
+def test_a_staged_gang_is_held_against_its_queue_by_its_largest_stage_not_the_sum(api, function, capsys):
+    """KAI places each stage on its own: bert-pretrain's trainer nodes need 24 GPUs, its initializers none."""
     from tests.ce import ref
     small = sample_object("queue-team-a")
     small["spec"]["resources"]["gpu"]["limit"] = 24
@@ -203,3 +203,49 @@ def test_a_staged_gang_is_held_against_its_queue_by_its_largest_subgroup_not_the
     assert (code, report["status"]) == (0, "progressing"), report["next"]
     cpu = [r["request"] for r in report["kai"]["queue"] if r["resource"] == "cpu"]
     assert cpu == [24000, 24000], "the trainer subgroup (3 × 8 cores), not 25 cores for all five pods"
+
+
+# -- the reading it shares with status, and an absent function ---------------------------------------------------
+
+def _held_for_5m(api):
+    from tests.commands.test_status import AUTO, trainjob
+    seed_llama(api, trainjob=trainjob(notes=AUTO, age=dict(minutes=5)))
+
+
+@pytest.mark.parametrize("heartbeat_age, code, status, next_step", [
+    (None, 1, "blocked", r"^kai_fn looks absent \(no heartbeat readable \(Lease kai-fn/kai-fn-resync: not found\)\) "
+                         r"and it has been held for 5m: .* python -m kai_fn release team-a/llama-finetune --yes"),
+    (dict(minutes=10), 1, "blocked", r"^kai_fn looks absent \(no resync for 10m "),
+    (dict(seconds=30), 0, "progressing", r"kai_fn makes its gang on the next event or resync"),
+], ids=["no heartbeat", "stale heartbeat", "fresh heartbeat"])
+def test_held_longer_than_a_resync_period_it_says_when_the_function_looks_absent(api, capsys, heartbeat_age, code,
+                                                                                  status, next_step):
+    from tests.commands.test_status import heartbeat
+    _held_for_5m(api)
+    if heartbeat_age:
+        heartbeat(api, **heartbeat_age)
+    got, out, _ = explain(api, f"{NS}/{NAME}", "-o", "json", capsys=capsys)
+    report = json.loads(out)
+    assert (got, report["status"]) == (code, status)
+    assert re.search(next_step, report["next"]), report["next"]
+
+
+def _gpt_large_refused(api, url):
+    name = _gpt_large(api, url)
+    send(url, resource(api.get(TRAINER, "TrainJob", NS, name)))
+    return name
+
+
+@pytest.mark.parametrize("setup", [_released_unschedulable, _released_bound, _gpt_large_refused,
+                                   _not_released_no_jobset], ids=["waiting", "bound", "blocked", "held"])
+def test_its_reading_is_the_line_status_prints_for_it(api, function, capsys, setup):
+    name = setup(api, function.url)
+    _, out, _ = explain(api, f"{NS}/{name}", "-o", "json", capsys=capsys)
+    reading = json.loads(out)["reading"]
+    assert reading["state"] == {_released_unschedulable: "waiting", _released_bound: "bound",
+                                _gpt_large_refused: "blocked", _not_released_no_jobset: "held"}[setup]
+    cli.main(["status", "-n", NS, "-o", "json", "--kubeconfig", api.kubeconfig])
+    (line,) = [i for i in json.loads(capsys.readouterr().out) if i["name"] == name]
+    assert reading == {k: v for k, v in line.items() if k != "stranded"}
+    _, text, _ = explain(api, f"{NS}/{name}", capsys=capsys)
+    assert re.search(rf"^  state +{line['state']} for \d+s: ", text, re.M)

@@ -74,7 +74,8 @@ def test_flat_kai_podgroup_is_named_owned_labelled_and_fits_the_crd():
     assert pg["metadata"]["ownerReferences"] == [{
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job", "uid": UID,
         "controller": True, "blockOwnerDeletion": True}]
-    assert pg["spec"] == {"queue": "rt-queue", "minMember": 3}
+    assert pg["spec"] == {"queue": "rt-queue", "minMember": 3, "stalenessGracePeriod": "-1s"}
+    assert result.stage_podgroups == () and result.podgroups == (pg,)
     assert result.layout == "flat"
     assert result.jobset_annotations == {"kai.scheduler/skip-podgrouper": "true"}
     (change,) = result.pod_templates
@@ -82,22 +83,79 @@ def test_flat_kai_podgroup_is_named_owned_labelled_and_fits_the_crd():
     assert change.labels == {"kai.scheduler/queue": "rt-queue"}
 
 
-def test_depends_on_gives_one_subgroup_per_replicated_job_and_labels_pods_with_it():
-    rt = runtime(rjob("dataset-initializer", ancestor="dataset-initializer"),
-                 rjob("model-initializer", ancestor="model-initializer"),
-                 rjob("node", depends_on=["dataset-initializer", "model-initializer"]),
-                 ml_policy={"numNodes": 30, "torch": {}})
+GPU = [container(requests={"nvidia.com/gpu": "8"})]
+INITIALIZERS = (rjob("dataset-initializer", ancestor="dataset-initializer"),
+                rjob("model-initializer", ancestor="model-initializer"))
+
+
+def launcher(parallelism=None):
+    return {**rjob("launcher", parallelism=parallelism), "dependsOn": [{"name": "node", "status": "Ready"}]}
+
+
+# Each runtime shape Trainer has: (runtime, numNodes) -> the PodGroups, in start order, as
+# (name suffix, replicatedJobs, minMember); the main gang is the one without a suffix.
+SHAPES = [
+    pytest.param(runtime(rjob(containers=GPU), ml_policy={"torch": {}}), 4, [("", ["node"], 4)], id="flat-torch"),
+    pytest.param(runtime(*INITIALIZERS, rjob("node", containers=GPU, depends_on=["dataset-initializer", "model-initializer"]),
+                         ml_policy={"numNodes": 30, "torch": {}}), None,
+                 [("-stage-0", ["dataset-initializer", "model-initializer"], 2), ("", ["node"], 30)],
+                 id="torch-with-initializers"),
+    pytest.param(runtime(rjob(containers=GPU), launcher(), ml_policy={"mpi": {"runLauncherAsNode": False}}), 4,
+                 [("", ["node"], 4), ("-stage-1", ["launcher"], 1)], id="mpi-launcher-apart"),
+    pytest.param(runtime(rjob(containers=GPU), launcher(), ml_policy={"mpi": {"runLauncherAsNode": True}}), 4,
+                 [("", ["node"], 3), ("-stage-1", ["launcher"], 1)], id="mpi-launcher-as-node"),
+    pytest.param(runtime(rjob(containers=GPU), ml_policy={"jax": {}}), 2, [("", ["node"], 2)], id="jax"),
+    pytest.param(runtime({**rjob("worker", ancestor=None, parallelism=3), "replicas": 2}, rjob("chief", ancestor=None)),
+                 None, [("", ["worker", "chief"], 7)], id="replicas-count-every-pod"),
+    pytest.param(runtime(rjob("prep", ancestor=None), rjob("tune", ancestor=None, depends_on=["prep"]),
+                         rjob("node", containers=GPU, depends_on=["tune"]), ml_policy={"torch": {}}), 2,
+                 [("-stage-0", ["prep"], 1), ("-stage-1", ["tune"], 1), ("", ["node"], 2)], id="a-chain-of-three"),
+]
+
+
+@pytest.mark.parametrize("rt, num_nodes, expected", SHAPES)
+def test_one_flat_podgroup_per_start_wave_and_each_pod_names_its_own(rt, num_nodes, expected):
+    result = make(trainjob(num_nodes=num_nodes), rt)
+    main = f"pg-job-{UID}"
+    got = [(pg["metadata"]["name"].removeprefix(main), [rj for rj in _pod_sets_of(result, pg)], pg["spec"]["minMember"])
+           for pg in sorted(result.podgroups, key=lambda pg: _wave(result, pg))]
+    assert got == [(suffix, rjs, n) for suffix, rjs, n in expected]
+    assert result.podgroup_name == main and result.layout == ("staged" if len(expected) > 1 else "flat")
+    for pg in result.podgroups:
+        crds.validate(pg)
+        assert "subGroups" not in pg["spec"] and "minSubGroup" not in pg["spec"]
+        assert pg["spec"]["stalenessGracePeriod"] == "-1s"
+        assert pg["metadata"]["labels"]["kai-fn/trainjob-uid"] == UID
+    assert all("kai.scheduler/subgroup-name" not in c.labels for c in result.pod_templates)
+
+
+def _pod_sets_of(result, pg):
+    return [c.replicated_job for c in result.pod_templates
+            if c.annotations["pod-group-name"] == pg["metadata"]["name"]]
+
+
+def _wave(result, pg):
+    return [s.podgroup for s in result.stages].index(pg["metadata"]["name"])
+
+
+def test_a_staged_gang_keeps_trainers_arithmetic_and_says_each_stage():
+    rt = runtime(*INITIALIZERS, rjob("node", depends_on=["dataset-initializer", "model-initializer"]),
+                 ml_policy={"numNodes": 30, "torch": {}}, pod_group_policy={"kai": {"scheduleTimeoutSeconds": 90}})
     result = make(trainjob(), rt)
-    crds.validate(result.podgroup)
-    spec = result.podgroup["spec"]
-    assert result.layout == "staged"
-    assert "minMember" not in spec  # KAI's webhook: minMember and minSubGroup are mutually exclusive
-    assert spec["minSubGroup"] == 1
-    assert spec["subGroups"] == [{"name": "dataset-initializer", "minMember": 1},
-                                 {"name": "model-initializer", "minMember": 1}, {"name": "node", "minMember": 30}]
-    assert result.min_member == 32
-    assert {c.replicated_job: c.labels["kai.scheduler/subgroup-name"] for c in result.pod_templates} == {
-        "dataset-initializer": "dataset-initializer", "model-initializer": "model-initializer", "node": "node"}
+    assert result.min_member == 32  # Trainer's coscheduling counts every pod set
+    (initializers,) = result.stage_podgroups
+    assert initializers["metadata"]["annotations"] == {"kai-fn/min-resources": "",
+                                                       "kai-fn/replicated-jobs": "dataset-initializer,model-initializer"}
+    assert result.podgroup["metadata"]["annotations"]["kai-fn/schedule-timeout-seconds"] == "90"  # the main gang's
+    assert result.gang_text() == (f"stages pg-job-{UID}-stage-0 (dataset-initializer, model-initializer: minMember 2); "
+                                  f"pg-job-{UID} (node: minMember 30)")
+    assert [p["minMember"] for p in result.summary()["podGroups"]] == [2, 30]
+
+
+@pytest.mark.parametrize("value", [None, "60s"])
+def test_the_staleness_grace_period_is_the_setting_or_left_to_kai(value):
+    spec = make(staleness_grace_period=value).podgroup["spec"]
+    assert spec.get("stalenessGracePeriod") == value
 
 
 def test_priority_preemptibility_and_topology_reach_the_podgroup():
@@ -167,8 +225,8 @@ PROBLEMS = [
                  id="scheduler-name-unset"),
     pytest.param(trainjob(), runtime(rjob(scheduler="default-scheduler")), {}, "pods would not be scheduled by KAI",
                  id="scheduler-name-other"),
-    pytest.param(trainjob(), runtime(rjob("Init_Job", ancestor=None), rjob("node", depends_on=["Init_Job"])), {},
-                 "subgroup", id="subgroup-name-not-a-dns-label"),
+    pytest.param(trainjob(name="n" * 210), runtime(rjob("init", ancestor=None), rjob("node", depends_on=["init"])), {},
+                 "-stage-0", id="stage-podgroup-name-too-long"),
     pytest.param(trainjob(name="n" * 64), runtime(), {"flavor": "scheduler-plugins"}, "pod-group label",
                  id="trainjob-name-too-long-for-the-pod-label"),
     pytest.param(trainjob(), runtime(rjob(containers=[container(requests={"cpu": "-1"})])), {}, "negative",

@@ -8,6 +8,7 @@ import pytest
 from kai_fn.core.podsets import pod_sets
 from kai_fn.core.quantity import Quantity
 from kai_fn.core.queue_check import QueueTree, check, gangs, kai_amounts, show
+from kai_fn.core.stages import stages
 from tests.builders import container, rjob, runtime, trainjob, typed
 
 TORCH = {"numNodes": 1, "torch": {}}
@@ -35,8 +36,7 @@ def open_queue(name, parent=None, **overrides):
 
 def demand(*jobs, num_nodes=None, ml_policy=TORCH):
     job, rt = typed(trainjob(num_nodes=num_nodes), runtime(*jobs, ml_policy=ml_policy))
-    sets = pod_sets(job, rt)
-    return gangs(sets, staged=any(ps.depends_on for ps in sets))
+    return gangs(stages(pod_sets(job, rt)))
 
 
 def gpu_node(gpus, cpu="1", memory="1Gi", **kw):
@@ -196,13 +196,13 @@ def test_sidecars_and_init_containers_count_as_kubernetes_counts_them():
 
 # -- the first minMember pods ----------------------------------------------------------------------------------------
 
-def test_subgroups_are_checked_each_on_its_own_not_summed():
+def test_stages_are_checked_each_on_its_own_not_summed():
     staged = demand(rjob("model-initializer", ancestor="model-initializer",
                          containers=[container(requests={"nvidia.com/gpu": "1"})]),
                     gpu_node(4, depends_on=["model-initializer"]), num_nodes=2)
     assert verdict([open_queue("team-a", gpu=(-1, 8))], staged) is None  # 1 then 8, never 9 at once
     refusal = verdict([open_queue("team-a", gpu=(-1, 7))], staged)
-    assert refusal.request == 8 and "subgroup node: its 2 pods" in refusal.message
+    assert refusal.request == 8 and "stage node: its 2 pods" in refusal.message
 
 
 def test_a_flat_gang_sums_its_pod_sets():
@@ -212,15 +212,14 @@ def test_a_flat_gang_sums_its_pod_sets():
     assert refusal.request == 9 and "its 3 pods" in refusal.message
 
 
-def test_with_replicas_only_the_cheapest_min_member_pods_are_held_against_the_limit():
-    """minMember ignores replicas (as Trainer), so KAI may start the gang with any minMember of the pods."""
+def test_with_replicas_every_pod_that_exists_is_held_against_the_limit():
+    """Trainer's minMember leaves replicas out; KAI's minMember counts every pod, so all of them must fit at once."""
     flat = demand({**rjob("worker", ancestor=None, parallelism=3, containers=[container(requests={"cpu": "1"})]),
                    "replicas": 2},
                   rjob("chief", ancestor=None, containers=[container(requests={"nvidia.com/gpu": "8"})]),
                   ml_policy=None)
     (gang,) = flat
-    # per resource, the cheapest four: six workers (0 GPUs) for GPUs; the chief (0 CPU) and three workers for CPU
-    assert gang.min_member == 4 and gang.request("gpu") == 0 and gang.request("cpu") == 3000
+    assert gang.min_member == 7 and gang.request("gpu") == 8 and gang.request("cpu") == 6000
 
 
 @pytest.mark.parametrize("value, text", [

@@ -6,7 +6,8 @@ import datetime
 import pytest
 
 from kai_fn.core import gang, keys
-from kai_fn.core.schedule_timeout import new_wait, overdue, parse_seconds, placed, seconds_problem, stamp
+from kai_fn.core.schedule_timeout import (Wait, main_stage_wait, new_wait, overdue, parse_seconds, placed,
+                                         seconds_problem, stamp)
 
 UID = "11111111-2222-4333-8444-555555555555"
 PG = f"pg-job-{UID}"
@@ -107,9 +108,11 @@ def test_the_new_wait_starts_strictly_after_the_timeout_even_with_a_fast_resume(
 
 # -- placed ------------------------------------------------------------------------------------------------------
 
-def pod(node="n1", subgroup=None, deleting=False):
+def pod(node="n1", subgroup=None, deleting=False, created=None, podgroup=PG):
     meta = {"labels": {keys.KAI_SUBGROUP_LABEL: subgroup} if subgroup else {},
-            "annotations": {keys.KAI_POD_GROUP_ANNOTATION: PG}}
+            "annotations": {keys.KAI_POD_GROUP_ANNOTATION: podgroup}}
+    if created is not None:
+        meta["creationTimestamp"] = stamp(at(created))
     if deleting:
         meta["deletionTimestamp"] = stamp(T0)
     return {"metadata": meta, "spec": {"nodeName": node} if node else {}}
@@ -125,6 +128,27 @@ def pod(node="n1", subgroup=None, deleting=False):
 ], ids=["all-on-nodes", "one-pending", "one-terminating", "no-pods", "one-subgroup-placed", "no-subgroup-complete"])
 def test_a_wait_ends_when_kai_placed_the_gang_or_with_subgroups_one_stage_of_it(pg, pods, expected):
     assert placed(gang.count(pg, pods)) is expected
+
+
+# -- a staged gang: the main wave's wait starts with its pods ---------------------------------------------------
+
+def staged(pg):
+    pg["metadata"]["annotations"][keys.STAGE_ANNOTATION] = "node"
+    return pg
+
+
+WAIT = Wait("ns", "job", UID, PG, T0, 60)
+
+
+@pytest.mark.parametrize("pg, pods, started", [
+    (podgroup(), [], T0),
+    (staged(podgroup()), [pod(node=None, created=30, podgroup=f"{PG}-stage-0")], None),
+    (staged(podgroup()), [pod(node=None, created=300), pod(node=None, created=290)], at(290)),
+    (staged(podgroup()), [pod(node=None, created=-5)], T0),
+], ids=["flat-from-the-release", "staged-none-of-its-pods-yet", "staged-from-its-first-pod", "never-before-the-release"])
+def test_a_staged_gangs_wait_starts_when_its_main_wave_has_pods(pg, pods, started):
+    wait = main_stage_wait(WAIT, pg, pods)
+    assert (wait.started if wait else None) == started
 
 
 @pytest.mark.parametrize("text, seconds, problem", [

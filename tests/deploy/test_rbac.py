@@ -12,8 +12,8 @@ from tests.ce import ping, ref, resource, send
 from tests.conftest import KAI_PG, SP_PG, TRAINER, sample_object, seed
 from tests.function.test_gang_status import OVER_LIMIT, place
 from tests.manifests import (
-    BASE, FUNCTION, FUNCTION_TRIPLES, SCHEDULER_PLUGINS, SOURCE_SA, SOURCE_TRIPLES, VARIANTS, bound_triples, by_kind,
-    crd_plurals, render,
+    BASE, FUNCTION, FUNCTION_TRIPLES, HEARTBEAT_LEASE, NAMESPACE, SCHEDULER_PLUGINS, SOURCE_SA, SOURCE_TRIPLES,
+    VARIANTS, bound_triples, by_kind, container, crd_plurals, env_of, ksvc, named_grants, one, render,
 )
 
 NS = "team-a"
@@ -145,4 +145,18 @@ def test_every_granted_custom_resource_exists_upstream(variant):
         if group == "authentication.k8s.io":
             assert plural == "tokenreviews"
             continue
+        if group == "coordination.k8s.io":
+            assert plural == "leases"
+            continue
         assert (group, plural) in crd_plurals(), (group, plural)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_heartbeat_may_patch_only_its_own_lease_which_the_manifests_ship(variant):
+    """No create (resourceNames cannot narrow it): the Lease is applied with the function, in its namespace."""
+    objs = render(variant)
+    assert named_grants(objs, FUNCTION) == {
+        ("coordination.k8s.io", "leases", "patch"): (NAMESPACE, (HEARTBEAT_LEASE,))}
+    lease = one(objs, "Lease", HEARTBEAT_LEASE, "coordination.k8s.io")
+    assert lease["metadata"]["namespace"] == NAMESPACE and lease["spec"]["leaseDurationSeconds"] == 180
+    assert env_of(container(ksvc(objs)))["KAI_FN_HEARTBEAT_LEASE"] == f"{NAMESPACE}/{HEARTBEAT_LEASE}"

@@ -21,6 +21,9 @@ EXPECTED_KINDS = {
         ("v1", "ServiceAccount"): 2,
         ("rbac.authorization.k8s.io/v1", "ClusterRole"): 3,
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): 3,
+        ("rbac.authorization.k8s.io/v1", "Role"): 1,  # the heartbeat's one Lease
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"): 1,
+        ("coordination.k8s.io/v1", "Lease"): 1,  # the resync's heartbeat
         ("serving.knative.dev/v1", "Service"): 1,
         ("sources.knative.dev/v1", "ApiServerSource"): 2,  # TrainJobs; kai_fn's PodGroups
         ("sources.knative.dev/v1", "PingSource"): 1,

@@ -121,7 +121,7 @@ def test_under_30_percent_api_faults_every_trainjob_ends_done_or_retryable_and_t
         f"{sum(not d.acked for d in deliveries)}",
         "- states after the faulty deliveries: " + ", ".join(f"{k} {n}" for k, n in after_faults.most_common()),
         f"- resync: {len(pings)} pings -> done {final[DONE]}/{FAULT_JOBS}; safety violations 0; "
-        f"GangScheduled Events: {sum(events.values())} for {FAULT_JOBS} TrainJobs (at most 1 each; best effort)",
+        f"GangCreated Events: {sum(events.values())} for {FAULT_JOBS} TrainJobs (at most 1 each; best effort)",
         f"- redelivery of all {FAULT_JOBS} stale events: {FAULT_JOBS} x 2xx at the first try, 0 writes",
         f"- wall clock: {faulted_seconds:.1f} s for the faulty deliveries",
     ])

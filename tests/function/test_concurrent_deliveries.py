@@ -50,7 +50,7 @@ def test_fifty_simultaneous_deliveries_of_one_event_make_one_podgroup_and_one_jo
     assert gang_events(api, job.namespace) == {job.uid: 1}
     calls = collections.Counter(f"{c.verb} {c.resource} {c.status}" for c in api.calls)
     publish(f"50 simultaneous deliveries of one {mode}-mode event", [
-        f"- answers: 50 x 200 in {elapsed:.2f} s; PodGroups 1; JobSet versions written 1; GangScheduled Events 1",
+        f"- answers: 50 x 200 in {elapsed:.2f} s; PodGroups 1; JobSet versions written 1; GangCreated Events 1",
         "- API calls: " + ", ".join(f"{k} x{n}" for k, n in sorted(calls.items())),
     ])
 

@@ -68,13 +68,13 @@ def test_new_suspended_trainjob_gets_podgroup_labelled_pods_and_is_released(api,
     answer = send(function.url, event)
     assert (answer.status, answer.body) == (200, "")
     _, js, pg = assert_done(api)
-    assert pg["spec"] == {"queue": "team-a", "minMember": 4}
+    assert pg["spec"] == {"queue": "team-a", "minMember": 4, "stalenessGracePeriod": "-1s"}
     assert pg["metadata"]["ownerReferences"][0]["uid"] == UID
     assert all(m["annotations"]["pod-group-name"] == PG and m["labels"]["kai.scheduler/queue"] == "team-a"
                for m in pod_meta(js))
     assert js["metadata"]["annotations"]["kai.scheduler/skip-podgrouper"] == "true"
     assert js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["name"] == "node"
-    (event_obj,) = events_of(api, "GangScheduled")
+    (event_obj,) = events_of(api, "GangCreated")
     assert event_obj["type"] == "Normal" and PG in event_obj["message"] and "minMember 4" in event_obj["message"]
     assert "queue team-a" in event_obj["message"] and "nvidia.com/gpu=8" in event_obj["message"]
     expected = [("get", "clustertrainingruntimes"), ("get", "jobsets"), ("list", "queues"), ("create", "podgroups"),
@@ -105,14 +105,13 @@ def test_staged_runtime_from_a_namespaced_trainingruntime_in_ref_mode(api, funct
     seed(api, sample_object("queue-team-a"), sample_object("trainingruntime-torch-llm-kai"), sample_object("trainjob-bert-pretrain"),
          sample_object("jobset-bert-pretrain"))
     assert send(function.url, ref(NS, "bert-pretrain")).status == 200
-    (pg,) = api.list(KAI_PG, "PodGroup", NS)
-    crds.validate(pg)
-    assert pg["spec"]["minSubGroup"] == 1
-    assert [(s["name"], s["minMember"]) for s in pg["spec"]["subGroups"]] == [
-        ("dataset-initializer", 1), ("model-initializer", 1), ("node", 3)]
+    pgs = {pg["metadata"]["name"]: pg for pg in api.list(KAI_PG, "PodGroup", NS)}
+    main = "pg-bert-pretrain-2b7e4c1d-8f3a-4b6e-9d2c-5a1f0e3b7c8d"
+    for pg in pgs.values():
+        crds.validate(pg)
+    assert {name: pg["spec"]["minMember"] for name, pg in pgs.items()} == {f"{main}-stage-0": 2, main: 3}
     js = api.get(JOBSET, "JobSet", NS, "bert-pretrain")
-    assert [m["labels"]["kai.scheduler/subgroup-name"] for m in pod_meta(js)] == [
-        "dataset-initializer", "model-initializer", "node"]
+    assert [m["annotations"]["pod-group-name"] for m in pod_meta(js)] == [f"{main}-stage-0", f"{main}-stage-0", main]
     assert ("get", "trainingruntimes") in verbs(api)
 
 
@@ -189,7 +188,7 @@ def test_held_trainjobs_get_their_gang_but_stay_suspended(api, functions, change
     tj, js, pgs = state(api)
     assert len(pgs) == 1 and tj["metadata"]["annotations"]["kai-fn/podgroup"] == PG
     assert tj["spec"]["suspend"] is True
-    assert reason in events_of(api, "GangScheduled")[0]["message"]
+    assert reason in events_of(api, "GangCreated")[0]["message"]
 
 
 # -- at-least-once delivery --------------------------------------------------------------------------------------
@@ -240,7 +239,7 @@ def test_twenty_concurrent_deliveries_make_one_podgroup_and_one_correct_jobset(a
     _, js, _ = assert_done(api)
     assert pod_meta(js) == [{"labels": {"kai.scheduler/queue": "team-a"}, "annotations": {"pod-group-name": PG}}]
     assert sum(1 for c in api.calls if c.verb == "create" and c.resource == "podgroups" and c.status == 201) == 1
-    assert len(events_of(api, "GangScheduled")) == 1
+    assert len(events_of(api, "GangCreated")) == 1
 
 
 def test_an_existing_podgroup_is_kept_untouched(api, function):
@@ -251,7 +250,7 @@ def test_an_existing_podgroup_is_kept_untouched(api, function):
     before = api.get(KAI_PG, "PodGroup", NS, PG)
     assert send(function.url, resource(tj)).status == 200
     assert api.get(KAI_PG, "PodGroup", NS, PG) == before
-    assert "in place" in events_of(api, "GangScheduled")[0]["message"]
+    assert "in place" in events_of(api, "GangCreated")[0]["message"]
 
 
 STEPS = {
@@ -370,11 +369,14 @@ def test_resync_reconciles_waiting_trainjobs_bounded_per_run(api, functions):
         return {t["metadata"]["name"] for t in api.list(TRAINER, "TrainJob")
                 if "kai-fn/podgroup" in (t["metadata"].get("annotations") or {})}
 
+    def gangs():
+        return [pg for pg in api.list(KAI_PG, "PodGroup", NS) if "-stage-" not in pg["metadata"]["name"]]
+
     assert send(fn.url, ping()).status == 200
-    assert len(marked()) == 2 and len(api.list(KAI_PG, "PodGroup", NS)) == 2
+    assert len(marked()) == 2 and len(gangs()) == 2
     assert send(fn.url, ping()).status == 200
     assert marked() == {"llama-finetune", "bert-pretrain", "gpt-small"}
-    assert len(api.list(KAI_PG, "PodGroup", NS)) == 3
+    assert len(gangs()) == 3
     assert api.get(TRAINER, "TrainJob", NS, "resnet-eval")["spec"]["suspend"] is True
     assert ("list", "trainjobs") in verbs(api)
 
@@ -394,6 +396,8 @@ def test_warm_runtime_cache_saves_the_runtime_get(api, functions):
     ("KAI_PODGROUP_FLAVOR", "volcano"), ("KAI_FN_API_TIMEOUT_SECONDS", "-1"), ("KAI_FN_RESUME", "maybe"),
     ("KAI_DEFAULT_QUEUE", "not a queue"), ("KAI_FN_MAX_BODY_BYTES", "lots"), ("KAI_FN_SENDERS", "alice"),
     ("KAI_FN_QUEUE_CHECK", "strict"), ("KAI_FN_SCHEDULE_TIMEOUT_SECONDS", "-5"), ("KAI_FN_ON_TIMEOUT", "delete"),
+    ("KAI_FN_STALENESS_GRACE_PERIOD", "60"),
+    ("KAI_FN_HEARTBEAT_LEASE", "kai-fn-resync"),
 ])
 def test_an_invalid_setting_stops_the_server_at_start_up_naming_it(emulator, name, value):
     with tempfile.TemporaryFile() as log:

@@ -230,20 +230,26 @@ BERT, BERT_UID = "bert-pretrain", "2b7e4c1d-8f3a-4b6e-9d2c-5a1f0e3b7c8d"
 BERT_PG = f"pg-{BERT}-{BERT_UID}"
 
 
-@pytest.mark.parametrize("bound_per_subgroup, expect", [
-    ({"dataset-initializer": 1, "model-initializer": 1, "node": 3}, ["GangBound"]),
-    ({"dataset-initializer": 1, "model-initializer": 1, "node": 2}, []),
-    ({"dataset-initializer": 1, "model-initializer": 0, "node": 3}, []),
-], ids=["every subgroup at its minMember", "trainer nodes short", "an initializer not bound"])
-def test_a_staged_gang_is_bound_when_every_subgroup_has_its_minmember_on_nodes(api, function, bound_per_subgroup,
-                                                                                 expect):
+STAGE_PG = f"{BERT_PG}-stage-0"  # the initializers' PodGroup; BERT_PG is the trainer's, the main gang
+
+
+@pytest.mark.parametrize("bound, updated, reasons, expect", [
+    ({"dataset-initializer": 1, "model-initializer": 1}, STAGE_PG, [], []),
+    ({"dataset-initializer": 1, "model-initializer": 1, "node": 3}, BERT_PG, [], ["GangBound"]),
+    ({"dataset-initializer": 1, "model-initializer": 1, "node": 2}, BERT_PG, [], []),
+    ({}, STAGE_PG, [OVER_LIMIT], ["GangUnschedulable"]),
+], ids=["the initializers' stage bound: no GangBound yet", "the trainer's gang bound: GangBound",
+        "trainer nodes short: nothing", "KAI's reasons on a stage: GangUnschedulable"])
+def test_a_staged_gang_is_bound_when_its_main_podgroup_is_and_every_stage_reports_reasons(api, function, bound,
+                                                                                         updated, reasons, expect):
     seed(api, sample_object("queue-team-a"), sample_object("trainingruntime-torch-llm-kai"),
          sample_object("trainjob-bert-pretrain"), sample_object("jobset-bert-pretrain"))
     assert send(function.url, ref(NS, BERT)).status == 200
     size = {"dataset-initializer": 1, "model-initializer": 1, "node": 3}
-    for group, bound in bound_per_subgroup.items():
-        place(api, size[group], bound, trainjob=BERT, podgroup=BERT_PG, rj=group, subgroup=group)
-    send(function.url, resource(api.get(KAI_PG, "PodGroup", NS, BERT_PG), "update"))
+    for group, placed in bound.items():
+        place(api, size[group], placed, trainjob=BERT, podgroup=BERT_PG if group == "node" else STAGE_PG, rj=group)
+    pg = kai_says(api, *reasons, name=updated) if reasons else api.get(KAI_PG, "PodGroup", NS, updated)
+    send(function.url, resource(pg, "update"))
     assert status_events(api) == expect
 
 
@@ -267,7 +273,8 @@ def test_the_resync_reports_a_released_gang_that_got_bound_without_any_podgroup_
     assert ("get", "podgroups") in verbs(api) and ("list", "pods") in verbs(api)
     api.reset_calls()
     assert send(function.url, ping()).status == 200
-    assert verbs(api) == [("list", "trainjobs")], "a bound gang costs the resync nothing"
+    # A bound gang costs the resync nothing; the heartbeat is the resync's own.
+    assert verbs(api) == [("list", "trainjobs"), ("patch", "leases")]
 
 
 def test_the_shipped_podgroup_samples_get_their_documented_answer(api, function):

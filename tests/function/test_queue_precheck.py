@@ -118,7 +118,7 @@ def test_warn_posts_the_warning_then_makes_the_gang_anyway(api, functions):
     assert send(fn.url, resource(tj)).status == 200
     (warning,) = events_of(api, "GangExceedsQueue")
     assert "over the limit 4 GPUs" in warning["message"] and "KAI_FN_QUEUE_CHECK=warn: released anyway" in warning["message"]
-    assert released(api) and len(events_of(api, "GangScheduled")) == 1
+    assert released(api) and len(events_of(api, "GangCreated")) == 1
 
 
 def test_off_makes_the_gang_without_reading_queues(api, functions):
@@ -163,3 +163,25 @@ def test_a_duplicate_of_a_refused_trainjob_writes_no_second_warning(api, functio
         assert send(function.url, resource(tj)).status == 200
     assert len(events_of(api, "GangExceedsQueue")) == 1
     assert [c.status for c in api.writes()] == [201, 409, 409]
+
+
+@pytest.mark.parametrize("verb, kind, settings", [
+    ("list", "queues", {}),
+    ("create", "podgroups", {"KAI_FN_QUEUE_CHECK": "off"}),
+], ids=["queue-api-missing", "podgroup-api-missing"])
+def test_kai_not_installed_is_one_clear_warning_not_a_retry_for_ever(api, functions, verb, kind, settings):
+    """404 on KAI's own kinds: their CRDs are not installed. The TrainJob stays suspended with one Warning, and each
+    later event repeats the same one (deduplicated by name) instead of answering 503 for ever."""
+    from kai_fn.local.emulator import Fault
+
+    fn = functions(**settings)
+    tj = seed_llama(api)
+    jobset_before = api.get(JOBSET, "JobSet", NS, NAME)
+    api.faults = lambda call: Fault(status=404) if (call.verb, call.resource) == (verb, kind) else None
+    answers = [send(fn.url, resource(tj)) for _ in range(2)]
+    api.faults = None
+    assert [(a.status, a.headers.get("X-Kai-Fn-Outcome")) for a in answers] == [(200, "blocked")] * 2
+    (warning,) = events_of(api, "SchedulerNotInstalled")
+    assert "is KAI Scheduler installed" in warning["message"] and "stays suspended" in warning["message"]
+    assert api.get(TRAINER, "TrainJob", NS, NAME) == tj and api.get(JOBSET, "JobSet", NS, NAME) == jobset_before
+    assert api.list(KAI_PG, "PodGroup", NS) == []

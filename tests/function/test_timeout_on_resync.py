@@ -54,7 +54,12 @@ def pod(i, node=None):
 
 
 def calls(api):
-    return [(c.verb, c.resource) for c in api.calls]
+    """The resync's calls but its heartbeat (one PATCH of its Lease each run: tests/function/test_heartbeat.py)."""
+    return [(c.verb, c.resource) for c in api.calls if c.resource != "leases"]
+
+
+def writes(api):
+    return [c for c in api.writes() if c.resource != "leases"]
 
 
 def events_of(api, reason):
@@ -111,7 +116,7 @@ def test_an_overdue_gang_gets_one_schedule_timeout_event_with_kais_reasons_and_k
 
     api.reset_calls()  # the next ping: the wait timed out already, the timeout looks at nothing again
     assert send(function.url, ping()).status == 200
-    assert api.writes() == [] and ("list", "podgroups") not in calls(api)
+    assert writes(api) == [] and ("list", "podgroups") not in calls(api)
     assert calls(api).count(("list", "pods")) == 1  # the gang-status sweep's own look, no second one
 
 
@@ -120,7 +125,7 @@ def test_a_wait_that_is_not_over_is_left_alone(api, function):
     backdate(api, 30)
     api.reset_calls()
     assert send(function.url, ping()).status == 200
-    assert api.writes() == [] and calls(api).count(("list", "pods")) == 1  # the gang-status sweep's only
+    assert writes(api) == [] and calls(api).count(("list", "pods")) == 1  # the gang-status sweep's only
 
 
 def test_the_trainjobs_annotation_overrides_the_runtimes_timeout(api, function):
@@ -157,7 +162,7 @@ def test_suspend_mode_suspends_marks_and_a_resume_starts_a_new_wait_that_duplica
     assert send(fn.url, resource(api.get(TRAINER, "TrainJob", NS, NAME), "update")).status == 200
     assert api.calls == []
     assert send(fn.url, ping()).status == 200  # the new wait is not over
-    assert api.writes() == [] and len(events_of(api, "ScheduleTimeout")) == 1
+    assert writes(api) == [] and len(events_of(api, "ScheduleTimeout")) == 1
 
 
 def test_a_resume_whose_event_was_missed_starts_its_wait_at_the_resync(api, functions):
@@ -179,7 +184,7 @@ def test_a_gang_known_to_be_bound_never_times_out(api, functions):
     backdate(api, 600, **{keys.GANG_BOUND_ANNOTATION: ago(590)})
     api.reset_calls()
     assert send(fn.url, ping()).status == 200
-    assert api.writes() == [] and "pods" not in {c.resource for c in api.calls}
+    assert writes(api) == [] and "pods" not in {c.resource for c in api.calls}
 
 
 def test_a_gang_whose_pods_are_all_bound_but_not_yet_marked_never_times_out(api, functions):
@@ -245,3 +250,35 @@ def test_a_bound_gang_the_gang_status_sweep_did_not_reach_is_still_never_suspend
     assert keys.GANG_BOUND_ANNOTATION not in tj["metadata"]["annotations"]  # the sweep never got to it
     assert tj["spec"]["suspend"] is False and events_of(api, "ScheduleTimeout") == []
     assert keys.RELEASED_AT_ANNOTATION not in tj["metadata"]["annotations"]  # its wait ended quietly
+
+
+# -- a staged gang: initializers run first, for as long as they need -------------------------------------------
+
+BERT, BERT_UID = "bert-pretrain", "2b7e4c1d-8f3a-4b6e-9d2c-5a1f0e3b7c8d"
+BERT_PG = f"pg-{BERT}-{BERT_UID}"
+
+
+def staged_pod(rj, i, podgroup, node=None, created_ago=0):
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{BERT}-{rj}-0-{i}", "namespace": NS, "creationTimestamp": ago(created_ago),
+                         "labels": {keys.JOBSET_NAME_LABEL: BERT}, "annotations": {keys.KAI_POD_GROUP_ANNOTATION: podgroup}},
+            "spec": {"containers": [{"name": "node", "image": "pytorch"}], **({"nodeName": node} if node else {})}}
+
+
+@pytest.mark.parametrize("pods, timed_out", [
+    (lambda: [staged_pod("dataset-initializer", 0, f"{BERT_PG}-stage-0", node="n1", created_ago=600)], False),
+    (lambda: [staged_pod("node", i, BERT_PG, created_ago=20) for i in range(3)], False),
+    (lambda: [staged_pod("node", i, BERT_PG, created_ago=120) for i in range(3)], True),
+], ids=["initializers-still-running", "trainer-pods-new", "trainer-pods-waited-past-the-timeout"])
+def test_a_staged_gangs_timeout_counts_from_its_trainer_pods_not_the_release(api, function, pods, timed_out):
+    rt = sample_object("trainingruntime-torch-llm-kai")
+    rt["spec"]["podGroupPolicy"] = {"kai": {"scheduleTimeoutSeconds": 60}}
+    seed(api, sample_object("queue-team-a"), rt, sample_object("trainjob-bert-pretrain"),
+         sample_object("jobset-bert-pretrain"))
+    assert send(function.url, resource(api.get(TRAINER, "TrainJob", NS, BERT))).status == 200
+    tj = api.get(TRAINER, "TrainJob", NS, BERT)
+    tj["metadata"]["annotations"][keys.RELEASED_AT_ANNOTATION] = ago(600)
+    api.put(tj)
+    seed(api, *pods())  # their ages are taken now, not when the test was collected
+    assert send(function.url, ping()).status == 200
+    assert len(events_of(api, "ScheduleTimeout")) == (1 if timed_out else 0)

@@ -14,7 +14,10 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     assert "the same event again (at-least-once delivery)\n   dev.knative.apiserver.resource.add -> HTTP 200 skipped\n   API calls: 1, writes: 0" in text
     # The cluster, as aligned tables rather than Python dicts.
     assert re.search(r"\n  llama-finetune +team-a +minMember 4 +cpu=16,memory=64Gi,nvidia.com/gpu=8\n", text)
-    assert "minSubGroup 1 of dataset-initializer(1), model-initializer(1), node(3)" in text
+    # a staged runtime: one PodGroup per start wave, the initializers' and the trainer's
+    assert re.search(r"\n  bert-pretrain +team-a +minMember 2 of dataset-initializer,model-initializer +cpu=1,memory=2Gi\n",
+                     text)
+    assert re.search(r"\n  bert-pretrain +team-a +minMember 3 of node +cpu=24,memory=192Gi,nvidia.com/gpu=24\n", text)
     assert re.search(r"\n  resnet-eval +True +-\n", text)
     assert re.search(r"\n  whisper-asr +Warning +TooLate +its JobSet is already running", text)
     assert "{'" not in text.split("== The function's log")[0], "a Python dict in the printed cluster"
@@ -27,3 +30,10 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     assert "TrainJob team-a/llama-finetune: BOUND" in text and "(exit 0)" in text
     assert "TrainJob team-a/gpt-large: BLOCKED" in text and "(exit 1)" in text
     assert text.count("-> HTTP 400") == 3
+    # It closes on status: every TrainJob kai_fn holds, what needs attention first, and where to go on a cluster.
+    closing = text.split("== python -m kai_fn status -n team-a")[1]
+    states = re.findall(r"^team-a +(\S+) +(\S+) ", closing, re.M)
+    assert states == [("gpt-large", "blocked"), ("bert-pretrain", "waiting"), ("whisper-asr", "running-without-gang"),
+                      ("llama-finetune", "bound")]
+    assert "(exit 0: nothing held longer than 2m)" in closing
+    assert text.rstrip().splitlines()[-2].startswith("On a cluster: python -m kai_fn status -A")

@@ -1,6 +1,6 @@
 """knative/base on the testbed, as far as a cluster without Knative can hold it: the admission policy, and the
-function's Namespace, ServiceAccount and ClusterRoles, applied from the rendered manifests with the testbed's
-kubectl; and the function itself as a local process that talks to the API server with its ServiceAccount's token,
+function's Namespace, ServiceAccount, (Cluster)Roles and heartbeat Lease, applied from the rendered manifests with the
+testbed's kubectl; and the function itself as a local process that talks to the API server with its ServiceAccount's token,
 so the real RBAC authorizer judges each of its calls against what knative/base grants.
 """
 from __future__ import annotations
@@ -32,7 +32,8 @@ TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 # The identity Knative gives the ApiServerSource when authentication-oidc is on (knative/base/apiserversource.yaml).
 SOURCE_SA = "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource"
 SOURCE = f"system:serviceaccount:{NAMESPACE}:{SOURCE_SA}"
-_FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+# The function's Namespace, identity and grants, and the heartbeat Lease its Role lets it patch.
+_FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease"}
 _POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
 
 

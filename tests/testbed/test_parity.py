@@ -120,22 +120,22 @@ class Scenario:
 
 
 SCENARIOS = {
-    "resource-mode add (kai flavor) is done": Scenario(add, [200], [KAI_PG], False, ["GangScheduled"]),
-    "ref-mode add is done": Scenario(ref_add, [200], [KAI_PG], False, ["GangScheduled"]),
+    "resource-mode add (kai flavor) is done": Scenario(add, [200], [KAI_PG], False, ["GangCreated"]),
+    "ref-mode add is done": Scenario(ref_add, [200], [KAI_PG], False, ["GangCreated"]),
     "a duplicate of a done event is skipped with no writes": Scenario(
-        duplicate_of_done, [200, 200], [KAI_PG], False, ["GangScheduled"]),
+        duplicate_of_done, [200, 200], [KAI_PG], False, ["GangCreated"]),
     "a missing runtime is RuntimeNotFound": Scenario(add, [200], [], True, ["RuntimeNotFound"],
                                                      seeding={"runtime": False}),
     "a Kueue-labelled TrainJob gets its gang and stays suspended": Scenario(
-        add, [200], [KAI_PG], True, ["GangScheduled"], seeding={"labels": {"kueue.x-k8s.io/queue-name": "lq"}}),
+        add, [200], [KAI_PG], True, ["GangCreated"], seeding={"labels": {"kueue.x-k8s.io/queue-name": "lq"}}),
     "kai-fn/hold gets its gang and stays suspended": Scenario(
-        add, [200], [KAI_PG], True, ["GangScheduled"], seeding={"annotations": {"kai-fn/hold": "true"}}),
+        add, [200], [KAI_PG], True, ["GangCreated"], seeding={"annotations": {"kai-fn/hold": "true"}}),
     "a stale add of a deleted TrainJob is 200 and ignored": Scenario(stale_add, [200], [], None, []),
     "a running JobSet is TooLate": Scenario(add, [200], [], False, ["TooLate"], seeding={"running": True}),
-    "a resync ping releases a suspended TrainJob": Scenario(resync, [200], [KAI_PG], False, ["GangScheduled"]),
+    "a resync ping releases a suspended TrainJob": Scenario(resync, [200], [KAI_PG], False, ["GangCreated"]),
     "20 concurrent deliveries make one PodGroup": Scenario(concurrent, [200] * 20, [KAI_PG], False,
-                                                           ["GangScheduled"], racing=True),
-    "scheduler-plugins flavor add is done": Scenario(add, [200], [SP_PG], False, ["GangScheduled"],
+                                                           ["GangCreated"], racing=True),
+    "scheduler-plugins flavor add is done": Scenario(add, [200], [SP_PG], False, ["GangCreated"],
                                                      settings={"KAI_PODGROUP_FLAVOR": "scheduler-plugins"}),
 }
 

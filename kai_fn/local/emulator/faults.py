@@ -38,6 +38,7 @@ class Call:
     body: Any
     status: int | None = None
     fault: Fault | None = None
+    bearer: str | None = dataclasses.field(default=None, repr=False)  # the caller's token, for SelfSubjectReview
     subresource: str | None = None
 
 

@@ -13,6 +13,8 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 WRITE_VERBS = frozenset({"create", "patch", "update", "delete", "deletecollection"})
+# Groups served by kube-apiserver itself: their kinds take strategic merge patches, as the core group's do.
+BUILTIN_GROUPS = frozenset({"", "coordination.k8s.io"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +35,7 @@ class KindInfo:
     @property
     def custom(self) -> bool:
         """Custom resources take no strategic merge patch and need resourceVersion on update."""
-        return bool(self.group)
+        return self.group not in BUILTIN_GROUPS
 
     @property
     def resource(self) -> str:
@@ -63,6 +65,7 @@ KINDS: Mapping[tuple[str, str], KindInfo] = _kinds(
     KindInfo("", "v1", "Pod", "pods", True, status=True),  # stored and listed only: no kubelet, no pod validation
     KindInfo("", "v1", "Namespace", "namespaces", False, status=True),
     KindInfo("", "v1", "Pod", "pods", True, status=True),
+    KindInfo("coordination.k8s.io", "v1", "Lease", "leases", True),  # kai_fn's resync heartbeat
 )
 BY_RESOURCE: Mapping[tuple[str, str, str], KindInfo] = MappingProxyType(
     {(i.group, i.version, i.plural): i for i in KINDS.values()}

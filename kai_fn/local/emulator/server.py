@@ -41,6 +41,11 @@ def now() -> str:
 _Key = tuple[kmock.resource, str | None, str]
 
 
+def _bearer(header: str | None) -> str | None:
+    scheme, _, token = (header or "").partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
 @attrs.define(kw_only=True, eq=False)
 class Server(kmock.KubernetesEmulator):
     """kmock's emulator with the API server's admission rules on every resource URL.
@@ -151,7 +156,7 @@ class Server(kmock.KubernetesEmulator):
             group=route.group if route else "", version=route.version if route else "",
             resource=route.plural if route else "", namespace=route.namespace if route else None,
             name=route.name if route else None, content_type=media, body=body,
-            subresource=route.subresource if route else None,
+            subresource=route.subresource if route else None, bearer=_bearer(raw.headers.get("Authorization")),
         )
         logged = self._log(call)
         fault: Fault | None = None
@@ -187,6 +192,9 @@ class Server(kmock.KubernetesEmulator):
         if (route.group, route.version, route.plural, route.namespace, route.name) == (
                 "authentication.k8s.io", "v1", "tokenreviews", None, None) and call.method == "POST":
             return self.tokens.review(call.body)
+        if (route.group, route.version, route.plural, route.namespace, route.name) == (
+                "authentication.k8s.io", "v1", "selfsubjectreviews", None, None) and call.method == "POST":
+            return self.tokens.self_review(call.bearer)
         info = BY_RESOURCE.get((route.group, route.version, route.plural))
         if info is None:
             raise ApiError(404, "the server could not find the requested resource")

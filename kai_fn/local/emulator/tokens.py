@@ -22,6 +22,8 @@ from typing import Any
 
 API_AUDIENCES = ("https://kubernetes.default.svc.cluster.local",)
 ISSUER = "https://kubernetes.default.svc.cluster.local"
+# Who a request without a token is: the emulator's kubeconfig carries no credentials, like a client-certificate admin.
+ADMIN = "emulator-admin"
 
 
 @dataclass(frozen=True)
@@ -99,3 +101,20 @@ class Tokens:
             }
         return 201, {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
                      "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}
+
+    def self_review(self, token: str | None) -> tuple[int, dict[str, Any]]:
+        """``POST .../selfsubjectreviews``: who the caller is. No token: the emulator's admin; a token this issuer
+        handed out and still valid: its ServiceAccount; any other token: 401, as for any request that carries it."""
+        if token is None:
+            user: dict[str, Any] = {"username": ADMIN, "groups": ["system:masters", "system:authenticated"]}
+        else:
+            with self._lock:
+                issued = self._issued.get(token)
+            if issued is None or issued.expires <= self.clock():
+                return 401, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                             "message": "Unauthorized", "reason": "Unauthorized", "code": 401}
+            user = {"username": f"system:serviceaccount:{issued.namespace}:{issued.name}", "uid": issued.uid,
+                    "groups": ["system:serviceaccounts", f"system:serviceaccounts:{issued.namespace}",
+                               "system:authenticated"]}
+        return 201, {"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+                     "metadata": {"creationTimestamp": None}, "status": {"userInfo": user}}

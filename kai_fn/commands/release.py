@@ -1,0 +1,134 @@
+"""``python -m kai_fn release``: take TrainJobs kai_fn holds out of its hands, without a gang, for an operator who
+must unblock work now (the function is down, or a refusal cannot be fixed in time).
+
+Each TrainJob is patched once, guarded by the resourceVersion it was read at: ``kai-fn/skipped: released-by-operator``
+(so kai_fn, back, leaves it alone and never makes it a gang after its pods started) and ``spec.suspend: false``
+(Trainer then resumes its JobSet; its pods are scheduled as its runtime says, with no gang of kai_fn's). Then a
+Normal Event ``ReleasedByOperator`` on it names who (the kubeconfig's user, by a SelfSubjectReview) and why
+(``--reason``).
+
+By name it releases a ``held`` or ``blocked`` TrainJob and refuses any other in one line; ``--held`` (with ``-n`` or
+``-A``) releases every ``held`` one, never a ``blocked`` one (kai_fn refused those for a reason: name them).
+
+Exit 0: every TrainJob asked for was released (with ``--held``: also when none is held). 1: nothing was written
+because ``--yes`` is missing (what would be released is printed), or one was refused or changed meanwhile (the
+others are released). 2: bad input, no such TrainJob, or a cluster that cannot be read (one line).
+"""
+from __future__ import annotations
+
+import datetime
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from kai_fn.commands import state, survey
+from kai_fn.commands.status import Unusable, age, connect
+from kai_fn.commands.tables import table
+from kai_fn.core import keys
+from kai_fn.function import report
+from kai_fn.function.cluster import Gone, Session, Stale, Transient
+from kai_fn.function.settings import Settings
+
+EXIT_OK, EXIT_NOT_DONE, EXIT_INPUT = 0, 1, 2
+RELEASED_BY_OPERATOR = "ReleasedByOperator"
+COMPONENT = "kai-fn-release"
+RELEASABLE_BY_NAME = ("held", "blocked")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    trainjob: dict[str, Any]
+    reading: state.Reading
+
+
+def who(session: Session) -> str:
+    """The caller's user name, as the API server authenticated it (SelfSubjectReview, Kubernetes 1.28+)."""
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    try:
+        review = session.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=body)
+    except (ApiException, Transient) as error:
+        return f"an unidentified user (SelfSubjectReview: {getattr(error, 'status', None) or error})"
+    user = ((review or {}).get("status") or {}).get("userInfo") or {}
+    return str(user.get("username") or "an unidentified user")
+
+
+def named(session: Session, flavor: str, refs: list[str]) -> tuple[list[Candidate], list[str]]:
+    """The TrainJobs named NAMESPACE/NAME that may be released, and one line for each that may not."""
+    found, refused = [], []
+    for ref in refs:
+        namespace, sep, name = ref.partition("/")
+        if not sep or not namespace or not name or "/" in name:
+            raise Unusable(f"{ref!r}: expected NAMESPACE/NAME")
+        obj = session.trainjob(namespace, name)
+        if obj is None:
+            raise Unusable(f"no TrainJob {ref}")
+        reading, _ = survey.reading_of(session, flavor, obj)
+        if reading.state in RELEASABLE_BY_NAME:
+            found.append(Candidate(obj, reading))
+        else:
+            refused.append(f"{ref}: not held ({reading.state}: {reading.reason}); nothing to release")
+    return found, refused
+
+
+def held(session: Session, flavor: str, namespace: str | None) -> list[Candidate]:
+    return [Candidate(obj, r) for obj, r in survey.entries(session, flavor, namespace) if r.state == "held"]
+
+
+def release_one(session: Session, candidate: Candidate, user: str, reason: str) -> str:
+    """One guarded patch, then the Event; one line saying what happened."""
+    meta = candidate.trainjob["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    merge = {"metadata": {"resourceVersion": meta["resourceVersion"],
+                          "annotations": {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}},
+             "spec": {"suspend": False}}
+    try:
+        session.patch_trainjob(namespace, name, merge)
+    except Stale:
+        return f"{namespace}/{name}: changed since it was read; not released (run again to see where it stands)"
+    except Gone:
+        return f"{namespace}/{name}: deleted meanwhile"
+    message = (f"released without a gang by {user}: {reason}. kai_fn will make no gang for it "
+               f"({keys.MARKER_SKIPPED}: {keys.SKIPPED_BY_OPERATOR}); it was {candidate.reading.state}: "
+               f"{candidate.reading.reason}")
+    body = report.event_body(candidate.trainjob, RELEASED_BY_OPERATOR, message, warning=False)
+    body |= {"source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
+             "reportingInstance": socket.gethostname()[:128]}
+    posted = session.create_event(namespace, body)
+    return f"released {namespace}/{name} without a gang" + ("" if posted else " (its Event could not be posted)")
+
+
+def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool, yes: bool, reason: str | None,
+        kubeconfig: str | None, settings: Settings, now: datetime.datetime | None = None) -> tuple[int, str]:
+    """(exit code, what to print); Unusable for exit 2."""
+    if all_held == bool(refs):
+        raise Unusable("name TrainJobs as NAMESPACE/NAME, or give --held with -n NAMESPACE or -A")
+    if all_held and not (namespace or everywhere):
+        raise Unusable("--held needs -n NAMESPACE or -A")
+    if refs and (namespace or everywhere):
+        raise Unusable("-n and -A go with --held; name TrainJobs as NAMESPACE/NAME")
+    if yes and not (reason or "").strip():
+        raise Unusable("--yes needs --reason TEXT: it is recorded in the Event on each TrainJob")
+    session = connect(settings, kubeconfig)
+    now = now or datetime.datetime.now(datetime.UTC)
+    try:
+        if all_held:
+            candidates, refused = held(session, settings.flavor, namespace), []
+        else:
+            candidates, refused = named(session, settings.flavor, refs)
+        listing = table([[c.reading.namespace, c.reading.name, c.reading.state, age(c.reading.age(now)),
+                          c.reading.reason] for c in candidates], ["NAMESPACE", "NAME", "STATE", "SINCE", "REASON"],
+                        indent="  ")
+        if not candidates:
+            lines = refused or ["nothing held" + (f" in namespace {namespace}" if namespace else "")]
+            return (EXIT_NOT_DONE if refused else EXIT_OK), "\n".join(lines)
+        if not yes:
+            return EXIT_NOT_DONE, "\n".join([*refused, "would release, without a gang:", listing,
+                                             "nothing released: add --yes --reason TEXT to release them"])
+        user = who(session)
+        done = [release_one(session, c, user, reason or "") for c in candidates]
+    except Transient as error:
+        raise Unusable(f"cannot read or write the cluster: {error}") from None
+    failed = refused or [line for line in done if not line.startswith("released ")]
+    return (EXIT_NOT_DONE if failed else EXIT_OK), "\n".join([*refused, *done])

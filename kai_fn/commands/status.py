@@ -1,0 +1,116 @@
+"""``python -m kai_fn status``: every TrainJob in kai_fn's scope, one line each, what needs attention first.
+
+Read-only, at the cost :mod:`kai_fn.commands.survey` states, plus one GET of the resync heartbeat (the Lease,
+:mod:`kai_fn.function.heartbeat`) when a TrainJob has been held longer than a resync period: held that long with the
+function absent, nothing will release it, and the output says so plainly.
+
+Exit 0 when nothing is ``held`` longer than ``--held-for`` (default 2m), 1 when something is, 2 for bad input or a
+cluster that cannot be read (one line, no traceback).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import re
+
+from kai_fn.commands import state, survey
+from kai_fn.commands.tables import table
+from kai_fn.function import heartbeat
+from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
+from kai_fn.function.settings import Settings
+
+EXIT_OK, EXIT_HELD, EXIT_INPUT = 0, 1, 2
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
+_REASON_WIDTH = 70
+
+
+class Unusable(Exception):
+    """Bad input, or no cluster to ask: exit 2 with this one line."""
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``2m``, ``1h30m`` in seconds; Unusable otherwise."""
+    match = _DURATION.match(text.strip())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise Unusable(f"{text!r}: expected a duration such as 90s, 2m or 1h")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def age(seconds: float) -> str:
+    """As kubectl shows ages: 45s, 7m, 3h, 2d."""
+    seconds = max(int(seconds), 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def connect(settings: Settings, kubeconfig: str | None) -> Session:
+    try:
+        return Cluster.from_settings(settings, kubeconfig).session()
+    except NoClusterConfig as error:
+        raise Unusable(str(error)) from None
+
+
+def absence(session: Session, settings: Settings, lease: str | None, now: datetime.datetime) -> str | None:
+    """Why the function looks absent (see :meth:`heartbeat.Seen.absent`), or None when its heartbeat is fresh."""
+    where = lease if lease is not None else settings.heartbeat_lease
+    if not where:
+        return "no heartbeat readable (KAI_FN_HEARTBEAT_LEASE is empty)"
+    return heartbeat.read(session, where).absent(now)
+
+
+def strand_notice(absent: str, count: int, scope: str) -> str:
+    """What an operator reads when held TrainJobs have no one to release them."""
+    return (f"kai_fn looks absent: {absent}. {count} TrainJob(s) held longer than a resync period "
+            f"({heartbeat.RESYNC_PERIOD_SECONDS}s): nothing releases them while it is. Check the function "
+            f"(kubectl get ksvc,pingsource,apiserversource -n kai-fn), or release them without a gang: "
+            f"python -m kai_fn release --held {scope} --yes --reason '...'")
+
+
+def rows(readings: list[state.Reading], now: datetime.datetime, stranded: set[str], wide: bool) -> str:
+    header = ["NAMESPACE", "NAME", "STATE", "SINCE", "QUEUE", "GANG", "GPUS", "REASON"] + (["PODGROUP"] if wide else [])
+    out = []
+    for r in readings:
+        reason = ("kai_fn looks absent; " + r.reason) if r.uid in stranded else r.reason
+        if not wide and len(reason) > _REASON_WIDTH:
+            reason = reason[: _REASON_WIDTH - 3] + "..."
+        out.append([r.namespace, r.name, r.state, age(r.age(now)) if r.since else None, r.queue, r.min_member, r.gpus,
+                    reason] + ([r.podgroup] if wide else []))
+    return table(out, header, indent="")
+
+
+def run(namespace: str | None, kubeconfig: str | None, output: str, held_for: str, lease: str | None,
+        settings: Settings, now: datetime.datetime | None = None) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr); Unusable for exit 2."""
+    threshold = duration(held_for)
+    if lease is not None and (lease.count("/") != 1 or not all(lease.split("/"))):
+        raise Unusable(f"{lease!r}: expected NAMESPACE/NAME of the heartbeat Lease")
+    session = connect(settings, kubeconfig)
+    now = now or datetime.datetime.now(datetime.UTC)
+    try:
+        readings = state.order(survey.survey(session, settings.flavor, namespace), now)
+        held = [r for r in readings if r.state == "held"]
+        absent = (absence(session, settings, lease, now)
+                  if any(state.held_longer(r, now, heartbeat.RESYNC_PERIOD_SECONDS) for r in held) else None)
+    except Transient as error:
+        raise Unusable(f"cannot read the cluster: {error}") from None
+    stranded = {r.uid for r in held if state.stranded(r, absent, now, heartbeat.RESYNC_PERIOD_SECONDS)}
+    overdue = [r for r in held if r.age(now) > threshold]
+    code = EXIT_HELD if overdue else EXIT_OK
+    scope = f"-n {namespace}" if namespace else "-A"
+    notes = []
+    if stranded and absent:
+        notes.append(strand_notice(absent, len(stranded), scope))
+    elif overdue:
+        notes.append(f"{len(overdue)} TrainJob(s) held longer than {age(threshold)}, while kai_fn's resync runs: "
+                     "read its log for them (outcome retry?), or python -m kai_fn explain NAMESPACE/NAME")
+    if output == "json":
+        items = [r.as_dict() | {"stranded": r.uid in stranded} for r in readings]
+        return code, json.dumps(items, indent=2), "\n".join(notes)
+    if not readings:
+        text = "no TrainJob in kai_fn's scope" + (f" in namespace {namespace}" if namespace else "")
+    else:
+        text = rows(readings, now, stranded, output == "wide")
+    return code, "\n".join([text, *("\n" + n for n in notes)]), ""

@@ -1,0 +1,107 @@
+"""What ``status``, ``release`` and ``explain`` read to place TrainJobs in :mod:`kai_fn.commands.state`, at a bounded
+cost, read-only.
+
+For many TrainJobs (:func:`survey`), whatever their number:
+
+1. one LIST of TrainJobs (the namespace, or all);
+2. one LIST of kai_fn's PodGroups of the flavor (label ``app.kubernetes.io/managed-by=kai-fn``);
+3. one LIST of pods labelled ``jobset.sigs.k8s.io/jobset-name``, only when a released gang not yet marked
+   ``kai-fn/bound`` needs its pods to say whether it is bound now;
+4. one LIST of Events per namespace holding a TrainJob kai_fn still owes a release: kai_fn's Warnings on TrainJobs
+   only (field selector), which tell ``blocked`` from ``held``.
+
+For one TrainJob (:func:`reading_of`): its PodGroups (one LIST by its uid label), its JobSet's pods when needed, and
+its refusals when needed (one LIST of Events by its uid). The heartbeat is read by the callers, only when something
+is held longer than a resync period (:mod:`kai_fn.function.heartbeat`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from kai_fn.commands import state
+from kai_fn.core import keys
+from kai_fn.function.cluster import Session, Transient
+
+_WARNINGS = f"involvedObject.kind={keys.TRAINJOB_KIND},type=Warning,reportingComponent={keys.MANAGED_BY}"
+
+
+def podgroup_api(flavor: str) -> str:
+    return keys.SP_PODGROUP_API if flavor == "scheduler-plugins" else keys.KAI_PODGROUP_API
+
+
+def survey(session: Session, flavor: str, namespace: str | None) -> list[state.Reading]:
+    """Every TrainJob in kai_fn's scope, in the namespace or all, read."""
+    return [reading for _, reading in entries(session, flavor, namespace)]
+
+
+def entries(session: Session, flavor: str, namespace: str | None) -> list[tuple[dict[str, Any], state.Reading]]:
+    """Every TrainJob in kai_fn's scope, as listed, with its reading."""
+    trainjobs = [t for t in session.list_trainjobs(namespace) if not (t.get("metadata") or {}).get("deletionTimestamp")]
+    podgroups = session.podgroups(podgroup_api(flavor), namespace)
+    by_uid: dict[str, list[dict[str, Any]]] = {}
+    for pg in podgroups:
+        uid = ((pg.get("metadata") or {}).get("labels") or {}).get(keys.TRAINJOB_UID_LABEL, "")
+        by_uid.setdefault(uid, []).append(pg)
+    pods = _pods(session, namespace) if any(_needs_pods(t) for t in trainjobs) else []
+    by_jobset: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        by_jobset.setdefault((meta.get("namespace", ""), (meta.get("labels") or {}).get(keys.JOBSET_NAME_LABEL, "")),
+                             []).append(pod)
+    owed = sorted({t["metadata"].get("namespace", "") for t in trainjobs if state.owed_a_release(t)})
+    refused: dict[str, list[state.Refusal]] = {}
+    for ns in owed:
+        refused |= state.refusals(_warnings(session, ns, _WARNINGS))
+    readings = []
+    for trainjob in trainjobs:
+        meta = trainjob["metadata"]
+        uid = meta.get("uid", "")
+        mine, theirs = by_uid.get(uid, []), refused.get(uid, [])
+        if state.in_scope(trainjob, mine, theirs):
+            pods_of = by_jobset.get((meta.get("namespace", ""), meta.get("name", "")), [])
+            readings.append((trainjob, state.read(trainjob, mine, pods_of, theirs)))
+    return readings
+
+
+def reading_of(session: Session, flavor: str, trainjob: dict[str, Any], pods: Sequence[dict[str, Any]] | None = None
+               ) -> tuple[state.Reading, list[dict[str, Any]]]:
+    """One TrainJob, read as :func:`survey` reads it; and its PodGroups. ``pods``: its JobSet's, if already listed."""
+    meta = trainjob.get("metadata") or {}
+    namespace, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
+    mine = session.podgroups(podgroup_api(flavor), namespace, f"{keys.TRAINJOB_UID_LABEL}={uid}") if uid else []
+    if pods is None:
+        pods = session.jobset_pods(namespace, name) if _needs_pods(trainjob) else []
+    refused: list[state.Refusal] = []
+    if state.owed_a_release(trainjob) and uid:
+        selector = f"involvedObject.uid={uid},type=Warning,reportingComponent={keys.MANAGED_BY}"
+        refused = state.refusals(_warnings(session, namespace, selector)).get(uid, [])
+    return state.read(trainjob, mine, pods, refused), mine
+
+
+def _needs_pods(trainjob: dict[str, Any]) -> bool:
+    """Released with its gang and not marked bound: only its pods can say whether the gang is bound now."""
+    notes = (trainjob.get("metadata") or {}).get("annotations") or {}
+    return (keys.MARKER_PODGROUP in notes and keys.GANG_BOUND_ANNOTATION not in notes
+            and (trainjob.get("spec") or {}).get("suspend") is False)
+
+
+def _pods(session: Session, namespace: str | None) -> list[dict[str, Any]]:
+    query = [("labelSelector", keys.JOBSET_NAME_LABEL)]
+    if namespace is None:
+        return _list(session, "/api/v1/pods", query)
+    return _list(session, "/api/v1/namespaces/{namespace}/pods", query, namespace=namespace)
+
+
+def _warnings(session: Session, namespace: str, selector: str) -> list[dict[str, Any]]:
+    return _list(session, "/api/v1/namespaces/{namespace}/events", [("fieldSelector", selector)], namespace=namespace)
+
+
+def _list(session: Session, path: str, query: list[tuple[str, str]], **where: str) -> list[dict[str, Any]]:
+    try:
+        found = session.request("GET", path, query=query, **where)
+    except ApiException as error:
+        raise Transient(f"API {error.status} on list {path.rsplit('/', 1)[-1]}") from None
+    return list((found or {}).get("items") or [])

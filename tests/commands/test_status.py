@@ -1,0 +1,373 @@
+"""``python -m kai_fn status``: one line per TrainJob in kai_fn's scope, in every state kai_fn can leave one, what needs
+attention first; exit 0 when nothing is held longer than ``--held-for``, 1 when something is, 2 for bad input or no
+cluster; plainly saying when held TrainJobs have no function to release them.
+
+Against the emulator: the real function makes the gangs and refusals, the test plays KAI, Trainer and the policy.
+"""
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from kai_fn.commands import cli
+from tests.ce import resource, send
+from tests.commands.test_cli import REPO
+from tests.commands.test_explain import _gpt_large, _running_unsuspended, _runtime_missing
+from tests.conftest import KAI_PG, TRAINER, sample_object, seed
+from tests.function.test_function import NAME, NS, PG, UID, seed_llama
+from tests.function.test_gang_status import OVER_LIMIT, kai_says, place, released
+
+LEASE_API = "coordination.k8s.io/v1"
+AUTO = {"kai-fn/auto-suspended": "true"}
+
+
+@pytest.fixture(autouse=True)
+def parent_queue(api):
+    seed(api, sample_object("queue-default-parent"))
+
+
+def status(api, *args: str, capsys) -> tuple[int, str, str]:
+    code = cli.main(["status", "--kubeconfig", api.kubeconfig, *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def lines(api, capsys, *args: str) -> dict[str, dict]:
+    code, out, _ = status(api, "-o", "json", *args, capsys=capsys)
+    assert code in (0, 1)
+    return {item["name"]: item for item in json.loads(out)}
+
+
+def ago(**delta) -> str:
+    return (datetime.datetime.now(datetime.UTC) - datetime.timedelta(**delta)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def trainjob(sample: str = "trainjob-llama-finetune", *, name: str | None = None, namespace: str = NS,
+             notes: dict | None = None, age: dict | None = None, suspend: bool = True) -> dict:
+    """A sample TrainJob, renamed and re-uid'd when asked, as the admission policy or its author left it."""
+    tj = copy.deepcopy(sample_object(sample))
+    meta = tj["metadata"]
+    if name:
+        meta["name"], meta["uid"] = name, f"uid-{name}"
+    meta["namespace"] = namespace
+    meta["annotations"] = {**(meta.get("annotations") or {}), **(notes or {})}
+    if age:
+        meta["creationTimestamp"] = ago(**age)
+    tj["spec"]["suspend"] = suspend
+    return tj
+
+
+def heartbeat(api, **delta) -> None:
+    """The Lease as the function leaves it after a resync ``delta`` ago."""
+    renewed = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(**delta)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    seed(api, {"apiVersion": LEASE_API, "kind": "Lease", "metadata": {"name": "kai-fn-resync", "namespace": "kai-fn"},
+               "spec": {"holderIdentity": "kai-fn-00001", "leaseDurationSeconds": 180, "renewTime": renewed}})
+
+
+# -- every state, as kai_fn leaves it ----------------------------------------------------------------------------
+
+def _held_by_the_policy(api, url):
+    seed(api, trainjob(notes=AUTO))
+    return NAME
+
+
+def _held_by_its_author(api, url):
+    seed_llama(api)
+    return NAME
+
+
+def _blocked_by_the_queue(api, url):
+    _gpt_large(api, url)
+    assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "gpt-large"))).status == 200
+    return "gpt-large"
+
+
+def _blocked_without_runtime(api, url):
+    _runtime_missing(api, url)
+    send(url, resource(api.get(TRAINER, "TrainJob", NS, NAME)))
+    return NAME
+
+
+def _waiting_kai_silent(api, url):
+    released(api, url)
+    place(api, 4, 0)
+    return NAME
+
+
+def _waiting_kai_says(api, url):
+    released(api, url)
+    kai_says(api, OVER_LIMIT)
+    place(api, 4, 0)
+    return NAME
+
+
+def _waiting_on_a_stage(api, url):
+    """An initializer stage's PodGroup (named after the main one, same labels) is where KAI's reason is."""
+    released(api, url)
+    stage = copy.deepcopy(api.get(KAI_PG, "PodGroup", NS, PG))
+    stage["metadata"]["name"] = f"{PG}-init"
+    for key in ("resourceVersion", "uid", "creationTimestamp"):
+        stage["metadata"].pop(key, None)
+    seed(api, stage)
+    kai_says(api, {"reason": "Unschedulable", "message": "no node has 64Gi free"}, name=f"{PG}-init")
+    return NAME
+
+
+def _bound_by_its_pods(api, url):
+    released(api, url)
+    place(api, 4, 4)
+    return NAME
+
+
+def _bound_as_marked(api, url):
+    released(api, url)
+    tj = api.get(TRAINER, "TrainJob", NS, NAME)
+    tj["metadata"]["annotations"]["kai-fn/bound"] = ago(minutes=3)
+    api.put(tj)
+    return NAME
+
+
+def _timed_out_waiting(api, url):
+    released(api, url)
+    kai_says(api, OVER_LIMIT)
+    tj = api.get(TRAINER, "TrainJob", NS, NAME)
+    tj["metadata"]["annotations"] |= {"kai-fn/released-at": ago(minutes=10), "kai-fn/timed-out": ago(minutes=9)}
+    api.put(tj)
+    return NAME
+
+
+def _timed_out_suspended(api, url):
+    released(api, url)
+    tj = api.get(TRAINER, "TrainJob", NS, NAME)
+    tj["metadata"]["annotations"].pop("kai-fn/released-at", None)
+    tj["metadata"]["annotations"]["kai-fn/timed-out"] = ago(minutes=1)
+    tj["spec"]["suspend"] = True
+    api.put(tj)
+    return NAME
+
+
+def _suspended_by_hold(api, url):
+    seed_llama(api, trainjob=trainjob(notes={"kai-fn/hold": "true"}))
+    assert send(url, resource(api.get(TRAINER, "TrainJob", NS, NAME))).status == 200
+    return NAME
+
+
+def _out_of_scope_released(api, url):
+    seed(api, sample_object("clustertrainingruntime-torch"), trainjob("trainjob-resnet-eval", notes=AUTO))
+    assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "resnet-eval"))).status == 200
+    return "resnet-eval"
+
+
+def _too_late(api, url):
+    _running_unsuspended(api, url)
+    send(url, resource(api.get(TRAINER, "TrainJob", NS, "whisper-asr")))
+    return "whisper-asr"
+
+
+def _resumed_by_hand(api, url):
+    seed(api, trainjob(notes=AUTO, suspend=False))
+    return NAME
+
+
+STATES = {
+    "suspended by the policy, not yet released": (_held_by_the_policy, "held", r"suspended by the admission policy"),
+    "suspended by its author with the queue label": (_held_by_its_author, "held", r"kai_fn has not made its gang"),
+    "refused by the queue pre-check": (_blocked_by_the_queue, "blocked", r"^GangExceedsQueue: .*team-a-small"),
+    "refused: no runtime": (_blocked_without_runtime, "blocked", r"^RuntimeNotFound: ClusterTrainingRuntime"),
+    "released, KAI silent": (_waiting_kai_silent, "waiting", r"not placed it yet \(0 of minMember 4 pods bound\)"),
+    "released, KAI says why": (_waiting_kai_says, "waiting", r"^KAI: OverLimit \(queue team-a\): gpu limit 4"),
+    "released, KAI says why on a stage's PodGroup": (_waiting_on_a_stage, "waiting",
+                                                     r"^KAI: Unschedulable: no node has 64Gi free"),
+    "every pod on a node": (_bound_by_its_pods, "bound", r"every pod of the gang is on a node"),
+    "marked bound, pods gone since": (_bound_as_marked, "bound", r"every pod"),
+    "timed out, still waiting": (_timed_out_waiting, "timed-out", r"still waiting; KAI: OverLimit"),
+    "timed out and suspended again": (_timed_out_suspended, "timed-out", r"suspended again"),
+    "gang made, held by kai-fn/hold": (_suspended_by_hold, "suspended", r"left suspended: held by kai-fn/hold"),
+    "out of scope, released without a gang": (_out_of_scope_released, "running-without-gang", r"does not ask for KAI"),
+    "submitted running: too late": (_too_late, "running-without-gang", r"^TooLate"),
+    "auto-suspended, resumed by hand": (_resumed_by_hand, "running-without-gang", r"resumed by someone other"),
+}
+
+
+@pytest.mark.parametrize("setup, state, reason", STATES.values(), ids=list(STATES))
+def test_each_trainjob_gets_its_state_and_reason_and_nothing_is_written(api, function, capsys, setup, state, reason):
+    name = setup(api, function.url)
+    api.reset_calls()
+    item = lines(api, capsys, "-n", NS)[name]
+    assert (item["state"], item["namespace"]) == (state, NS)
+    assert re.search(reason, item["reason"]), item["reason"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", item["since"])
+    assert api.writes() == []
+
+
+def test_every_state_is_covered():
+    from kai_fn.commands.state import STATES as ALL
+    assert {state for _, state, _ in STATES.values()} == set(ALL)
+
+
+def test_a_released_gang_shows_its_queue_size_gpus_and_podgroup(api, function, capsys):
+    _waiting_kai_says(api, function.url)
+    item = lines(api, capsys)[NAME]
+    assert (item["queue"], item["minMember"], item["gpus"], item["podGroup"]) == ("team-a", 4, "8", PG)
+
+
+def test_a_trainjob_kai_fn_never_touched_and_that_does_not_ask_for_kai_is_not_listed(api, capsys):
+    seed(api, sample_object("trainjob-resnet-eval"))
+    code, out, _ = status(api, capsys=capsys)
+    assert (code, out.strip()) == (0, "no TrainJob in kai_fn's scope")
+
+
+# -- exit codes, --held-for, sorting, output -----------------------------------------------------------------------
+
+HELD_FOR = {  # (how long it has been held, --held-for or None for the default 2m, exit code)
+    "held 30s, default 2m": (dict(seconds=30), None, 0),
+    "held 3m, default 2m": (dict(minutes=3), None, 1),
+    "held 3m, --held-for 5m": (dict(minutes=3), "5m", 0),
+    "held 3m, --held-for 90s": (dict(minutes=3), "90s", 1),
+    "held 3m, --held-for 1h": (dict(minutes=3), "1h", 0),
+}
+
+
+@pytest.mark.parametrize("age, held_for, code", HELD_FOR.values(), ids=list(HELD_FOR))
+def test_exit_1_only_when_something_is_held_longer_than_held_for(api, capsys, age, held_for, code):
+    heartbeat(api, seconds=10)
+    seed(api, trainjob(notes=AUTO, age=age))
+    got, _, _ = status(api, *(["--held-for", held_for] if held_for else []), capsys=capsys)
+    assert got == code
+
+
+def test_blocked_waiting_and_bound_trainjobs_alone_exit_0(api, function, capsys):
+    _blocked_by_the_queue(api, function.url)
+    _bound_by_its_pods(api, function.url)
+    code, out, _ = status(api, capsys=capsys)
+    assert code == 0 and "blocked" in out and "bound" in out
+
+
+def test_what_needs_attention_comes_first_the_longest_held_first(api, function, capsys):
+    heartbeat(api, seconds=5)
+    _bound_by_its_pods(api, function.url)
+    _blocked_by_the_queue(api, function.url)
+    seed(api, trainjob(name="young", notes=AUTO, age=dict(seconds=20)),
+         trainjob(name="old", namespace="team-b", notes=AUTO, age=dict(minutes=30)),
+         trainjob(name="hold", notes={"kai-fn/hold": "true"}))
+    code, out, _ = status(api, "-o", "json", capsys=capsys)
+    assert code == 1
+    assert [(i["name"], i["state"]) for i in json.loads(out)] == [
+        ("old", "held"), ("young", "held"), ("gpt-large", "blocked"), ("hold", "suspended"), (NAME, "bound")]
+
+
+def test_the_text_table_has_one_aligned_line_per_trainjob_and_wide_adds_the_podgroup(api, function, capsys):
+    _waiting_kai_says(api, function.url)
+    seed(api, trainjob(name="held-one", notes=AUTO))
+    _, out, _ = status(api, capsys=capsys)
+    header, *rows = out.strip().splitlines()
+    assert header.split() == ["NAMESPACE", "NAME", "STATE", "SINCE", "QUEUE", "GANG", "GPUS", "REASON"]
+    assert [r.split()[:3] for r in rows] == [[NS, "held-one", "held"], [NS, NAME, "waiting"]]
+    assert re.search(rf"^{NS} +{NAME} +waiting +\d+s +team-a +4 +8 +KAI: OverLimit", rows[1])
+    assert all(len(r) <= len(header) + 80 for r in rows), "the reason is cut to a few words"
+    _, wide, _ = status(api, "-o", "wide", capsys=capsys)
+    assert wide.splitlines()[0].split()[-1] == "PODGROUP" and PG in wide and OVER_LIMIT["message"] in wide
+
+
+def test_json_is_a_list_of_objects_with_namespace_name_state_reason_since(api, capsys):
+    seed(api, trainjob(notes=AUTO, age=dict(minutes=5)))
+    heartbeat(api, seconds=1)
+    code, out, err = status(api, "-o", "json", capsys=capsys)
+    (item,) = json.loads(out)
+    assert code == 1 and err.startswith("1 TrainJob(s) held longer than 2m, while kai_fn's resync runs")
+    assert item.keys() >= {"namespace", "name", "state", "reason", "since"} and item["stranded"] is False
+    created = api.get(TRAINER, "TrainJob", NS, NAME)["metadata"]["creationTimestamp"]
+    assert item["since"] == created
+
+
+def test_namespace_narrows_the_lists_to_it(api, capsys):
+    seed(api, trainjob(name="here", notes=AUTO), trainjob(name="there", namespace="team-b", notes=AUTO))
+    api.reset_calls()
+    assert set(lines(api, capsys, "-n", "team-b")) == {"there"}
+    assert {c.namespace for c in api.calls if c.resource != "leases"} == {"team-b"}
+
+
+# -- the function looks absent ---------------------------------------------------------------------------------
+
+ABSENT = {  # (how the heartbeat looks, held for, stranded?)
+    "no Lease at all, held 5m": (None, dict(minutes=5), True),
+    "Lease renewed 10m ago, held 5m": (dict(minutes=10), dict(minutes=5), True),
+    "Lease renewed 20s ago, held 5m": (dict(seconds=20), dict(minutes=5), False),
+    "no Lease, held 30s (less than a resync period)": (None, dict(seconds=30), False),
+}
+
+
+@pytest.mark.parametrize("renewed, held, stranded", ABSENT.values(), ids=list(ABSENT))
+def test_held_longer_than_a_resync_period_with_no_fresh_heartbeat_says_the_function_looks_absent(
+        api, capsys, renewed, held, stranded):
+    if renewed is not None:
+        heartbeat(api, **renewed)
+    seed(api, trainjob(notes=AUTO, age=held))
+    _, out, _ = status(api, capsys=capsys)
+    assert ("kai_fn looks absent" in out) is stranded
+    if stranded:
+        assert re.search(r"^team-a +llama-finetune +held +\d+m .*kai_fn looks absent", out, re.M)
+        assert "python -m kai_fn release --held -A --yes --reason" in out
+        _, out, err = status(api, "-o", "json", "-n", NS, capsys=capsys)
+        assert json.loads(out)[0]["stranded"] is True
+        assert err.startswith("kai_fn looks absent: ") and "release --held -n team-a" in err
+
+
+def test_the_heartbeat_is_read_only_when_something_is_held_longer_than_a_resync_period(api, function, capsys):
+    _waiting_kai_silent(api, function.url)
+    seed(api, trainjob(name="new", notes=AUTO))
+    api.reset_calls()
+    status(api, capsys=capsys)
+    assert "leases" not in {c.resource for c in api.calls}
+
+
+def test_the_cost_is_a_few_lists_whatever_the_number_of_trainjobs(api, function, capsys):
+    _waiting_kai_silent(api, function.url)
+    seed(api, *(trainjob(name=f"held-{i}", namespace=f"ns-{i % 3}", notes=AUTO, age=dict(minutes=5))
+                for i in range(12)))
+    api.reset_calls()
+    status(api, capsys=capsys)
+    calls = sorted((c.verb, c.resource) for c in api.calls)
+    assert calls == [("get", "leases"), ("list", "events"), ("list", "events"), ("list", "events"),
+                     ("list", "podgroups"), ("list", "pods"), ("list", "trainjobs")]
+
+
+# -- bad input, no cluster ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--held-for", "soon"], {}, "error: 'soon': expected a duration such as 90s, 2m or 1h"),
+    (["--heartbeat", "nope"], {}, "error: 'nope': expected NAMESPACE/NAME of the heartbeat Lease"),
+    ([], {"KAI_FN_HEARTBEAT_LEASE": "nope"}, "error: invalid setting KAI_FN_HEARTBEAT_LEASE"),
+    (["-n", "team-a", "-A"], {}, "usage: "),
+])
+def test_bad_input_is_exit_2_with_one_line_naming_it_and_no_traceback(api, args, env, message):
+    done = subprocess.run([sys.executable, "-m", "kai_fn", "status", "--kubeconfig", api.kubeconfig, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, env=os.environ | env)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and done.stderr.startswith(message) and "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1 or message == "usage: "
+
+
+def test_no_kubeconfig_is_exit_2(tmp_path, capsys):
+    code = cli.main(["status", "--kubeconfig", str(tmp_path / "none")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: no Kubernetes API to talk to") and len(err.splitlines()) == 1
+
+
+def test_a_cluster_that_does_not_answer_is_exit_2(tmp_path, capsys):
+    config = tmp_path / "kubeconfig"
+    config.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], "users": [{"name": "u", "user": {}}]}))
+    code = cli.main(["status", "--kubeconfig", str(config)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: cannot read the cluster: API unreachable")
+    assert len(err.splitlines()) == 1
