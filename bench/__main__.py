@@ -4,6 +4,10 @@ if sys.argv[1:2] == ["chain"]:
     from bench.chain import main as chain_main
 
     sys.exit(chain_main(sys.argv[2:]))
+if sys.argv[1:2] == ["shapes"]:
+    from bench.shapes import main as shapes_main
+
+    sys.exit(shapes_main(sys.argv[2:]))
 
 from bench.run import main
 

@@ -58,16 +58,19 @@ SETTINGS = {"KAI_FN_ON_TIMEOUT": "suspend"}
 
 
 class Chains:
-    """kai_fn on the chain in one flavor at a time: function process, event sources, admission policy."""
+    """kai_fn on the chain in one flavor (and set of settings) at a time: function process, event sources, admission
+    policy."""
 
     def __init__(self, testbed: LiveCluster) -> None:
-        self.testbed, self.stack, self.current = testbed, ExitStack(), None
+        self.testbed, self.stack, self.current, self.settings = testbed, ExitStack(), None, dict(SETTINGS)
 
-    def use(self, flavor: str) -> Chain:
-        if self.current is None or self.current.flavor != flavor:
+    def use(self, flavor: str, **settings: str) -> Chain:
+        wanted = SETTINGS | settings
+        if self.current is None or self.current.flavor != flavor or self.settings != wanted:
             self.close()
             self.current = self.stack.enter_context(running(self.testbed.kubeconfig, flavor=flavor, ping_seconds=10,
-                                                            settings=SETTINGS))
+                                                            settings=wanted))
+            self.settings = wanted
         return self.current
 
     def close(self) -> None:
