@@ -20,6 +20,9 @@ from kai_fn.commands import cli
 from tests.ce import resource, send
 from tests.commands.test_cli import REPO
 from tests.commands.test_explain import _gpt_large, _running_unsuspended, _runtime_missing
+from tests.commands.test_explain import _released_bound as _bound_by_its_pods
+from tests.commands.test_explain import _released_unschedulable as _waiting_kai_says
+from tests.commands.test_explain import _released_waiting as _waiting_kai_silent
 from tests.conftest import KAI_PG, TRAINER, sample_object, seed
 from tests.function.test_function import NAME, NS, PG, UID, seed_llama
 from tests.function.test_gang_status import OVER_LIMIT, kai_says, place, released
@@ -95,19 +98,6 @@ def _blocked_without_runtime(api, url):
     return NAME
 
 
-def _waiting_kai_silent(api, url):
-    released(api, url)
-    place(api, 4, 0)
-    return NAME
-
-
-def _waiting_kai_says(api, url):
-    released(api, url)
-    kai_says(api, OVER_LIMIT)
-    place(api, 4, 0)
-    return NAME
-
-
 def _waiting_on_a_stage(api, url):
     """An initializer stage's PodGroup (named after the main one, same labels) is where KAI's reason is."""
     released(api, url)
@@ -117,12 +107,6 @@ def _waiting_on_a_stage(api, url):
         stage["metadata"].pop(key, None)
     seed(api, stage)
     kai_says(api, {"reason": "Unschedulable", "message": "no node has 64Gi free"}, name=f"{PG}-init")
-    return NAME
-
-
-def _bound_by_its_pods(api, url):
-    released(api, url)
-    place(api, 4, 4)
     return NAME
 
 
