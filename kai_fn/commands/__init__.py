@@ -1,1 +1,1 @@
-"""What an operator or developer runs against a cluster or a function: ``python -m kai_fn plan|explain|invoke|demo``."""
+"""What an operator runs against a cluster, or a developer against the function: ``python -m kai_fn plan|explain|status|release|invoke``."""

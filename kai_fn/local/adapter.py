@@ -370,11 +370,14 @@ class RealApiServerSource:
                 self.stopping.wait(1)
 
     def _reconcile(self) -> None:
-        found = self.matching()
-        if found != self.namespaces and not self.stopping.is_set():
-            self._deploy(found)
+        """Redeploys for the namespaces matching now, read under the lock: a run of namespace changes while an
+        adapter starts (a test's namespaces going away one by one) ends in one redeploy, not one each."""
+        with self.deploying:
+            found = self.matching()
+            if found != self.namespaces and not self.stopping.is_set():
+                self._deploy_locked(found)
 
-    def wait_watching(self, namespace: str, timeout: float = 60.0) -> None:
+    def wait_watching(self, namespace: str, timeout: float = 180.0) -> None:
         """Until the running adapter has listed ``namespace`` (its changes from then on are delivered)."""
         if self.spec.all_namespaces:
             return

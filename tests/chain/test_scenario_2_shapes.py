@@ -24,7 +24,7 @@ from kai_fn.core import keys
 from kai_fn.local.chain import TRAINER
 from kai_fn.local.shapes import (COMPLETE_AFTER, INITIALIZERS, JOBSET_LABEL, SHAPES, Shape, initializer, node,
                                  submit, trainer_pods, watch_fare)
-from tests.chain.conftest import REPORT, wait_for
+from tests.chain.conftest import REPORT, Pool, wait_for
 from tests.chain.gangs import kai_reasons, table
 
 DEADLINE_S = 90.0
@@ -92,15 +92,26 @@ def kai_events(core: client.CoreV1Api, ns: str, reason: str) -> list[client.Core
 
 @pytest.mark.parametrize("grace_setting, evicted", [("-1s", False), ("", True)],
                          ids=["kai_fns-grace-never-evicts", "kais-default-evicts-what-should-run"])
-def test_long_initializers_and_trainers_finishing_apart(chains, pool, namespaces, grace_setting, evicted):
+def test_long_initializers_and_trainers_finishing_apart(chains, grace_setting, evicted):
     """With kai_fn's ``stalenessGracePeriod: -1s`` nothing is evicted; left to KAI's default, KAI v0.17.0 evicts a
-    gang that is merely finishing (the check below can fail, and does, without the setting)."""
+    gang that is merely finishing (the check below can fail, and does, without the setting). Its own function
+    settings, so its own namespace and pool of that chain (the ``namespaces`` and ``pool`` fixtures hold the
+    default one)."""
     chain = chains.use("kai", KAI_FN_STALENESS_GRACE_PERIOD=grace_setting)
+    nodes = Pool(chain, f"stale{len(grace_setting)}")
+    nodes.delete()
+    ns = chain.namespace("stale")
+    try:
+        _long_stages_on(chain, nodes, ns, evicted)
+    finally:
+        client.CoreV1Api(chain.api).delete_namespace(ns)
+        nodes.delete()
+
+
+def _long_stages_on(chain, nodes, ns: str, evicted: bool) -> None:
     grace = chain_grace_seconds(chain)
     shape = long_stages(grace)
-    nodes = pool("stale")
     nodes.ensure(shape.nodes)
-    ns = namespaces("stale")
     client.CustomObjectsApi(chain.api).create_namespaced_custom_object(
         *TRAINER, ns, "trainingruntimes", shape.runtime(ns, nodes.name))
     submit(chain, ns, "tj", shape, shape.name)
