@@ -1,6 +1,6 @@
 """``./run.sh demo --real`` on the chain tier's testbed (reused: the demo keeps to a pool of its own): 4 pods of a
 4 x 8 GPU gang wait whole on 3 nodes while the live table gives KAI's reason, bind when a 4th node comes, kai_fn tells
-the TrainJob so, and ``status`` closes the story; everything it started is gone afterwards."""
+the TrainJob so, and ``status`` closes the story; everything it started is gone afterwards, its namespace too."""
 from __future__ import annotations
 
 import re
@@ -12,6 +12,7 @@ from kubernetes import client
 from kai_fn.local.chain import POLICY, POOL_LABEL
 from kai_fn.local.demo_real import POOL
 from kai_fn.local.process import REPO
+from tests.chain.conftest import wait_for
 
 
 def test_demo_real_tells_the_all_or_nothing_story_in_kais_words_and_closes_with_status(chain_testbed, chains):
@@ -34,9 +35,9 @@ def test_demo_real_tells_the_all_or_nothing_story_in_kais_words_and_closes_with_
     assert out.rstrip().splitlines()[-1].startswith("==> done in ")
 
     core = client.CoreV1Api(chain_testbed.api)
-    left = [n for n in core.list_namespace().items
-            if n.metadata.name.startswith("demo-real-") and n.metadata.deletion_timestamp is None]
-    assert left == []
+    ns = re.search(r"submitting TrainJob (demo-real-\w+)/llama-pretrain", out).group(1)
+    wait_for("the demo's namespace is gone", lambda: ns not in {n.metadata.name for n in core.list_namespace().items},
+             deadline_s=60)
     nodes = core.list_node(label_selector=f"{POOL_LABEL}={POOL}").items
     assert all(n.metadata.deletion_timestamp for n in nodes)
     policies = chain_testbed.kubectl("get", "mutatingadmissionpolicies", "-o", "name").stdout
