@@ -134,7 +134,10 @@ def _show(chain: Chain, core: client.CoreV1Api, ns: str, pods: PodWatch, pool: s
         raise ChainError("a pod was bound on 3 nodes: the gang did not hold")
     if not says:
         raise ChainError("KAI gave no reason on the PodGroup within 60 s (kai-scheduler.log in the state dir)")
-    say(f"all or nothing: {NODES} pods exist, all in KAI PodGroup {seen[0].group}, none bound "
+    groups = {p.group for p in seen}
+    if len(groups) != 1 or None in groups:
+        raise ChainError(f"the 4 pods do not name one PodGroup: {sorted(map(str, groups))}")
+    say(f"all or nothing: {NODES} pods exist, all in KAI PodGroup {groups.pop()}, none bound "
         "(needs 32 GPUs, 24 free)")
     say(f"adding a 4th node ({pool or 'gpu-node'}-3): simnodes 4x8")
     added = time.monotonic()
