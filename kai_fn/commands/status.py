@@ -103,6 +103,10 @@ def run(namespace: str | None, kubeconfig: str | None, output: str, held_for: st
     notes = []
     if stranded and absent:
         notes.append(strand_notice(absent, len(stranded), scope))
+    elif overdue and not any(state.held_longer(r, now, heartbeat.RESYNC_PERIOD_SECONDS) for r in overdue):
+        notes.append(f"{len(overdue)} TrainJob(s) held longer than {age(threshold)}, none yet longer than a resync "
+                     f"period ({heartbeat.RESYNC_PERIOD_SECONDS}s): kai_fn's next resync may still release them "
+                     "(the heartbeat is read after that); python -m kai_fn explain NAMESPACE/NAME")
     elif overdue:
         notes.append(f"{len(overdue)} TrainJob(s) held longer than {age(threshold)}, while kai_fn's resync runs: "
                      "read its log for them (outcome retry?), or python -m kai_fn explain NAMESPACE/NAME")

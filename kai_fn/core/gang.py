@@ -7,6 +7,7 @@ allocates, before the pods are bound, so conditions alone cannot say "bound".
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -116,7 +117,8 @@ class Reason:
 
 
 def unschedulable(podgroup: dict[str, Any]) -> tuple[Reason, ...]:
-    """KAI's reasons from ``status.schedulingConditions[]`` (``reasons[]``, else the deprecated reason/message)."""
+    """KAI's reasons from ``status.schedulingConditions[]`` (``reasons[]``, else the deprecated reason/message), each
+    message made one line of whole sentences (:func:`sentences`)."""
     found: list[Reason] = []
     for condition in (podgroup.get("status") or {}).get("schedulingConditions") or []:
         if not isinstance(condition, dict):
@@ -124,19 +126,32 @@ def unschedulable(podgroup: dict[str, Any]) -> tuple[Reason, ...]:
         reasons = [r for r in condition.get("reasons") or [] if isinstance(r, dict)]
         for r in reasons:
             queue = ((r.get("details") or {}).get("queueDetails") or {}).get("name")
-            found.append(Reason(str(r.get("reason") or "Unschedulable"), str(r.get("message") or ""), queue))
+            found.append(Reason(str(r.get("reason") or "Unschedulable"), sentences(r.get("message")), queue))
         if not reasons and (condition.get("reason") or condition.get("message")):
-            found.append(Reason(str(condition.get("reason") or "Unschedulable"), str(condition.get("message") or "")))
+            found.append(Reason(str(condition.get("reason") or "Unschedulable"), sentences(condition.get("message"))))
     unique = dict.fromkeys(found)
     return tuple(unique)
 
 
+def sentences(message: Any) -> str:
+    """KAI's message as one line of sentences, each ending in a stop. KAI v0.17.0 ends a reason's message without one
+    ("... workload requested 8 GPUs") and joins a pod's per-node findings with ". \\n", so copied as written the
+    Event ran on into whatever followed it, and ``kubectl get events`` cut it at the newline."""
+    lines = [" ".join(line.split()) for line in str(message or "").splitlines()]
+    text = " ".join(line if line[-1] in ".!?:;" else line + "." for line in lines if line)
+    return _DOUBLE_STOP.sub(".", text)
+
+
+_DOUBLE_STOP = re.compile(r"(?<!\.)\.\.(?!\.)")  # "selector.." (KAI adds a stop to a message that has one), not "..."
+
+
 def describe(reasons: Iterable[Reason]) -> str:
+    """KAI's reasons as sentences: ``OverLimit (queue q): <message>. PodSchedulingErrors: <message>.``"""
     parts = []
     for r in reasons:
         where = f" (queue {r.queue})" if r.queue and r.queue not in r.message else ""
-        parts.append(f"{r.reason}{where}: {r.message}" if r.message else f"{r.reason}{where}")
-    return "; ".join(parts)
+        parts.append(f"{r.reason}{where}: {r.message}" if r.message else f"{r.reason}{where}.")
+    return " ".join(parts)
 
 
 def _int(value: Any) -> int:

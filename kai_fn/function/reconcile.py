@@ -252,9 +252,16 @@ class Reconciler:
         return self.release(fresh, result, created=False)
 
     def too_late_unless_suspending(self) -> Outcome:
-        """A running JobSet is too late, unless its TrainJob was just suspended and Trainer is catching up."""
-        if self.fresh_trainjob().get("spec", {}).get("suspend") is True:
+        """A running JobSet is too late, unless its TrainJob was just suspended and Trainer is catching up, or the
+        event's copy is stale: the TrainJob was marked since (an operator's ``release`` resumes it, so an add
+        redelivered after an outage finds its JobSet running) and its mark stands."""
+        fresh = self.fresh_trainjob()
+        if fresh.get("spec", {}).get("suspend") is True:
             raise Retry("the TrainJob is suspended but its JobSet not yet")
+        if _marked(fresh):
+            notes = fresh.get("metadata", {}).get("annotations") or {}
+            settled = notes.get(keys.MARKER_PODGROUP) or f"skipped ({notes.get(keys.MARKER_SKIPPED)})"
+            return self.outcome("skipped", f"a stale copy: marked since, {settled}")
         self.session.patch_trainjob(self.namespace, self.name,
                                     {"metadata": {"annotations": {keys.MARKER_SKIPPED: "running"}}})
         return self.warn(

@@ -78,11 +78,11 @@ def time_out(session: Session, settings: Settings, wait: Wait, trainjob: dict[st
         if ((fresh or {}).get("metadata", {}).get("annotations") or {}).get(keys.TIMED_OUT_ANNOTATION) != stamp(now):
             raise
     kai_says = gang.describe(gang.unschedulable(podgroup)) or (
-        "no reason (is KAI Scheduler running, and do the pods name schedulerName kai-scheduler?)")
+        "no reason (is KAI Scheduler running, and do the pods name schedulerName kai-scheduler?).")
     message = (f"PodGroup {wait.podgroup} is not bound {wait.timeout}s after the wait began at {stamp(wait.started)}; "
-               f"KAI says: {kai_says}; ")
-    message += ("suspended again (KAI_FN_ON_TIMEOUT=suspend), so its pods leave the queue; set spec.suspend: false "
-                "to wait again" if suspend else "it keeps waiting (KAI_FN_ON_TIMEOUT=event)")
+               f"KAI says: {kai_says} ")
+    message += ("The TrainJob is suspended again (KAI_FN_ON_TIMEOUT=suspend), so its pods leave the queue; set "
+                "spec.suspend: false to wait again." if suspend else "The gang keeps waiting (KAI_FN_ON_TIMEOUT=event).")
     metrics.TIMEOUTS.inc()
     session.create_event(wait.namespace, report.event_body(
         trainjob, report.SCHEDULE_TIMEOUT, message, warning=True, key=f"{stamp(wait.started)}"))

@@ -1,26 +1,33 @@
-"""``./run.sh demo --real``: the demo's story on the real chain (testbed/, built the first time).
+"""``./run.sh demo --real``: the demo's story on the real chain (testbed/, built the first time), on KAI Scheduler.
 
-Trainer and JobSet (in the launcher), kube-controller-manager's Job controller, kube-scheduler with Coscheduling,
-kwok's simulated GPU nodes, and kai_fn with its event source. A TrainJob asking for 4 nodes × 8 GPUs is submitted
-plainly on a pool of 3 such nodes: its 4 pods exist and none is bound. A fourth node is added: all 4 bind at once.
-Everything this started is stopped at the end (the testbed only if this started it).
+Trainer and JobSet (in the launcher), kube-controller-manager's Job controller, KAI Scheduler v0.17.0, kwok's
+simulated GPU nodes, and kai_fn in the kai flavor with its event sources. A TrainJob asking for 4 nodes x 8 GPUs is
+submitted plainly on a pool of 3 such nodes: its 4 pods exist and none is bound, and the live table says why in KAI's
+words (its PodGroup's ``status.schedulingConditions``, read as kai_fn reads them). A fourth node is added: all 4 bind
+at once. It closes with ``python -m kai_fn status`` for the demo's namespace. Everything this started is stopped at
+the end (the testbed only if this started it).
 """
 from __future__ import annotations
 
+import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
-from kai_fn.local.podwatch import PodSeen, PodWatch
-from kai_fn.local.chain import Chain
-from kai_fn.local.realchain import ChainError, Cluster, chain_cluster, kai_fn_running
 from kai_fn.commands.tables import table
+from kai_fn.core import gang, keys
+from kai_fn.local.chain import PODGROUP_APIS, TRAINER, Chain
+from kai_fn.local.podwatch import PodSeen, PodWatch
+from kai_fn.local.realchain import ChainError, Cluster, chain_cluster, kai_fn_running
 
 POOL = "demo-gpu"
 JOB = "llama-pretrain"
 NODES, GPUS = 4, 8
+WIDTH = 110
 
 
 def say(step: str) -> None:
@@ -28,40 +35,42 @@ def say(step: str) -> None:
 
 
 class LiveTable:
-    """Redraws the pods table in place on a terminal (once a second); elsewhere prints it when it changes."""
+    """Redraws the pods table, and KAI's words while a pod waits, in place on a terminal (once a second); elsewhere
+    prints them when they change."""
 
     def __init__(self) -> None:
         self.tty = sys.stdout.isatty()
         self.drawn = 0
         self.last = ""
 
-    def show(self, pods: list[PodSeen], started: float) -> None:
+    def show(self, pods: list[PodSeen], kai: str, started: float) -> None:
         rows = [(p.name, p.node, "bound" if p.node else "waiting") for p in pods]
-        text = table(rows, ("POD", "NODE", "STATE")) if rows else "  (no pods yet)"
+        body = table(rows, ("POD", "NODE", "STATE")) if rows else "  (no pods yet)"
+        if kai and not all(p.node for p in pods):
+            body += "\n" + textwrap.fill(f"KAI says: {kai}", WIDTH, initial_indent="  ", subsequent_indent="    ")
         bound = sum(1 for p in pods if p.node)
-        text += f"\n  {bound}/{len(pods)} bound, {time.monotonic() - started:4.0f} s"
+        text = f"{body}\n  {bound}/{len(pods)} bound, {time.monotonic() - started:4.0f} s"
         if self.tty:
             sys.stdout.write(f"\x1b[{self.drawn}F\x1b[J" if self.drawn else "")
             sys.stdout.write(text + "\n")
             self.drawn = text.count("\n") + 1
-        elif text.split("\n  ")[0] != self.last.split("\n  ")[0]:
+        elif body != self.last:
             print(text)
-        self.last = text
+        self.last = body
         sys.stdout.flush()
 
-    def done(self) -> None:
-        self.drawn = 0
 
-
-def watch_until(pods: PodWatch, until: Callable[[list[PodSeen]], bool], deadline_s: float) -> list[PodSeen]:
+def watch_until(pods: PodWatch, kai: Callable[[list[PodSeen]], str], until: Callable[[list[PodSeen], str], bool],
+                deadline_s: float) -> tuple[list[PodSeen], str]:
+    """The live table until ``until(pods, KAI's words)`` or the deadline; what was last seen."""
     live, started = LiveTable(), time.monotonic()
     end = started + deadline_s
     while True:
         seen = [p for p in pods.snapshot() if p.jobset == JOB]
-        live.show(seen, started)
-        if until(seen) or time.monotonic() > end:
-            live.done()
-            return seen
+        says = kai(seen)
+        live.show(seen, says, started)
+        if until(seen, says) or time.monotonic() > end:
+            return seen, says
         time.sleep(1)
 
 
@@ -86,7 +95,8 @@ def _story(cluster: Cluster, began: float) -> int:
     # A testbed started here has just its 3 nodes; on a reused one the demo keeps to nodes of its own.
     pool = None if cluster.started else POOL
     ns = None
-    say("starting kai_fn: the function (its ServiceAccount's token), its event sources, the admission policy")
+    say("starting kai_fn (kai flavor): the function (its ServiceAccount's token), its event sources, the admission "
+        "policy")
     with kai_fn_running(cluster) as chain:
         try:
             if pool:
@@ -95,14 +105,18 @@ def _story(cluster: Cluster, began: float) -> int:
             ns = chain.namespace("demo-real")
             chain.runtime(ns, pool=pool)
             with PodWatch(cluster.api, ns) as pods:
-                say(f"submitting TrainJob {ns}/{JOB} plainly: {NODES} nodes x {GPUS} GPUs, on 3 nodes")
+                say(f"submitting TrainJob {ns}/{JOB} plainly: {NODES} nodes x {GPUS} GPUs on 3 nodes, "
+                    "schedulerName kai-scheduler")
                 chain.trainjob(ns, JOB, num_nodes=NODES)
                 _show(chain, core, ns, pods, pool)
+            _told(cluster, ns)
+            _status(cluster, ns)
         finally:
             say("stopping what the demo started")
             if ns:
                 core.delete_namespace(ns)
             if pool:
+                _pods_gone(core, ns)
                 chain.delete_nodes(pool)
     if cluster.started:
         say("stopping the testbed: ./run.sh cluster down")
@@ -111,29 +125,93 @@ def _story(cluster: Cluster, began: float) -> int:
 
 
 def _show(chain: Chain, core: client.CoreV1Api, ns: str, pods: PodWatch, pool: str | None) -> None:
-    """3 nodes: the 4 pods wait whole; a 4th node: they bind at once."""
-    seen = watch_until(pods, lambda s: len(s) == NODES and _tried(core, ns, s), 60)
+    """3 nodes: the 4 pods wait whole, and KAI says why; a 4th node: they bind at once."""
+    kai = _kai_says(chain, ns)
+    seen, says = watch_until(pods, kai, lambda s, k: len(s) == NODES and bool(k) and _tried(core, ns), 60)
     if len(seen) != NODES:
         raise ChainError(f"{len(seen)} of {NODES} pods were made within 60 s")
-    groups = {p.group for p in seen}
     if any(p.node for p in seen):
         raise ChainError("a pod was bound on 3 nodes: the gang did not hold")
-    say(f"all or nothing: {NODES} pods exist, all in PodGroup {groups.pop()}, none bound (needs 32 GPUs, 24 free)")
+    if not says:
+        raise ChainError("KAI gave no reason on the PodGroup within 60 s (kai-scheduler.log in the state dir)")
+    groups = {p.group for p in seen}
+    if len(groups) != 1 or None in groups:
+        raise ChainError(f"the 4 pods do not name one PodGroup: {sorted(map(str, groups))}")
+    say(f"all or nothing: {NODES} pods exist, all in KAI PodGroup {groups.pop()}, none bound "
+        "(needs 32 GPUs, 24 free)")
     say(f"adding a 4th node ({pool or 'gpu-node'}-3): simnodes 4x8")
     added = time.monotonic()
     chain.nodes("4x8", pool or "gpu-node")
-    seen = watch_until(pods, lambda s: all(p.node for p in s), 60)
+    seen, _ = watch_until(pods, kai, lambda s, _: all(p.node for p in s), 60)
     if not all(p.node for p in seen):
         raise ChainError("the gang did not bind within 60 s of the 4th node")
     times = [p.bound_at for p in seen if p.bound_at]
-    say(f"the gang bound: all {NODES} pods within {max(times) - min(times):.1f} s of each other, "
+    say(f"KAI bound the gang: all {NODES} pods within {max(times) - min(times):.1f} s of each other, "
         f"{max(times) - added:.1f} s after the node was added")
 
 
-def _tried(core: client.CoreV1Api, ns: str, seen: list[PodSeen]) -> bool:
+def _kai_says(chain: Chain, ns: str) -> Callable[[list[PodSeen]], str]:
+    """KAI's reasons on the PodGroup the pods name, as kai_fn reads them (the text of its GangUnschedulable Event)."""
+    objs = client.CustomObjectsApi(chain.api)
+
+    def says(seen: list[PodSeen]) -> str:
+        group = next((p.group for p in seen if p.group), None)
+        if group is None or all(p.node for p in seen):
+            return ""
+        try:
+            podgroup = objs.get_namespaced_custom_object(*PODGROUP_APIS["kai"], ns, "podgroups", group)
+        except ApiException:
+            return ""
+        return gang.describe(gang.unschedulable(podgroup))
+
+    return says
+
+
+def _tried(core: client.CoreV1Api, ns: str) -> bool:
     """The scheduler has looked at every pod: bound, or PodScheduled=False."""
     tried = 0
     for pod in core.list_namespaced_pod(ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={JOB}").items:
         conds = {c.type: c.status for c in (pod.status.conditions or [])}
         tried += pod.spec.node_name is not None or conds.get("PodScheduled") == "False"
     return tried >= NODES
+
+
+def _pods_gone(core: client.CoreV1Api, ns: str | None, deadline_s: float = 20) -> None:
+    """On a reused testbed: kwok ends the namespace's pods only while their nodes exist (no kubelet, no pod GC), so
+    the demo's nodes go after its pods, or its namespace would stay Terminating."""
+    end = time.monotonic() + deadline_s
+    while ns and time.monotonic() < end and core.list_namespaced_pod(ns).items:
+        time.sleep(0.5)
+
+
+def _told(cluster: Cluster, ns: str) -> None:
+    """The Events kai_fn posted on the TrainJob, in the story's order, once it marked the gang bound."""
+    _wait_bound_marked(cluster, ns)
+    story = ("GangCreated", "GangUnschedulable", "GangBound")
+    events = client.CoreV1Api(cluster.api).list_namespaced_event(ns, field_selector=f"involvedObject.name={JOB}").items
+    told = sorted((e for e in events if e.involved_object.kind == "TrainJob" and e.reason in story),
+                  key=lambda e: (e.first_timestamp or e.event_time, story.index(e.reason)))
+    counts = {e.reason: sum(x.reason == e.reason for x in told) for e in told}
+    say(f"kai_fn told the TrainJob (kubectl describe trainjob -n {ns} {JOB}): "
+        + ", ".join(reason + (f" (x{n})" if n > 1 else "") for reason, n in counts.items()))
+
+
+def _status(cluster: Cluster, ns: str) -> None:
+    """What an operator runs next: ``python -m kai_fn status`` for the demo's namespace, as run here."""
+    command = ["python", "-m", "kai_fn", "status", "-n", ns, "--kubeconfig", str(cluster.kubeconfig)]
+    say("every TrainJob kai_fn looks after, one line each: " + " ".join(command))
+    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=60)
+    print(textwrap.indent((done.stdout + done.stderr).rstrip(), "  "), flush=True)
+    if done.returncode != 0:
+        raise ChainError(f"python -m kai_fn status exited {done.returncode}")
+
+
+def _wait_bound_marked(cluster: Cluster, ns: str, deadline_s: float = 30) -> None:
+    """kai_fn marks the TrainJob ``kai-fn/bound`` after its GangBound Event, on the PodGroup's next change or the
+    next resync (every 10 s here); bounded, since ``status`` reads the pods meanwhile and needs no mark."""
+    objs, end = client.CustomObjectsApi(cluster.api), time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        job = objs.get_namespaced_custom_object(*TRAINER, ns, "trainjobs", JOB)
+        if keys.GANG_BOUND_ANNOTATION in (job["metadata"].get("annotations") or {}):
+            return
+        time.sleep(0.5)

@@ -36,6 +36,7 @@ def test_a_gang_over_what_its_queue_has_left_waits_with_overlimit_then_binds_whe
                     lambda: trainjob_warnings(chain, ns, "waiter", "GangUnschedulable"),
                     explain=lambda: str(trainjob_events(chain, ns, "waiter")))
     assert len(told) == 1 and "OverLimit" in told[0] and leaf in told[0], told
+    assert told[0].endswith("GPUs.") and "\n" not in told[0], told  # KAI's message, made a whole sentence
     REPORT.append(f"queue limits: KAI's reasons for the waiter {reasons}; kai_fn told: {told[0][:160]}")
 
     client.CustomObjectsApi(chain.api).delete_namespaced_custom_object(

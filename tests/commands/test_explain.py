@@ -136,7 +136,8 @@ def test_the_json_report_carries_scope_plan_state_kais_view_and_pods(api, functi
     assert report["plan"]["minResources"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"}
     assert report["state"]["released"] is True and report["state"]["jobSet"] == "carries the plan, suspended"
     assert report["state"]["markers"]["kai-fn/podgroup"] == report["state"]["podGroup"]
-    assert report["kai"]["conditions"] == [{"reason": "OverLimit", "message": OVER_LIMIT["message"], "queue": "team-a"}]
+    assert report["kai"]["conditions"] == [{"reason": "OverLimit", "message": OVER_LIMIT["message"] + ".",
+                                           "queue": "team-a"}]
     assert report["kai"]["pods"] == {"node": {"bound": 0, "waiting": 4}}
     gpu = [r for r in report["kai"]["queue"] if r["resource"] == "gpu"]
     assert [(r["queue"], r["request"], r["quota"], r["limit"]) for r in gpu] == [

@@ -227,6 +227,15 @@ def test_exit_1_only_when_something_is_held_longer_than_held_for(api, capsys, ag
     assert got == code
 
 
+def test_held_past_held_for_but_within_a_resync_period_says_the_next_resync_may_release_it(api, capsys):
+    seed(api, trainjob(notes=AUTO, age=dict(seconds=30)))
+    api.reset_calls()
+    code, out, _ = status(api, "--held-for", "10s", capsys=capsys)
+    assert code == 1 and "leases" not in {c.resource for c in api.calls}
+    assert out.splitlines()[-1].startswith("1 TrainJob(s) held longer than 10s, none yet longer than a resync period "
+                                           "(60s): kai_fn's next resync may still release them")
+
+
 def test_blocked_waiting_and_bound_trainjobs_alone_exit_0(api, function, capsys):
     _blocked_by_the_queue(api, function.url)
     _bound_by_its_pods(api, function.url)

@@ -70,20 +70,73 @@ REASONS = {
     "reasons with a queue": (
         [{"type": "UnschedulableOnNodePool", "reasons": [
             {"reason": "OverLimit", "message": "gpu over", "details": {"queueDetails": {"name": "q"}}}]}],
-        "OverLimit (queue q): gpu over"),
+        "OverLimit (queue q): gpu over."),
     "the queue already in the message is not repeated": (
         [{"reasons": [{"reason": "OverLimit", "message": "queue q: gpu over",
-                       "details": {"queueDetails": {"name": "q"}}}]}], "OverLimit: queue q: gpu over"),
+                       "details": {"queueDetails": {"name": "q"}}}]}], "OverLimit: queue q: gpu over."),
     "the deprecated reason and message when no reasons": (
-        [{"reason": "Unschedulable", "message": "no nodes"}], "Unschedulable: no nodes"),
+        [{"reason": "Unschedulable", "message": "no nodes"}], "Unschedulable: no nodes."),
     "duplicates across node pools once": (
         [{"nodePool": "a", "reasons": [{"reason": "X", "message": "m"}]},
-         {"nodePool": "b", "reasons": [{"reason": "X", "message": "m"}]}], "X: m"),
+         {"nodePool": "b", "reasons": [{"reason": "X", "message": "m"}]}], "X: m."),
+    "each reason a sentence of its own": (
+        [{"reasons": [{"reason": "X", "message": "m"}, {"reason": "Y", "message": "n."}, {"reason": "Z"}]}],
+        "X: m. Y: n. Z."),
     "no conditions": ([], ""),
-    "junk entries are skipped": ([5, {"reasons": ["x", {"reason": "Y"}]}], "Y"),
+    "junk entries are skipped": ([5, {"reasons": ["x", {"reason": "Y"}]}], "Y."),
 }
 
 
 @pytest.mark.parametrize("conditions, text", REASONS.values(), ids=list(REASONS))
 def test_kais_reasons_read_as_kai_writes_them(conditions, text):
     assert gang.describe(gang.unschedulable(podgroup({}, status={"schedulingConditions": conditions}))) == text
+
+
+# As KAI v0.17.0 wrote them on the chain (tests/chain): a queue at its GPU limit, and a gang of 2 x 8 GPUs on 3 full
+# nodes of a pool (4 more nodes outside its nodeSelector). A reason's message has no final stop; the deprecated
+# message and the pods' PodScheduled message join per-node findings with ". \n" and may end "..".
+OVER_LIMIT = {
+    "lastTransitionTime": "2026-12-03T19:56:43Z", "nodePool": "default", "reason": "Unschedulable", "status": "True",
+    "transitionID": "1", "type": "UnschedulableOnNodePool",
+    "message": "OverLimit: team-a quota has reached the allowable limit of GPUs. Limit is 24 GPUs, currently 24 GPUs "
+               "allocated and workload requested 8 GPUs.",
+    "reasons": [{"reason": "OverLimit", "details": {"queueDetails": {"name": "team-a", "queueResourceLimits": {
+                     "cpu": "-1m", "memory": "-1", "nvidia.com/gpu": "24"}}},
+                 "message": "team-a quota has reached the allowable limit of GPUs. Limit is 24 GPUs, currently 24 "
+                            "GPUs allocated and workload requested 8 GPUs"}]}
+NO_NODES = {
+    "nodePool": "default", "reason": "Unschedulable", "status": "True", "type": "UnschedulableOnNodePool",
+    "message": "PodSchedulingErrors: Resources were found for 0 pods while 2 are required for gang scheduling. "
+               "Additional pods cannot be scheduled due to: no nodes with enough resources were found: 3 node(s) "
+               "didn't have enough resources: GPUs. \n4 node(s) didn't match Pod's node affinity/selector..",
+    "reasons": [{"reason": "PodSchedulingErrors",
+                 "message": "Resources were found for 0 pods while 2 are required for gang scheduling. Additional "
+                            "pods cannot be scheduled due to: no nodes with enough resources were found: 3 node(s) "
+                            "didn't have enough resources: GPUs. \n4 node(s) didn't match Pod's node "
+                            "affinity/selector."}]}
+
+
+def test_kais_real_messages_read_as_whole_sentences_on_one_line():
+    text = gang.describe(gang.unschedulable(podgroup({}, status={"schedulingConditions": [OVER_LIMIT, NO_NODES]})))
+    assert text == (
+        "OverLimit: team-a quota has reached the allowable limit of GPUs. Limit is 24 GPUs, currently 24 GPUs "
+        "allocated and workload requested 8 GPUs. PodSchedulingErrors: Resources were found for 0 pods while 2 are "
+        "required for gang scheduling. Additional pods cannot be scheduled due to: no nodes with enough resources "
+        "were found: 3 node(s) didn't have enough resources: GPUs. 4 node(s) didn't match Pod's node "
+        "affinity/selector.")
+
+
+SENTENCES = {
+    "a final stop added": ("requested 8 GPUs", "requested 8 GPUs."),
+    "lines joined by KAI become one line": ("GPUs. \n4 node(s) didn't match.", "GPUs. 4 node(s) didn't match."),
+    "a line without a stop ends its sentence": ("requested 8 GPUs\nNo nodes", "requested 8 GPUs. No nodes."),
+    "a doubled stop once": ("selector..", "selector."),
+    "an ellipsis kept": ("and more...", "and more..."),
+    "runs of spaces as one": ("  a   b \r\n\n c ", "a b. c."),
+    "nothing": (None, ""),
+}
+
+
+@pytest.mark.parametrize("message, text", SENTENCES.values(), ids=list(SENTENCES))
+def test_a_kai_message_becomes_one_line_of_sentences(message, text):
+    assert gang.sentences(message) == text

@@ -220,6 +220,25 @@ def test_a_stale_duplicate_rereads_instead_of_acting_on_its_old_copy(api, functi
     assert api.get(TRAINER, "TrainJob", NS, NAME)["spec"]["suspend"] is True
 
 
+@pytest.mark.parametrize("authenticated", [True, False], ids=["body-trusted", "read-first"])
+def test_an_add_redelivered_after_an_operator_released_it_keeps_the_operators_mark_and_is_not_too_late(
+        api, functions, authenticated):
+    fn = functions(KAI_FN_AUDIENCE="kai-fn") if authenticated else functions()
+    token = api.issue_token("kai-fn", "source", ["kai-fn"]) if authenticated else None
+    tj = seed_llama(api)  # held while the function was down: this is the add event's copy
+    live = api.get(TRAINER, "TrainJob", NS, NAME)
+    live["metadata"].setdefault("annotations", {})["kai-fn/skipped"] = "released-by-operator"  # kai_fn release
+    live["spec"]["suspend"] = False
+    api.put(live)
+    js = api.get(JOBSET, "JobSet", NS, NAME)
+    js["spec"]["suspend"] = False  # Trainer resumed it
+    api.put(js)
+    assert send(fn.url, resource(tj), token=token).status == 200  # the function is back; the add comes late
+    tj, _, pgs = state(api)
+    assert pgs == [] and events_of(api) == []
+    assert tj["metadata"]["annotations"]["kai-fn/skipped"] == "released-by-operator"
+
+
 def test_twenty_concurrent_deliveries_make_one_podgroup_and_one_correct_jobset(api, function):
     tj = seed_llama(api)
     event = resource(tj)

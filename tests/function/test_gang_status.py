@@ -105,8 +105,8 @@ def test_gang_unschedulable_carries_kais_reasons_and_messages(api, function):
     (event,) = events_of(api, "GangUnschedulable")
     assert event["type"] == "Warning"
     assert event["involvedObject"]["kind"] == "TrainJob" and event["involvedObject"]["uid"] == UID
-    assert event["message"] == (f"PodGroup {PG}: OverLimit (queue team-a): gpu limit 4, the gang needs 8"
-                                "; Unschedulable: 4 pods need 2 GPUs each; the nodes have 4 free")
+    assert event["message"] == (f"PodGroup {PG}: OverLimit (queue team-a): gpu limit 4, the gang needs 8."
+                                " Unschedulable: 4 pods need 2 GPUs each; the nodes have 4 free.")
 
 
 def test_gang_bound_is_a_normal_event_naming_the_podgroup(api, function):
@@ -150,8 +150,8 @@ def test_new_reasons_are_a_new_event_and_the_old_ones_are_not_repeated(api, func
     send(function.url, resource(second, "update"))
     send(function.url, resource(first, "update"))  # the first update, redelivered late: KAI says otherwise now
     assert sorted(e["message"] for e in events_of(api, "GangUnschedulable")) == [
-        f"PodGroup {PG}: OverLimit (queue team-a): {OVER_LIMIT['message']}",
-        f"PodGroup {PG}: Unschedulable: {NO_ROOM['message']}",
+        f"PodGroup {PG}: OverLimit (queue team-a): {OVER_LIMIT['message']}.",
+        f"PodGroup {PG}: Unschedulable: {NO_ROOM['message']}.",
     ]
 
 

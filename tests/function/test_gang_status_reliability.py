@@ -114,7 +114,7 @@ def test_while_the_gang_waits_late_updates_never_bring_back_a_reason_kai_no_long
     for update in updates:
         Adapter(function.url, period=PERIOD).send(resource(update, "update"))
     messages = {e["message"] for e in api.list("v1", "Event", NS) if e["reason"] == "GangUnschedulable"}
-    assert messages == {f"PodGroup {PG}: OverLimit (queue team-a): {OVER_LIMIT['message']}"}
+    assert messages == {f"PodGroup {PG}: OverLimit (queue team-a): {OVER_LIMIT['message']}."}
     assert api.get(KAI_PG, "PodGroup", NS, PG)["status"]["schedulingConditions"][0]["reasons"] == [OVER_LIMIT]
 
 

@@ -1,0 +1,192 @@
+"""``python -m kai_fn status`` and ``release`` on the chain, run as an operator runs them (the CLI, the admin
+kubeconfig), against what kai_fn and KAI really did.
+
+1. Every state the chain can produce, one TrainJob each: ``blocked`` (the queue pre-check), ``timed-out`` (the
+   schedule timeout, suspended again), ``waiting`` (with KAI's own reason), ``suspended`` (``kai-fn/hold``),
+   ``running-without-gang`` (out of scope), ``bound``, in that order; ``held`` in 2.
+2. An outage: the function killed (SIGKILL, as a crash); TrainJobs submitted plainly meanwhile are held by the
+   admission policy; ``status --held-for 10s`` exits 1 naming them once they are held that long; ``release --held``
+   frees them without a gang; the function restarted does its work again (a new TrainJob gets its gang) and makes no
+   gang for the released ones.
+
+The heartbeat: ``status`` calls the function absent only when something is held longer than a resync period (60 s)
+and the Lease is older than its ``leaseDurationSeconds`` (180 s, as the function writes it). Waiting that out would
+add over three minutes, so 2 reads the cluster as it stands with ``status``'s clock moved past the window: while the
+function is down nothing renews the Lease or releases a held TrainJob, so that reading is the one an operator gets
+minutes later. In real time it checks the other side: within the window, ``status`` does not call it absent.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import subprocess
+import sys
+
+from kubernetes import client
+
+from kai_fn.commands import status as status_cmd
+from kai_fn.core import keys
+from kai_fn.function import heartbeat
+from kai_fn.function import settings as settings_mod
+from kai_fn.local.chain import NAMESPACE, PODGROUP_APIS, TRAINER, Chain, for_scheduler, sample
+from kai_fn.local.process import REPO
+from tests.chain.conftest import REPORT, wait_for
+from tests.chain.gangs import (bound, kai_reasons, podgroup, pods, queue, table, trainjob, trainjob_warnings)
+
+QUEUE_LABEL = "kai.scheduler/queue"
+LEASE = "kai-fn-resync"
+
+
+def kai_fn(chain: Chain, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m kai_fn ARGS --kubeconfig <the chain's admin kubeconfig>``, as an operator runs it."""
+    return subprocess.run([sys.executable, "-m", "kai_fn", *args, "--kubeconfig", str(chain.kubeconfig)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def states(chain: Chain, ns: str) -> tuple[int, list[dict]]:
+    done = kai_fn(chain, "status", "-n", ns, "--held-for", "10s", "-o", "json")
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def renewed(chain: Chain) -> datetime.datetime | None:
+    """When the resync last renewed the heartbeat Lease."""
+    return client.CoordinationV1Api(chain.api).read_namespaced_lease(LEASE, NAMESPACE).spec.renew_time
+
+
+def out_of_scope_runtime(chain: Chain, ns: str, pool: str) -> None:
+    """A runtime that does not ask for KAI (no queue label), its pods on kube-scheduler's default profile."""
+    rt = for_scheduler(sample("clustertrainingruntime-chain.yaml"), "default-scheduler")
+    rt["kind"] = "TrainingRuntime"
+    rt["metadata"] = {"name": "plain", "namespace": ns, "labels": {"trainer.kubeflow.org/framework": "torch"}}
+    for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]:
+        rj["template"]["spec"]["template"]["spec"]["nodeSelector"] = {"kai-fn.testbed/pool": pool}
+    client.CustomObjectsApi(chain.api).create_namespaced_custom_object(*TRAINER, ns, "trainingruntimes", rt)
+
+
+def kai_fn_podgroups(chain: Chain, ns: str) -> list[str]:
+    found = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(
+        *PODGROUP_APIS["kai"], ns, "podgroups", label_selector=f"{keys.MANAGED_BY_LABEL}={keys.MANAGED_BY}")
+    return [pg["metadata"]["name"] for pg in found["items"]]
+
+
+def test_status_reads_every_state_kai_fn_and_kai_leave_a_trainjob_in(chain, pool, queues, namespaces):
+    nodes = pool("status")
+    nodes.ensure("4x8")
+    ns = namespaces("status")
+    small = queues(queue(ns, parent=queues(queue(f"{ns}-parent")), gpu_limit=16))
+    chain.runtime(ns, pool=nodes.name)
+    out_of_scope_runtime(chain, ns, nodes.name)
+    seen = lambda: table(chain, ns)  # noqa: E731
+
+    chain.trainjob(ns, "bound", num_nodes=1)
+    wait_for("a gang of one node binds", lambda: len(bound(pods(chain, ns, "bound"))) == 1, explain=seen)
+    chain.trainjob(ns, "waiting", num_nodes=4)  # 4 x 8 GPUs on the 3 nodes left: never
+    chain.trainjob(ns, "late", num_nodes=4, annotations={keys.SCHEDULE_TIMEOUT_ANNOTATION: "15"})
+    chain.trainjob(ns, "kept", num_nodes=1, annotations={keys.HOLD_ANNOTATION: "true"})
+    chain.trainjob(ns, "too-big", num_nodes=3, labels={QUEUE_LABEL: small})  # 24 GPUs over the queue's limit of 16
+    chain.trainjob(ns, "plain", runtime="plain", num_nodes=1)
+
+    wait_for("KAI says why the 4-node gang waits", lambda: (g := podgroup(chain, ns, "waiting")) and kai_reasons(g),
+             explain=seen)
+    told = wait_for("kai_fn tells its TrainJob GangUnschedulable",
+                    lambda: trainjob_warnings(chain, ns, "waiting", "GangUnschedulable"))
+    assert all("\n" not in m and m.endswith(".") for m in told), told  # KAI's words as whole sentences, one line
+    wait_for("the late gang times out and is suspended again", lambda: trainjob_warnings(chain, ns, "late",
+             "ScheduleTimeout") and trainjob(chain, ns, "late")["spec"]["suspend"], deadline_s=90)
+    wait_for("the pre-check refuses the gang its queue can never hold",
+             lambda: trainjob_warnings(chain, ns, "too-big", "GangExceedsQueue"))
+    wait_for("the held gang is made, its TrainJob kept suspended", lambda: podgroup(chain, ns, "kept"))
+    wait_for("the out-of-scope TrainJob is released without a gang", lambda: not trainjob(chain, ns, "plain")["spec"]
+             ["suspend"])
+
+    code, items = states(chain, ns)
+    assert code == 0  # nothing held
+    assert [(i["name"], i["state"]) for i in items] == [
+        ("too-big", "blocked"), ("late", "timed-out"), ("waiting", "waiting"), ("kept", "suspended"),
+        ("plain", "running-without-gang"), ("bound", "bound")]  # what needs attention first
+    by = {i["name"]: i for i in items}
+    assert by["too-big"]["reason"].startswith("GangExceedsQueue: ") and small in by["too-big"]["reason"]
+    assert by["late"]["reason"].startswith("not bound within its schedule timeout; suspended again")
+    assert re.match(r"KAI: PodSchedulingErrors: Resources were found for \d pods while 4 are required for gang "
+                    r"scheduling\.", by["waiting"]["reason"]), by["waiting"]["reason"]
+    assert by["kept"]["reason"] == f"gang made, left suspended: held by {keys.HOLD_ANNOTATION}"
+    assert by["plain"]["reason"] == "released without a gang: it does not ask for KAI"
+    assert (by["bound"]["queue"], by["bound"]["minMember"], by["bound"]["gpus"]) == ("default-queue", 1, "8")
+    text = kai_fn(chain, "status", "-n", ns)
+    assert text.returncode == 0
+    assert [line.split()[1:3] for line in text.stdout.splitlines()[1:]] == [[i["name"], i["state"]] for i in items]
+    REPORT.append("status on the chain: " + ", ".join(f"{i['name']} {i['state']}" for i in items))
+
+
+def test_with_the_function_down_status_names_the_held_release_frees_them_and_a_restart_makes_no_second_gang(
+        chain, pool, namespaces):
+    nodes = pool("outage")
+    nodes.ensure("3x8")
+    ns = namespaces("outage")
+    chain.runtime(ns, pool=nodes.name)
+    seen = lambda: table(chain, ns)  # noqa: E731
+    wait_for("the resync renews the heartbeat Lease", lambda: renewed(chain))
+    held = ["during-1", "during-2"]
+    function = chain.function
+    try:
+        function.kill()
+        for name in held:
+            chain.trainjob(ns, name, num_nodes=1)
+        _, items = states(chain, ns)
+        assert [(i["name"], i["state"]) for i in items] == [(name, "held") for name in held]
+
+        late = wait_for("status exits 1 once they are held longer than --held-for",
+                        lambda: (done := kai_fn(chain, "status", "-n", ns, "--held-for", "10s")).returncode == 1
+                        and done, deadline_s=60)
+        rows = {line.split()[1]: line.split()[2] for line in late.stdout.splitlines()[1:] if line.startswith(ns)}
+        assert rows == dict.fromkeys(held, "held")
+        assert "2 TrainJob(s) held longer than 10s" in late.stdout
+        assert "looks absent" not in late.stdout  # within the heartbeat's window: not yet
+
+        # The same cluster, read as status reads it once the heartbeat's window (180 s) has passed.
+        later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=heartbeat.LEASE_SECONDS + 60)
+        code, text, _ = status_cmd.run(ns, str(chain.kubeconfig), "text", "10s", None, settings_mod.load(), now=later)
+        assert code == 1
+        assert re.search(r"^kai_fn looks absent: no resync for \d+m \(Lease kai-fn/kai-fn-resync last renewed ", text,
+                         re.M), text
+        assert all(re.search(rf"^{ns} +{name} +held .*kai_fn looks absent; ", text, re.M) for name in held), text
+        assert f"python -m kai_fn release --held -n {ns} --yes --reason" in text
+
+        dry = kai_fn(chain, "release", "--held", "-n", ns)
+        assert dry.returncode == 1 and "would release, without a gang:" in dry.stdout
+        assert all(name in dry.stdout for name in held)
+        assert all(trainjob(chain, ns, name)["spec"]["suspend"] for name in held), "nothing written without --yes"
+        done = kai_fn(chain, "release", "--held", "-n", ns, "--yes", "--reason", "kai-fn down, chain test")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert sorted(done.stdout.splitlines()) == [f"released {ns}/{name} without a gang" for name in held]
+        for name in held:
+            job = trainjob(chain, ns, name)
+            assert job["spec"]["suspend"] is False
+            assert job["metadata"]["annotations"][keys.MARKER_SKIPPED] == keys.SKIPPED_BY_OPERATOR
+            (event,) = [e for e in client.CoreV1Api(chain.api).list_namespaced_event(
+                ns, field_selector=f"involvedObject.name={name}").items if e.reason == "ReleasedByOperator"]
+            assert event.type == "Normal" and "released without a gang by admin: kai-fn down, chain test" in event.message
+        code, items = states(chain, ns)
+        assert code == 0 and {i["name"]: i["state"] for i in items} == dict.fromkeys(held, "running-without-gang")
+
+        restarted = datetime.datetime.now(datetime.UTC)
+        function.start()
+        chain.trainjob(ns, "after", num_nodes=1)
+        wait_for("the restarted function gives a new TrainJob its gang, and it binds",
+                 lambda: podgroup(chain, ns, "after") and len(bound(pods(chain, ns, "after"))) == 1, explain=seen)
+        wait_for("a resync ran since the restart", lambda: renewed(chain) > restarted, deadline_s=60)
+    finally:
+        if function.proc is None or function.proc.poll() is not None:
+            function.start()  # the next scenario needs it
+
+    assert kai_fn_podgroups(chain, ns) == [podgroup(chain, ns, "after")["metadata"]["name"]], "a gang for a released one"
+    for name in held:
+        notes = trainjob(chain, ns, name)["metadata"]["annotations"]
+        assert keys.MARKER_PODGROUP not in notes and notes[keys.MARKER_SKIPPED] == keys.SKIPPED_BY_OPERATOR
+    code, items = states(chain, ns)
+    assert code == 0
+    assert {i["name"]: i["state"] for i in items} == {**dict.fromkeys(held, "running-without-gang"), "after": "bound"}
+    REPORT.append(f"outage: status exit 1 naming {held}; released by the operator; after the restart only 'after' "
+                  "has a gang of kai_fn's")
