@@ -126,7 +126,22 @@ class Testbed:
         subprocess.run([str(simnodes), "-kubeconfig", str(self.kubeconfig), "-prefix", f"{pool}-", spec],
                        check=True, capture_output=True, text=True)
 
-    def delete_nodes(self, pool: str) -> None:
+    def delete_nodes(self, pool: str, deadline_s: float = 30.0) -> None:
+        """The pool's pods first, then its nodes: kwok ends a deleted pod only while its node exists (no kubelet, no
+        pod garbage collector here), so a pod left on a deleted node stays, and keeps its namespace Terminating."""
+        core = client.CoreV1Api(self.api)
+        nodes = [n.metadata.name for n in core.list_node(label_selector=f"{POOL_LABEL}={pool}").items]
+        on_pool = lambda: [p for node in nodes  # noqa: E731
+                           for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items]
+        for pod in on_pool():
+            try:
+                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        end = time.monotonic() + deadline_s
+        while on_pool() and time.monotonic() < end:
+            time.sleep(0.5)
         self.kubectl("delete", "nodes", "-l", f"{POOL_LABEL}={pool}", "--ignore-not-found", "--wait=false", check=False)
 
     def trainjob(self, namespace: str, name: str, runtime: str = "chain", *, kind: str = "TrainingRuntime",

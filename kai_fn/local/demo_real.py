@@ -116,7 +116,6 @@ def _story(cluster: Cluster, began: float) -> int:
             if ns:
                 core.delete_namespace(ns)
             if pool:
-                _pods_gone(core, ns)
                 chain.delete_nodes(pool)
     if cluster.started:
         say("stopping the testbed: ./run.sh cluster down")
@@ -174,14 +173,6 @@ def _tried(core: client.CoreV1Api, ns: str) -> bool:
         conds = {c.type: c.status for c in (pod.status.conditions or [])}
         tried += pod.spec.node_name is not None or conds.get("PodScheduled") == "False"
     return tried >= NODES
-
-
-def _pods_gone(core: client.CoreV1Api, ns: str | None, deadline_s: float = 20) -> None:
-    """On a reused testbed: kwok ends the namespace's pods only while their nodes exist (no kubelet, no pod GC), so
-    the demo's nodes go after its pods, or its namespace would stay Terminating."""
-    end = time.monotonic() + deadline_s
-    while ns and time.monotonic() < end and core.list_namespaced_pod(ns).items:
-        time.sleep(0.5)
 
 
 def _told(cluster: Cluster, ns: str) -> None:
