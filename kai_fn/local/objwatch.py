@@ -1,31 +1,35 @@
-"""KAI's BindRequests in a namespace, as first seen, for the fault scenario.
+"""Custom objects of one namespace as first seen, for the fault scenarios: KAI's BindRequests and PodGroups.
 
 KAI's scheduler allocates a whole gang in one session and then writes one BindRequest per pod (named after the pod);
-the binder binds each. A gang is partly bound for good only if the scheduler that wrote some of its BindRequests died
-before writing the rest and the next one did not finish it: so the scenario asks, for each gang, whether its
-BindRequests came from one scheduler process (all seen before the restart, or all after). The watch survives an
-API server restart: on any error it lists again and watches from there.
+the binder binds each. Killed between two of a gang's writes, a scheduler leaves the gang partly bound until the
+next one writes the rest (seen on the chain with KAI v0.17.0), so :func:`split_gangs` tells which gangs two
+scheduler processes finished. PodGroups are watched to count those of each TrainJob, whoever made them. The watch
+survives an API server restart: on any error it lists again and watches from there.
 """
 from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from kubernetes import client, watch
 
 BIND_REQUESTS = ("scheduling.run.ai", "v1alpha2", "bindrequests")
+KAI_PODGROUPS = ("scheduling.run.ai", "v2alpha2", "podgroups")
 
 
-class BindRequestWatch:
-    """``seen``: BindRequest name (its pod's name) -> ``time.monotonic()`` when first seen."""
+class ObjectWatch:
+    """``seen``: name -> ``time.monotonic()`` when first seen; ``objects``: name -> the object as last seen (kept
+    after it is deleted, so nothing made and gone in between is missed)."""
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.objs, self.namespace = client.CustomObjectsApi(api), namespace
+    def __init__(self, api: client.ApiClient, resource: tuple[str, str, str], namespace: str) -> None:
+        self.objs, self.resource, self.namespace = client.CustomObjectsApi(api), resource, namespace
         self.seen: dict[str, float] = {}
+        self.objects: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"bindwatch-{namespace}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"watch-{resource[2]}-{namespace}", daemon=True)
 
-    def __enter__(self) -> BindRequestWatch:
+    def __enter__(self) -> ObjectWatch:
         self._thread.start()
         return self
 
@@ -33,21 +37,24 @@ class BindRequestWatch:
         self._stop.set()
         self._thread.join(timeout=10)
 
-    def _saw(self, obj: dict) -> None:
-        self.seen.setdefault(obj["metadata"]["name"], time.monotonic())
+    def _saw(self, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        self.seen.setdefault(name, time.monotonic())
+        self.objects[name] = obj
 
     def _run(self) -> None:
+        group, version, plural = self.resource
         while not self._stop.is_set():
             try:
-                listed = self.objs.list_namespaced_custom_object(*BIND_REQUESTS[:2], self.namespace, BIND_REQUESTS[2],
+                listed = self.objs.list_namespaced_custom_object(group, version, self.namespace, plural,
                                                                  _request_timeout=10)
                 for obj in listed["items"]:
                     self._saw(obj)
                 for event in watch.Watch().stream(
-                        self.objs.list_namespaced_custom_object, *BIND_REQUESTS[:2], self.namespace, BIND_REQUESTS[2],
+                        self.objs.list_namespaced_custom_object, group, version, self.namespace, plural,
                         resource_version=listed["metadata"]["resourceVersion"], timeout_seconds=5,
                         _request_timeout=10):
-                    if event["type"] == "ADDED":
+                    if event["type"] in ("ADDED", "MODIFIED"):
                         self._saw(event["object"])
                     if self._stop.is_set():
                         break
