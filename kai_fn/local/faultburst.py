@@ -125,9 +125,11 @@ class Record:
         return None if len(live) == self.burst.pods and bound == len(live) else f"{bound}/{len(live)} pods bound"
 
     def partly_bound(self) -> list[str]:
-        """No pod is bound outside a whole gang: a gang's bound count only goes from 0 to all of it (no pod made
-        again, no bound pod gone), every bound pod was bound by KAI (a BindRequest) and names a PodGroup whose
-        minMember is the whole gang; a refused TrainJob has no pod at all."""
+        """No pod is bound outside a whole gang: a gang's bound count only goes from 0 to all of it (no bound pod
+        gone, every pod there bound, as many as the gang), every bound pod was bound by KAI (a BindRequest) and names
+        a PodGroup whose minMember is the whole gang; a refused TrainJob has no pod at all. A pod made and gone
+        without ever being bound is no part of the gang (the Job controller makes one again when an API server
+        restart loses its create's answer, then deletes the extra: :meth:`made_again`)."""
         out = []
         for job in self.jobs:
             seen = self.pods.get(job.key, [])
@@ -136,12 +138,12 @@ class Record:
             bound = [p for p in seen if p.node]
             if job.refusal or not bound:
                 continue
-            if len(seen) != self.burst.pods:
-                out.append(f"{job.key}: {len(seen)} pods made for a gang of {self.burst.pods}")
+            live = [p for p in seen if p.gone_at is None]
             if gone := [p.name for p in bound if p.gone_at is not None]:
                 out.append(f"{job.key}: bound pods gone {gone}")
-            if len(bound) != len(seen):
-                out.append(f"{job.key}: {len(bound)}/{len(seen)} pods bound")
+            if len(live) != self.burst.pods or any(not p.node for p in live):
+                out.append(f"{job.key}: {sum(1 for p in live if p.node)}/{len(live)} pods bound, for a gang of "
+                           f"{self.burst.pods}")
             if unbid := [p.name for p in bound if f"{job.namespace}/{p.name}" not in self.binds]:
                 out.append(f"{job.key}: bound without a BindRequest {unbid}")
             for group in {p.group for p in bound}:
@@ -170,6 +172,10 @@ class Record:
         return out
 
     # -- figures ----------------------------------------------------------------------------------------------
+    def made_again(self) -> int:
+        """Pods made and gone without ever being bound, in gangs that bound."""
+        return sum(1 for job in self.jobs for p in self.pods.get(job.key, []) if p.gone_at is not None and not p.node)
+
     def _gangs(self) -> set[str]:
         return {j.key for j in self.jobs if not j.refusal}
 
@@ -212,11 +218,15 @@ class Record:
                  f"{b.namespaces} namespaces; faults: {', '.join(took)} over {self.faults_over - self.began:.0f} s",
                  f"settled {self.settled - self.began:.0f} s after the first create" if self.settled else
                  f"NOT settled within {b.settle:.0f} s of the last fault",
-                 f"gangs released by an event {by['events']}, by the resync {by['resync']} (its {len(pings)} lines "
-                 f"count {by['resync says']} done; a resync killed before its line is not there); of the "
+                 f"gangs released by an event (its line says so) {by['events']}, with no such line {by['resync']}: "
+                 f"by the resync (its {len(pings)} lines count {by['resync says']} done; a resync killed before its "
+                 f"line is not there) or by a delivery killed before its line; of the "
                  f"{len(unheard)} gangs made while "
                  f"the TrainJob adapter was down, {len(unheard - self._released_by_event())} had no event; events "
                  f"the adapters dropped: " + ", ".join(f"{n} {s}" for s, n in self.dropped.items())]
+        if again := self.made_again():
+            lines.append(f"pods made and gone without ever being bound (an extra pod the Job controller made when the "
+                         f"API server restart lost a create's answer, then deleted): {again}")
         if secs:
             lines.append(f"create → gang bound whole: p50 {statistics.median(secs):.1f} s, "
                          f"p95 {secs[max(0, math.ceil(0.95 * len(secs)) - 1)]:.1f} s, max {secs[-1]:.1f} s")

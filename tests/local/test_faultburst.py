@@ -46,7 +46,7 @@ def test_a_burst_that_went_right_breaks_no_rule():
 def test_a_gang_with_a_pod_left_unbound_is_unsettled_and_partly_bound():
     record = settled_record(pods={GANG.key: [pod("p0"), pod("p1", node=None)]}, binds={"ns/p0"})
     assert record.unsettled() == ["ns/burst-000: 1/2 pods bound"]
-    assert record.partly_bound() == ["ns/burst-000: 1/2 pods bound"]
+    assert record.partly_bound() == ["ns/burst-000: 1/2 pods bound, for a gang of 2"]
 
 
 def test_a_refused_trainjob_without_its_warning_is_unsettled():
@@ -54,12 +54,21 @@ def test_a_refused_trainjob_without_its_warning_is_unsettled():
     assert record.unsettled() == ["ns/burst-001: no GangExceedsQueue Warning"]
 
 
-def test_a_bound_pod_that_went_or_was_made_again_or_bound_without_kai_is_outside_a_whole_gang():
+def test_a_bound_pod_that_went_or_was_bound_without_kai_is_outside_a_whole_gang():
     again = [pod("p0", gone=True), pod("p1"), pod("p2")]
     record = settled_record(pods={GANG.key: again}, binds={"ns/p0", "ns/p1"})
-    assert record.partly_bound() == ["ns/burst-000: 3 pods made for a gang of 2",
-                                     "ns/burst-000: bound pods gone ['p0']",
+    assert record.partly_bound() == ["ns/burst-000: bound pods gone ['p0']",
                                      "ns/burst-000: bound without a BindRequest ['p2']"]
+
+
+def test_a_pod_made_and_gone_without_ever_being_bound_is_no_part_of_the_gang():
+    record = settled_record(pods={GANG.key: [pod("p0"), pod("extra", node=None, gone=True), pod("p1")]})
+    assert (record.unsettled(), record.partly_bound(), record.made_again()) == ([], [], 1)
+
+
+def test_more_pods_bound_than_the_gang_has_is_reported():
+    record = settled_record(pods={GANG.key: [pod("p0"), pod("p1"), pod("p2")]}, binds={"ns/p0", "ns/p1", "ns/p2"})
+    assert record.partly_bound() == ["ns/burst-000: 3/3 pods bound, for a gang of 2"]
 
 
 def test_a_gang_bound_in_a_podgroup_smaller_than_itself_is_partly_bound():
