@@ -11,6 +11,7 @@ Figures worth reading (binding spread, timings) are printed in the terminal summ
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -141,15 +142,23 @@ def queues(chain: Chain) -> Iterator[Callable[[dict], str]]:
 
 
 @pytest.fixture
-def namespaces(chain: Chain) -> Iterator[Callable[..., str]]:
+def namespaces(chains: Chains, chain: Chain) -> Iterator[Callable[..., str]]:
+    """Makes namespaces with the chain running when called: a test may switch settings (``chains.use``) after its
+    fixtures were made, and the chain they were made with is gone by then (its adapters would never watch)."""
     made: list[str] = []
 
     def make(prefix: str, *, enabled: bool = True) -> str:
-        made.append(chain.namespace(prefix, enabled=enabled))
+        made.append((chains.current or chain).namespace(prefix, enabled=enabled))
         return made[-1]
 
     yield make
+    core = client.CoreV1Api(chains.testbed.api)
     for ns in made:
-        client.CoreV1Api(chain.api).delete_namespace(ns)
+        core.delete_namespace(ns)
+    # Their pods must go while their kwok nodes exist (the pool fixture deletes those next): a pod on a deleted node
+    # is never removed, and its namespace stays Terminating, watched by the adapters, for the rest of the session.
+    end = time.monotonic() + 60
+    while time.monotonic() < end and any(core.list_namespaced_pod(ns).items for ns in made):
+        time.sleep(1)
 
 
