@@ -4,6 +4,14 @@ if sys.argv[1:2] == ["chain"]:
     from bench.chain import main as chain_main
 
     sys.exit(chain_main(sys.argv[2:]))
+if sys.argv[1:2] == ["faults"]:
+    from bench.faults import main as faults_main
+
+    sys.exit(faults_main(sys.argv[2:]))
+if sys.argv[1:2] == ["resync"]:
+    from bench.resync import main as resync_main
+
+    sys.exit(resync_main(sys.argv[2:]))
 if sys.argv[1:2] == ["shapes"]:
     from bench.shapes import main as shapes_main
 

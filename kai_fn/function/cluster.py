@@ -20,7 +20,7 @@ from kubernetes.client.api_client import ApiClient
 from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
 
-from kai_fn.core import keys
+from kai_fn.core import keys, turns
 from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.runtime import RuntimeTarget
 from kai_fn.function import metrics
@@ -116,6 +116,7 @@ class Cluster:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _fetching: dict[RuntimeTarget | str, threading.Lock] = field(default_factory=dict)
     _queues: tuple[float, QueueTree] | None = None
+    _cursors: dict[str, str] = field(default_factory=dict)  # the resync's turns (kai_fn/core/turns.py)
 
     @classmethod
     def from_settings(cls, settings: Settings, kubeconfig: str | None = None) -> Cluster:
@@ -140,6 +141,14 @@ class Cluster:
         if self.runtime_ttl > 0:
             with self._lock:
                 self._queues = (time.monotonic() + self.runtime_ttl, tree)
+
+    def take_turn(self, name: str, found: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+        """The resync's next ``limit`` of ``found`` for the list ``name``, after the ones the last run took."""
+        with self._lock:
+            batch = turns.turn(found, limit, self._cursors.get(name))
+            if batch:
+                self._cursors[name] = turns.order(batch[-1])
+        return batch
 
     def fetch_lock(self, target: RuntimeTarget | str) -> threading.Lock:
         """One fetch per runtime at a time: when an entry expires, the events in flight wait for one GET."""

@@ -112,16 +112,15 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
 
 
 def awaiting(trainjobs: Iterable[dict[str, Any]], settings: Settings) -> list[dict[str, Any]]:
-    """Released TrainJobs whose gang is not known to be bound yet, oldest first."""
-    found = [o for o in trainjobs
-             if settled(o) is None and settings.watches((o.get("metadata") or {}).get("namespace", ""))]
-    return sorted(found, key=lambda o: o.get("metadata", {}).get("creationTimestamp") or "")
+    """Released TrainJobs whose gang is not known to be bound yet."""
+    return [o for o in trainjobs
+            if settled(o) is None and settings.watches((o.get("metadata") or {}).get("namespace", ""))]
 
 
 def sweep(session: Session, settings: Settings, trainjobs: list[dict[str, Any]]) -> dict[str, int]:
-    """The resync's pass over released gangs: a PodGroup GET and a pod list each, at most KAI_FN_RESYNC_LIMIT."""
+    """The resync's pass over released gangs: a PodGroup GET and a pod list each, KAI_FN_RESYNC_LIMIT in turn."""
     tally: dict[str, int] = {}
-    for trainjob in trainjobs[: settings.resync_limit]:
+    for trainjob in session.cluster.take_turn("sweep", trainjobs, settings.resync_limit):
         meta = trainjob["metadata"]
         api = keys.SP_PODGROUP_API if settings.flavor == "scheduler-plugins" else keys.KAI_PODGROUP_API
         try:

@@ -57,7 +57,8 @@ def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Out
 def resync(session: Session, settings: Settings) -> Outcome:
     """Reconcile suspended TrainJobs that no event brought us (the source replays nothing after a restart), then
     look at released gangs not yet known to be bound (binding changes no PodGroup, so no event says it) and at
-    their schedule timeouts; a resync that got this far renews the heartbeat (:mod:`kai_fn.function.heartbeat`)."""
+    their schedule timeouts; a resync that got this far renews the heartbeat (:mod:`kai_fn.function.heartbeat`).
+    Both lists are taken ``KAI_FN_RESYNC_LIMIT`` at a time, in turn (:mod:`kai_fn.core.turns`)."""
     listed = session.list_trainjobs()
     waiting = [
         o for o in listed
@@ -66,9 +67,8 @@ def resync(session: Session, settings: Settings) -> Outcome:
         and not _deleting(o)
         and (settings.watches(o.get("metadata", {}).get("namespace", "")) or _auto_suspended(o))
     ]
-    waiting.sort(key=lambda o: o.get("metadata", {}).get("creationTimestamp") or "")
     tally: dict[str, int] = {}
-    for obj in waiting[: settings.resync_limit]:
+    for obj in session.cluster.take_turn("waiting", waiting, settings.resync_limit):
         try:
             result = Reconciler(session, settings, obj).run().result
         except (Retry, Transient):

@@ -1,8 +1,10 @@
-"""Watches a namespace's pods on a live cluster and remembers what each looked like when first seen and when bound.
+"""Watches a namespace's pods on a live cluster and remembers what each looked like when first seen, when bound and
+when gone.
 
 Shared by ``demo --real`` (the live table), the chain benchmark (time to all pods bound) and the fault scenarios
 (a pod that names a PodGroup which does not exist at the moment the pod is seen). The watch survives an API server
-restart: on any error it lists again and watches from there, so a pod missed in the gap is still seen.
+restart: on any error it lists again and watches from there, so a pod missed in the gap is still seen (and one
+deleted in the gap is gone).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class PodSeen:
     node: str | None = None
     bound_at: float | None = None
     phase: str = "Pending"
+    gone_at: float | None = None  # when its deletion was seen
 
 
 @dataclass
@@ -81,18 +84,27 @@ class PodWatch:
                 listed = core.list_namespaced_pod(self.namespace, _request_timeout=10)
                 for pod in listed.items:
                     self._saw(self.api.sanitize_for_serialization(pod))
+                self._gone_unless({pod.metadata.name for pod in listed.items})
                 stream = watch.Watch().stream(core.list_namespaced_pod, self.namespace,
                                               resource_version=listed.metadata.resource_version,
                                               timeout_seconds=5, _request_timeout=10)
                 for event in stream:
-                    self._saw(self.api.sanitize_for_serialization(event["object"]))
+                    self._saw(self.api.sanitize_for_serialization(event["object"]), gone=event["type"] == "DELETED")
                     if self._stop.is_set():
                         break
             except Exception:  # API server gone for a moment (restart scenario), or a watch that expired
                 self.errors += 1
                 self._stop.wait(0.5)
 
-    def _saw(self, pod: dict[str, Any]) -> None:
+    def _gone_unless(self, listed: set[str]) -> None:
+        """Pods deleted while the watch was down (a relist no longer has them)."""
+        now = time.monotonic()
+        with self._lock:
+            for name, seen in self.pods.items():
+                if name not in listed and seen.gone_at is None:
+                    seen.gone_at = now
+
+    def _saw(self, pod: dict[str, Any], gone: bool = False) -> None:
         now = time.monotonic()
         meta, spec = pod["metadata"], pod.get("spec") or {}
         labels = meta.get("labels") or {}
@@ -109,6 +121,8 @@ class PodWatch:
             if spec.get("nodeName") and seen.bound_at is None:
                 seen.node, seen.bound_at = spec["nodeName"], now
             seen.phase = (pod.get("status") or {}).get("phase") or seen.phase
+            if gone and seen.gone_at is None:
+                seen.gone_at = now
         if self.check_groups and new_group and not self._group_exists(PODGROUP_APIS[key], new_group,
                                                                       meta.get("creationTimestamp")):
             self.violations.append(f"pod {name} names PodGroup {new_group}, which did not exist when the pod was made")

@@ -141,15 +141,17 @@ def queues(chain: Chain) -> Iterator[Callable[[dict], str]]:
 
 
 @pytest.fixture
-def namespaces(chain: Chain) -> Iterator[Callable[..., str]]:
+def namespaces(chains: Chains, chain: Chain) -> Iterator[Callable[..., str]]:
+    """Makes namespaces with the chain running when called: a test may switch settings (``chains.use``) after its
+    fixtures were made, and the chain they were made with is gone by then (its adapters would never watch)."""
     made: list[str] = []
 
     def make(prefix: str, *, enabled: bool = True) -> str:
-        made.append(chain.namespace(prefix, enabled=enabled))
+        made.append((chains.current or chain).namespace(prefix, enabled=enabled))
         return made[-1]
 
     yield make
-    for ns in made:
-        client.CoreV1Api(chain.api).delete_namespace(ns)
+    for ns in made:  # their pods go before the pool's nodes: Testbed.delete_nodes sees to it
+        client.CoreV1Api(chains.testbed.api).delete_namespace(ns)
 
 

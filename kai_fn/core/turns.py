@@ -1,0 +1,27 @@
+"""Which of what the resync finds it looks at in one run: ``KAI_FN_RESYNC_LIMIT`` of them, in turn.
+
+Some never leave the resync's lists: a blocked TrainJob stays suspended and unmarked, a gang that waits for capacity
+stays unbound. A resync that always took the oldest would, once more than the limit of those are older than the
+rest, never reach the others. So each run starts after the last one the run before took, in creation order, and
+wraps around: everything is reached within ceil(found / limit) runs. The cursor is only a hint, kept by the process
+(:class:`kai_fn.function.cluster.Cluster`): a new process starts from the oldest.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def order(obj: dict[str, Any]) -> str:
+    """Creation order (timestamps in whole seconds, so namespace and name break the ties)."""
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('creationTimestamp') or ''}|{meta.get('namespace') or ''}|{meta.get('name') or ''}"
+
+
+def turn(found: Sequence[dict[str, Any]], limit: int, after: str | None) -> list[dict[str, Any]]:
+    """At most ``limit`` of ``found``: those created after the cursor ``after`` first, oldest first, then from the
+    oldest again."""
+    ranked = sorted(found, key=order)
+    if after is not None:
+        ranked = [o for o in ranked if order(o) > after] + [o for o in ranked if order(o) <= after]
+    return ranked[:limit]
