@@ -1,8 +1,9 @@
 """The HTTP contract: a CloudEvent in, a status code out, one JSON log line per delivery.
 
 This is an ``@functions_framework.http`` function rather than ``cloud_event``, because only then does it
-choose the status: 2xx with an empty body when done (a Broker turns a non-empty non-CloudEvent body into a
-redelivery), 503 + Retry-After when a retry can help (a direct sink does not retry 500), 400 for a bad event,
+choose the status: 2xx with an empty body when done, or when a later event will do the work (``waiting``: the
+JobSet is not made yet; a Broker turns a non-empty non-CloudEvent body into a redelivery), 503 + Retry-After when
+only a retry can help (a direct sink does not retry 500), 400 for a bad event,
 413 for an oversized body; with ``KAI_FN_AUDIENCE`` set, 401 / 403 for a sender that is not let in, checked
 before the body is read. ``GET /metrics`` serves the Prometheus metrics and ``GET`` elsewhere the health check
 (no auth: they hold no secrets).

@@ -29,10 +29,25 @@ from kai_fn.function.report import Outcome, Result
 from kai_fn.function.settings import Settings
 
 _PATCH_ATTEMPTS = 3
+# Why a TrainJob waits (NotYet): bounded values, also the label of kai_fn_waiting_events.
+NOT_CREATED = "JobSet not created yet"
+NOT_SUSPENDED = "the TrainJob is suspended but its JobSet not yet"
+REPLACED = "the JobSet of that name belongs to an earlier TrainJob of that name (being replaced)"
 
 
 class Retry(Exception):
-    """The work cannot be done yet; the sender should redeliver (503)."""
+    """The work cannot be done yet and no later event is sure to come; the sender should redeliver (503)."""
+
+
+class NotYet(Exception):
+    """The work cannot be done yet, but a later event of this TrainJob brings it (answered 2xx, outcome
+    ``waiting``). Trainer applies the JobSet before it writes the TrainJob's status in the same reconcile
+    (trainjob_controller.go: reconcileObjects, then the status patch; a first reconcile always changes the status:
+    the ``Suspended`` condition), and every later JobSet status change is copied into the TrainJob's status (the
+    JobSet plugin's ``Status``): so an update event follows the JobSet's creation, and its suspension. The resync
+    catches the rare pass that changes no status. A 503 instead would hold up every later event of the namespace
+    for 3.1 s of the adapter's retries (knative/README.md, "Knative's adapters, measured"), and then be dropped.
+    """
 
 
 class TrainJobGone(Exception):
@@ -153,6 +168,9 @@ class Reconciler:
             return self.apply(result)
         except (TrainJobGone, Gone):
             return self.outcome("ignored", "the TrainJob no longer exists")
+        except NotYet as wait:
+            metrics.WAITING.labels(str(wait)).inc()
+            return self.outcome("waiting", f"{wait}; its next update event does the work")
 
     def queue_precheck(self, result: Plan) -> Outcome | None:
         """KAI's own limit checks with nothing allocated, just before a new gang would be made: a gang that can never
@@ -227,14 +245,16 @@ class Reconciler:
         raise Retry("the JobSet kept changing under the patch")
 
     def live_jobset(self) -> dict[str, Any]:
+        """The TrainJob's JobSet; NotYet while Trainer has not made it (no read of the TrainJob: whether it still
+        exists changes nothing in the answer)."""
         jobset = self.session.jobset(self.namespace, self.name)
-        owners = (jobset or {}).get("metadata", {}).get("ownerReferences") or []
-        if jobset is not None and any(o.get("uid") == self.uid and o.get("controller") for o in owners):
+        if jobset is None:
+            raise NotYet(NOT_CREATED)
+        owners = jobset.get("metadata", {}).get("ownerReferences") or []
+        if any(o.get("uid") == self.uid and o.get("controller") for o in owners):
             return jobset
         self.fresh_trainjob()
-        if jobset is None:
-            raise Retry("JobSet not created yet")
-        raise Retry("the JobSet of that name belongs to an earlier TrainJob of that name (being replaced)")
+        raise NotYet(REPLACED)
 
     def fresh_trainjob(self) -> dict[str, Any]:
         """The TrainJob as it is now; TrainJobGone if it was deleted or replaced since the event."""
@@ -254,7 +274,7 @@ class Reconciler:
     def too_late_unless_suspending(self) -> Outcome:
         """A running JobSet is too late, unless its TrainJob was just suspended and Trainer is catching up."""
         if self.fresh_trainjob().get("spec", {}).get("suspend") is True:
-            raise Retry("the TrainJob is suspended but its JobSet not yet")
+            raise NotYet(NOT_SUSPENDED)
         self.session.patch_trainjob(self.namespace, self.name,
                                     {"metadata": {"annotations": {keys.MARKER_SKIPPED: "running"}}})
         return self.warn(
