@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                  Path.home() / ".cache" / "kai-fn") / "testbed-bench")
     audit_log = state / "audit.log"
     env = {"KAI_FN_TESTBED_DIR": str(state), "KAI_FN_TESTBED_AUDIT_LOG": str(audit_log)}
-    began = time.monotonic()
+    began, commit = time.monotonic(), commit_of()  # the function runs the code as it was when it started
     results: dict[tuple[int, str], Burst] = {}
     try:
         with chain_cluster("4x8", env) as cluster:
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     except ChainError as error:
         print(f"bench chain: {error}")
         return 1
-    md = report(results, args, time.monotonic() - began, commit_of())
+    md = report(results, args, time.monotonic() - began, commit)
     print(md)
     if args.out:
         args.out.write_text(md + "\n")

@@ -61,6 +61,9 @@ def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Out
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", event.namespace, event.name, event.uid)
     if hint is not None and (_marked(hint) or _deleting(hint)):
         return Reconciler(session, settings, hint).run()  # answered from the body alone: no API call, no write
+    if hint is not None and session.cluster.recent.done_before(event.uid, hint.get("metadata", {}).get("resourceVersion")):
+        return Outcome("skipped", "duplicate: a copy from before this process released it",
+                       event.namespace, event.name, event.uid)
     obj = hint if settings.audience else None
     if obj is None:
         obj = session.trainjob(event.namespace, event.name)
@@ -291,7 +294,8 @@ class Reconciler:
             merge["spec"] = {"suspend": False}
             if self.settings.flavor == "kai":  # the schedule timeout counts from here
                 merge["metadata"]["annotations"][keys.RELEASED_AT_ANNOTATION] = stamp(_now())
-        self.session.patch_trainjob(self.namespace, self.name, merge)
+        written = self.session.patch_trainjob(self.namespace, self.name, merge)
+        self.session.cluster.recent.released(self.uid, written.get("metadata", {}).get("resourceVersion"))
         resources = ",".join(f"{k}={v}" for k, v in result.min_resources.items()) or "none"
         made = "PodGroups" if len(result.podgroups) > 1 else "PodGroup"
         message = (
@@ -312,10 +316,11 @@ class Reconciler:
         if hold:
             return self.outcome("ignored", f"{why}; auto-suspended, left suspended: {hold}")
         try:
-            self.session.patch_trainjob(self.namespace, self.name, {
+            written = self.session.patch_trainjob(self.namespace, self.name, {
                 "metadata": {"annotations": {keys.MARKER_SKIPPED: "out-of-scope"}}, "spec": {"suspend": False}})
         except Gone:
             return self.outcome("ignored", "the TrainJob no longer exists")
+        self.session.cluster.recent.released(self.uid, written.get("metadata", {}).get("resourceVersion"))
         return self.outcome("done", f"released without a gang: {why}")
 
     def hold_reason(self, obj: dict[str, Any], resume_setting: bool = True) -> str | None:

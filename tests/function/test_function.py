@@ -214,7 +214,11 @@ def test_a_duplicate_carrying_the_marker_costs_no_api_call(api, function):
     (False, [("get", "trainjobs")]),
 ], ids=["body-trusted-then-reread", "read-first"])
 def test_a_stale_duplicate_rereads_instead_of_acting_on_its_old_copy(api, functions, authenticated, calls):
-    fn = functions(KAI_FN_AUDIENCE="kai-fn") if authenticated else functions()
+    """Another replica (or this one after a restart) re-reads; the process that released it knows the copy is
+    older than its release (resourceVersions compare) and answers with no call at all."""
+    settings = {"KAI_FN_AUDIENCE": "kai-fn"} if authenticated else {}
+    fn = functions(**settings)
+    replica = functions(**settings, KAI_FN_MAX_BODY_BYTES="4194303")  # another process: it released nothing
     token = api.issue_token("kai-fn", "source", ["kai-fn"]) if authenticated else None
     tj = seed_llama(api)
     send(fn.url, resource(tj), token=token)
@@ -222,8 +226,12 @@ def test_a_stale_duplicate_rereads_instead_of_acting_on_its_old_copy(api, functi
     live["spec"]["suspend"] = True  # the user pauses it again
     api.put(live)
     api.reset_calls()
-    assert send(fn.url, resource(tj), token=token).status == 200  # the original add, redelivered
-    assert verbs(api) == calls
+    assert send(replica.url, resource(tj), token=token).status == 200  # the original add, redelivered
+    assert [v for v in verbs(api) if v != ("create", "tokenreviews")] == calls
+    api.reset_calls()
+    answer = send(fn.url, resource(tj), token=token)
+    assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "skipped")
+    assert [c for c in api.calls if c.resource != "tokenreviews"] == []
     assert api.get(TRAINER, "TrainJob", NS, NAME)["spec"]["suspend"] is True
 
 
