@@ -89,7 +89,7 @@ def all_bound(watch: PodWatch, names: list[str], pods: int) -> bool:
 
 def function_work(log: Path, offset: int, ns: str) -> dict[str, list[float]]:
     """From the function's JSON log since ``offset``: milliseconds per event it answered for ``ns``, by kind of event,
-    type and outcome."""
+    type and outcome; and per TrainJob pass made after the answer (``work``), with the time it waited in the queue."""
     out: dict[str, list[float]] = {}
     if not log.exists():
         return out
@@ -103,6 +103,11 @@ def function_work(log: Path, offset: int, ns: str) -> dict[str, list[float]]:
             if e.get("msg") == "event" and e.get("namespace") == ns:
                 key = f"{e.get('kind')} {e.get('type', '').rsplit('.', 1)[-1]} {e.get('outcome')}"
                 out.setdefault(key, []).append(float(e.get("ms", 0)))
+            elif e.get("msg") == "work" and e.get("namespace") == ns:
+                key = f"TrainJob pass after the answer: {e.get('outcome')}"
+                out.setdefault(key, []).append(float(e.get("ms", 0)))
+                out.setdefault("TrainJob pass after the answer: waited in the queue", []).append(
+                    float(e.get("waited_ms", 0)))
     return out
 
 

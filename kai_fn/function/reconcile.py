@@ -54,16 +54,29 @@ class TrainJobGone(Exception):
     """The TrainJob was deleted (or replaced by another of the same name) since the event was emitted."""
 
 
-def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
+def from_body(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome | None:
+    """The answer the event's body (and what this process remembers) gives without an API call, or None when the
+    TrainJob needs a pass: a namespace not watched, a TrainJob marked done (and not owed a new wait) or being
+    deleted, a copy older than this process's release of it."""
     hint = event.object
-    watched = settings.watches(event.namespace)
-    if not watched and not (hint is not None and _auto_suspended(hint)):
+    if not settings.watches(event.namespace) and not (hint is not None and _auto_suspended(hint)):
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", event.namespace, event.name, event.uid)
-    if hint is not None and (_marked(hint) or _deleting(hint)):
-        return Reconciler(session, settings, hint).run()  # answered from the body alone: no API call, no write
-    if hint is not None and session.cluster.recent.done_before(event.uid, hint.get("metadata", {}).get("resourceVersion")):
+    if hint is None:
+        return None
+    if _deleting(hint) or (_marked(hint) and new_wait(hint, _now()) is None):
+        return Reconciler(session, settings, hint).run()  # from the body alone: no API call, no write
+    if session.cluster.recent.done_before(event.uid, hint.get("metadata", {}).get("resourceVersion")):
         return Outcome("skipped", "duplicate: a copy from before this process released it",
                        event.namespace, event.name, event.uid)
+    return None
+
+
+def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
+    if (answer := from_body(event, session, settings)) is not None:
+        return answer
+    hint = event.object
+    if hint is not None and _marked(hint):
+        return Reconciler(session, settings, hint).run()  # resumed after a schedule timeout: a new wait begins
     obj = hint if settings.audience else None
     if obj is None:
         obj = session.trainjob(event.namespace, event.name)

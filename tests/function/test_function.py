@@ -412,7 +412,7 @@ def test_warm_runtime_cache_saves_the_runtime_get(api, functions):
     ("KAI_DEFAULT_QUEUE", "not a queue"), ("KAI_FN_MAX_BODY_BYTES", "lots"), ("KAI_FN_SENDERS", "alice"),
     ("KAI_FN_QUEUE_CHECK", "strict"), ("KAI_FN_SCHEDULE_TIMEOUT_SECONDS", "-5"), ("KAI_FN_ON_TIMEOUT", "delete"),
     ("KAI_FN_STALENESS_GRACE_PERIOD", "60"),
-    ("KAI_FN_HEARTBEAT_LEASE", "kai-fn-resync"),
+    ("KAI_FN_HEARTBEAT_LEASE", "kai-fn-resync"), ("KAI_FN_BACKGROUND_WORKERS", "-1"),
 ])
 def test_an_invalid_setting_stops_the_server_at_start_up_naming_it(emulator, name, value):
     with tempfile.TemporaryFile() as log:
@@ -427,7 +427,8 @@ def test_an_invalid_setting_stops_the_server_at_start_up_naming_it(emulator, nam
 def test_one_json_log_line_per_event(api, emulator):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "log"
-        with path.open("wb") as log, FunctionProcess({"KUBECONFIG": emulator.kubeconfig}, log=log) as fn:
+        with path.open("wb") as log, FunctionProcess({"KUBECONFIG": emulator.kubeconfig,
+                                                      "KAI_FN_BACKGROUND_WORKERS": "0"}, log=log) as fn:
             tj = seed_llama(api)
             event = resource(tj, event_id="id-1")
             send(fn.url, event)
