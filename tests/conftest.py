@@ -56,7 +56,10 @@ class Functions:
         self.running: dict[tuple[tuple[str, str], ...], FunctionProcess] = {}
 
     def __call__(self, **settings: str) -> FunctionProcess:
-        env = {"KAI_FN_RUNTIME_CACHE_SECONDS": "0", "KAI_FN_API_TIMEOUT_SECONDS": "1", **settings}
+        # Each answer says how its event's work went: the per-delivery contract these tiers test. The workers that
+        # answer first and work after (KAI_FN_BACKGROUND_WORKERS, on in knative/base) have test_background_work.py.
+        env = {"KAI_FN_RUNTIME_CACHE_SECONDS": "0", "KAI_FN_API_TIMEOUT_SECONDS": "1", "KAI_FN_BACKGROUND_WORKERS": "0",
+               **settings}
         key = tuple(sorted(env.items()))
         if key not in self.running:
             self.running[key] = FunctionProcess({"KUBECONFIG": self.emulator.kubeconfig, **env}).start()
@@ -76,7 +79,8 @@ def functions(emulator: Emulator) -> Iterator[Functions]:
 
 @pytest.fixture
 def function(functions: Functions, api: Emulator) -> FunctionProcess:
-    """The function with default settings (but no runtime cache and a 1 s API timeout), on an empty cluster."""
+    """The function with default settings (but no runtime cache, a 1 s API timeout, and every event reconciled
+    before its answer), on an empty cluster."""
     return functions()
 
 

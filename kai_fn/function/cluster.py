@@ -24,6 +24,7 @@ from kai_fn.core import keys, turns
 from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.runtime import RuntimeTarget
 from kai_fn.function import metrics
+from kai_fn.function.recent import Recent
 from kai_fn.function.settings import Settings
 
 T = TypeVar("T")
@@ -107,7 +108,8 @@ def request_shape(method: str, url: str) -> tuple[str, str]:
 
 @dataclass
 class Cluster:
-    """Typed calls on one shared ApiClient; :meth:`session` counts the calls one event makes."""
+    """Typed calls on one shared ApiClient, the process's caches and memory; :meth:`session` counts the calls one
+    event makes."""
 
     client: ApiClient
     timeout: float
@@ -117,6 +119,7 @@ class Cluster:
     _fetching: dict[RuntimeTarget | str, threading.Lock] = field(default_factory=dict)
     _queues: tuple[float, QueueTree] | None = None
     _cursors: dict[str, str] = field(default_factory=dict)  # the resync's turns (kai_fn/core/turns.py)
+    recent: Recent = field(default_factory=Recent)  # what this process did lately (kai_fn.function.recent)
 
     @classmethod
     def from_settings(cls, settings: Settings, kubeconfig: str | None = None) -> Cluster:
@@ -275,17 +278,20 @@ class Session:
                 raise GuardFailed(str(error.body)[:200]) from None
             raise Transient(f"API {error.status} on patch jobset") from None
 
-    def patch_trainjob(self, namespace: str, name: str, merge: dict[str, Any]) -> None:
-        """A JSON merge patch; one that names ``metadata.resourceVersion`` raises :class:`Stale` if it changed."""
+    def patch_trainjob(self, namespace: str, name: str, merge: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch, answered with the TrainJob as written; one that names ``metadata.resourceVersion``
+        raises :class:`Stale` if it changed."""
         try:
-            self._call(self._custom.patch_namespaced_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,
-                       namespace, "trainjobs", name, merge, field_manager=keys.FIELD_MANAGER, _content_type=MERGE_PATCH)
+            written = self._call(self._custom.patch_namespaced_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,
+                                 namespace, "trainjobs", name, merge, field_manager=keys.FIELD_MANAGER,
+                                 _content_type=MERGE_PATCH)
         except ApiException as error:
             if error.status == 404:
                 raise Gone(f"TrainJob {namespace}/{name}") from None
             if error.status == 409:
                 raise Stale(f"TrainJob {namespace}/{name}") from None
             raise Transient(f"API {error.status} on patch trainjob") from None
+        return written if isinstance(written, dict) else {}
 
     def _post(self, path: str, body: dict[str, Any], _request_timeout: float, **path_params: str) -> Any:
         """POST a core kind through the ApiClient: CoreV1Api (or AuthenticationV1Api) would cost a 1.7 s import

@@ -33,12 +33,20 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     owner = owning_trainjob(podgroup)
     if owner is None:
         return Outcome("ignored", "the PodGroup has no TrainJob owner", ns, pg_name, event.uid)
+    recent = session.cluster.recent
+    if recent.is_bound(event.uid):
+        return Outcome("skipped", "already bound (known to this process)", ns, owner["name"], owner.get("uid"), pg_name)
     trainjob = session.trainjob(ns, owner["name"])
     if trainjob is None or trainjob.get("metadata", {}).get("uid") != owner.get("uid"):
         return Outcome("ignored", "its TrainJob no longer exists", ns, owner["name"], owner.get("uid"), pg_name)
     if why := settled(trainjob, pg_name):
+        if keys.GANG_BOUND_ANNOTATION in ((trainjob.get("metadata") or {}).get("annotations") or {}):
+            recent.bound(event.uid)
         return Outcome("skipped", why, ns, owner["name"], owner.get("uid"), pg_name)
-    return report_on(session, trainjob, podgroup, fresh=False)
+    outcome = report_on(session, trainjob, podgroup, fresh=False)
+    if outcome.result == "done" and outcome.reason.startswith(report.GANG_BOUND):
+        recent.bound(event.uid)
+    return outcome
 
 
 def owning_trainjob(podgroup: dict[str, Any]) -> dict[str, Any] | None:

@@ -1,10 +1,12 @@
 """The HTTP contract: a CloudEvent in, a status code out, one JSON log line per delivery.
 
 This is an ``@functions_framework.http`` function rather than ``cloud_event``, because only then does it
-choose the status: 2xx with an empty body when done (a Broker turns a non-empty non-CloudEvent body into a
-redelivery), 503 + Retry-After when a retry can help (a direct sink does not retry 500), 400 for a bad event,
+choose the status: 2xx with an empty body when done, or when a later event will do the work (``waiting``: the
+JobSet is not made yet; a Broker turns a non-empty non-CloudEvent body into a redelivery), 503 + Retry-After when
+only a retry can help (a direct sink does not retry 500), 400 for a bad event,
 413 for an oversized body; with ``KAI_FN_AUDIENCE`` set, 401 / 403 for a sender that is not let in, checked
-before the body is read. ``GET /metrics`` serves the Prometheus metrics and ``GET`` elsewhere the health check
+before the body is read. With ``KAI_FN_BACKGROUND_WORKERS``, a TrainJob event that needs a pass is answered 202 at
+once and reconciled right after (kai_fn.function.workqueue says why); its pass logs a line of its own (``work``). ``GET /metrics`` serves the Prometheus metrics and ``GET`` elsewhere the health check
 (no auth: they hold no secrets).
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ from kai_fn.function.auth import Authenticator, Denied
 from kai_fn.function.cluster import Cluster, Transient
 from kai_fn.function.report import configure_logging, log
 from kai_fn.function.settings import Settings, load
+from kai_fn.function.workqueue import Again, Item, WorkQueue
 
 RETRY_AFTER_SECONDS = 2
 
@@ -32,6 +35,10 @@ class App:
         configure_logging(self.settings.log_level)
         self.cluster = cluster or Cluster.from_settings(self.settings)
         self.auth = Authenticator(self.settings.audience, self.settings.senders) if self.settings.audience else None
+        self.work: WorkQueue | None = None
+        if self.settings.background_workers:
+            self.work = WorkQueue(self.pass_after_answer, self.settings.background_workers, on_drop=_dropped)
+            metrics.WORK_QUEUE.set_function(self.work.depth)
 
     def __call__(self, request: flask.Request) -> flask.Response:
         if request.method in ("GET", "HEAD"):
@@ -103,7 +110,13 @@ class App:
             else:
                 fields |= {"kind": "TrainJob", "work": "trainjob", "namespace": event.namespace, "name": event.name,
                            "uid": event.uid, "mode": event.mode}
-                outcome = reconcile.reconcile(event, session, self.settings)
+                outcome = reconcile.from_body(event, session, self.settings)
+                if outcome is None and self.work is not None and self.work.offer((event.namespace, event.name), event):
+                    del fields["work"]
+                    fields |= {"outcome": "accepted", "api_calls": session.calls}
+                    return 202, "accepted: reconciled right after this answer"
+                if outcome is None:
+                    outcome = reconcile.reconcile(event, session, self.settings)
         except (Transient, reconcile.Retry) as error:
             fields |= {"outcome": "retry", "api_calls": session.calls}
             return 503, str(error)
@@ -111,6 +124,44 @@ class App:
         if outcome.podgroup:
             fields["podgroup"] = outcome.podgroup
         return 200, outcome.reason
+
+
+    def pass_after_answer(self, item: Item) -> None:
+        """One queued TrainJob pass, logged as the delivery would be (``msg: work``, its try and its wait); a
+        failure a retry may fix raises Again, and the queue tries it later."""
+        event: events.TrainJobEvent = item.payload
+        session = self.cluster.session()
+        started = time.perf_counter()
+        fields: dict[str, Any] = {
+            "type": event.type, "id": event.id, "kind": "TrainJob", "namespace": event.namespace, "name": event.name,
+            "uid": event.uid, "mode": event.mode, "attempt": item.attempt,
+            "waited_ms": round((time.monotonic() - item.queued_at) * 1000, 1)}
+        try:
+            outcome = reconcile.reconcile(event, session, self.settings)
+        except (Transient, reconcile.Retry) as error:
+            _log_work(fields | {"outcome": "retry", "reason": str(error), "api_calls": session.calls}, started)
+            raise Again() from None
+        fields |= {"outcome": outcome.result, "reason": outcome.reason, "api_calls": session.calls}
+        if outcome.podgroup:
+            fields["podgroup"] = outcome.podgroup
+        _log_work(fields, started)
+
+
+def _log_work(fields: dict[str, Any], started: float) -> None:
+    seconds = time.perf_counter() - started
+    metrics.RECONCILE_SECONDS.labels("trainjob").observe(seconds)
+    metrics.WORK.labels(fields["outcome"]).inc()
+    level = logging.WARNING if fields["outcome"] == "retry" else logging.INFO
+    log.log(level, "work", extra={"fields": fields | {"ms": round(seconds * 1000, 1)}})
+
+
+def _dropped(item: Item, error: BaseException | None) -> None:
+    event: events.TrainJobEvent = item.payload
+    metrics.WORK.labels("dropped").inc()
+    why = f"failed unexpectedly ({type(error).__name__}: {error})" if error else f"out of tries ({item.attempt})"
+    log.warning("work dropped", exc_info=error, extra={"fields": {
+        "namespace": event.namespace, "name": event.name, "uid": event.uid, "attempt": item.attempt,
+        "reason": f"{why}; the resync reconciles it"}})
 
 
 def _answer(status: int, reason: str) -> flask.Response:

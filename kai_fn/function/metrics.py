@@ -27,6 +27,20 @@ API_CALLS = Counter(
     "kai_fn_api_calls", "Kubernetes API calls, by verb, resource and HTTP status code ('error': no answer).",
     ["verb", "resource", "code"], registry=REGISTRY,
 )
+WAITING = Counter(
+    "kai_fn_waiting_events", "TrainJob events answered 2xx without work because Trainer has not caught up yet (no "
+    "JobSet, or not suspended yet); the TrainJob's next update event does the work, or the resync.", ["reason"],
+    registry=REGISTRY,
+)
+WORK = Counter(
+    "kai_fn_work", "TrainJob passes made after answering their event (KAI_FN_BACKGROUND_WORKERS), by outcome; 'retry': "
+    "the pass failed and is tried again later, 'dropped': out of tries or failed unexpectedly, left to the resync.",
+    ["outcome"], registry=REGISTRY,
+)
+WORK_QUEUE = Gauge(
+    "kai_fn_work_queue", "TrainJobs whose pass after the answer is queued, waiting to be tried again, or running.",
+    registry=REGISTRY,
+)
 GANGS_CREATED = Counter("kai_fn_gangs_created", "PodGroups kai_fn created.", registry=REGISTRY)
 GANG_STATUS = Counter(
     "kai_fn_gang_status_events", "Gang status reports on TrainJobs (GangUnschedulable, GangBound); a report "

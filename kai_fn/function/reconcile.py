@@ -29,23 +29,54 @@ from kai_fn.function.report import Outcome, Result
 from kai_fn.function.settings import Settings
 
 _PATCH_ATTEMPTS = 3
+# Why a TrainJob waits (NotYet): bounded values, also the label of kai_fn_waiting_events.
+NOT_CREATED = "JobSet not created yet"
+NOT_SUSPENDED = "the TrainJob is suspended but its JobSet not yet"
+REPLACED = "the JobSet of that name belongs to an earlier TrainJob of that name (being replaced)"
 
 
 class Retry(Exception):
-    """The work cannot be done yet; the sender should redeliver (503)."""
+    """The work cannot be done yet and no later event is sure to come; the sender should redeliver (503)."""
+
+
+class NotYet(Exception):
+    """The work cannot be done yet, but a later event of this TrainJob brings it (answered 2xx, outcome
+    ``waiting``). Trainer applies the JobSet before it writes the TrainJob's status in the same reconcile
+    (trainjob_controller.go: reconcileObjects, then the status patch; a first reconcile always changes the status:
+    the ``Suspended`` condition), and every later JobSet status change is copied into the TrainJob's status (the
+    JobSet plugin's ``Status``): so an update event follows the JobSet's creation, and its suspension. The resync
+    catches the rare pass that changes no status. A 503 instead would hold up every later event of the namespace
+    for 3.1 s of the adapter's retries (knative/README.md, "Knative's adapters, measured"), and then be dropped.
+    """
 
 
 class TrainJobGone(Exception):
     """The TrainJob was deleted (or replaced by another of the same name) since the event was emitted."""
 
 
-def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
+def from_body(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome | None:
+    """The answer the event's body (and what this process remembers) gives without an API call, or None when the
+    TrainJob needs a pass: a namespace not watched, a TrainJob marked done (and not owed a new wait) or being
+    deleted, a copy older than this process's release of it."""
     hint = event.object
-    watched = settings.watches(event.namespace)
-    if not watched and not (hint is not None and _auto_suspended(hint)):
+    if not settings.watches(event.namespace) and not (hint is not None and _auto_suspended(hint)):
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", event.namespace, event.name, event.uid)
-    if hint is not None and (_marked(hint) or _deleting(hint)):
-        return Reconciler(session, settings, hint).run()  # answered from the body alone: no API call, no write
+    if hint is None:
+        return None
+    if _deleting(hint) or (_marked(hint) and new_wait(hint, _now()) is None):
+        return Reconciler(session, settings, hint).run()  # from the body alone: no API call, no write
+    if session.cluster.recent.done_before(event.uid, hint.get("metadata", {}).get("resourceVersion")):
+        return Outcome("skipped", "duplicate: a copy from before this process released it",
+                       event.namespace, event.name, event.uid)
+    return None
+
+
+def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
+    if (answer := from_body(event, session, settings)) is not None:
+        return answer
+    hint = event.object
+    if hint is not None and _marked(hint):
+        return Reconciler(session, settings, hint).run()  # resumed after a schedule timeout: a new wait begins
     obj = hint if settings.audience else None
     if obj is None:
         obj = session.trainjob(event.namespace, event.name)
@@ -153,6 +184,9 @@ class Reconciler:
             return self.apply(result)
         except (TrainJobGone, Gone):
             return self.outcome("ignored", "the TrainJob no longer exists")
+        except NotYet as wait:
+            metrics.WAITING.labels(str(wait)).inc()
+            return self.outcome("waiting", f"{wait}; its next update event does the work")
 
     def queue_precheck(self, result: Plan) -> Outcome | None:
         """KAI's own limit checks with nothing allocated, just before a new gang would be made: a gang that can never
@@ -227,14 +261,16 @@ class Reconciler:
         raise Retry("the JobSet kept changing under the patch")
 
     def live_jobset(self) -> dict[str, Any]:
+        """The TrainJob's JobSet; NotYet while Trainer has not made it (no read of the TrainJob: whether it still
+        exists changes nothing in the answer)."""
         jobset = self.session.jobset(self.namespace, self.name)
-        owners = (jobset or {}).get("metadata", {}).get("ownerReferences") or []
-        if jobset is not None and any(o.get("uid") == self.uid and o.get("controller") for o in owners):
+        if jobset is None:
+            raise NotYet(NOT_CREATED)
+        owners = jobset.get("metadata", {}).get("ownerReferences") or []
+        if any(o.get("uid") == self.uid and o.get("controller") for o in owners):
             return jobset
         self.fresh_trainjob()
-        if jobset is None:
-            raise Retry("JobSet not created yet")
-        raise Retry("the JobSet of that name belongs to an earlier TrainJob of that name (being replaced)")
+        raise NotYet(REPLACED)
 
     def fresh_trainjob(self) -> dict[str, Any]:
         """The TrainJob as it is now; TrainJobGone if it was deleted or replaced since the event."""
@@ -257,7 +293,7 @@ class Reconciler:
         redelivered after an outage finds its JobSet running) and its mark stands."""
         fresh = self.fresh_trainjob()
         if fresh.get("spec", {}).get("suspend") is True:
-            raise Retry("the TrainJob is suspended but its JobSet not yet")
+            raise NotYet(NOT_SUSPENDED)
         if _marked(fresh):
             notes = fresh.get("metadata", {}).get("annotations") or {}
             settled = notes.get(keys.MARKER_PODGROUP) or f"skipped ({notes.get(keys.MARKER_SKIPPED)})"
@@ -278,7 +314,8 @@ class Reconciler:
             merge["spec"] = {"suspend": False}
             if self.settings.flavor == "kai":  # the schedule timeout counts from here
                 merge["metadata"]["annotations"][keys.RELEASED_AT_ANNOTATION] = stamp(_now())
-        self.session.patch_trainjob(self.namespace, self.name, merge)
+        written = self.session.patch_trainjob(self.namespace, self.name, merge)
+        self.session.cluster.recent.released(self.uid, written.get("metadata", {}).get("resourceVersion"))
         resources = ",".join(f"{k}={v}" for k, v in result.min_resources.items()) or "none"
         made = "PodGroups" if len(result.podgroups) > 1 else "PodGroup"
         message = (
@@ -299,10 +336,11 @@ class Reconciler:
         if hold:
             return self.outcome("ignored", f"{why}; auto-suspended, left suspended: {hold}")
         try:
-            self.session.patch_trainjob(self.namespace, self.name, {
+            written = self.session.patch_trainjob(self.namespace, self.name, {
                 "metadata": {"annotations": {keys.MARKER_SKIPPED: "out-of-scope"}}, "spec": {"suspend": False}})
         except Gone:
             return self.outcome("ignored", "the TrainJob no longer exists")
+        self.session.cluster.recent.released(self.uid, written.get("metadata", {}).get("resourceVersion"))
         return self.outcome("done", f"released without a gang: {why}")
 
     def hold_reason(self, obj: dict[str, Any], resume_setting: bool = True) -> str | None:

@@ -31,7 +31,7 @@ SCHEDULER_NOT_SERVED = "SchedulerNotInstalled"  # the PodGroup or Queue API answ
 GANG_CREATED = "GangCreated"
 GANG_BOUND = "GangBound"
 
-Result = Literal["done", "skipped", "ignored", "blocked", "retry"]
+Result = Literal["done", "skipped", "ignored", "blocked", "waiting", "retry"]
 
 
 @dataclass(frozen=True)

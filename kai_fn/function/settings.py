@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     api_timeout_seconds: float = Field(5.0, gt=0, alias="KAI_FN_API_TIMEOUT_SECONDS")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="KAI_FN_LOG_LEVEL")
     resync_limit: int = Field(50, ge=1, alias="KAI_FN_RESYNC_LIMIT")
+    # Threads that reconcile TrainJob events after answering them 202 (kai_fn.function.workqueue); 0: each event
+    # is reconciled before its answer, which then says how the work went (503 asks for a redelivery).
+    background_workers: int = Field(4, ge=0, le=64, alias="KAI_FN_BACKGROUND_WORKERS")
     audience: str = Field("", alias="KAI_FN_AUDIENCE")
     senders: Annotated[tuple[str, ...], NoDecode] = Field((), alias="KAI_FN_SENDERS")
     queue_check: QueueCheck = Field("enforce", alias="KAI_FN_QUEUE_CHECK")

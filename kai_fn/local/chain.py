@@ -249,14 +249,14 @@ def _service_env(objs: list[dict[str, Any]]) -> dict[str, str]:
 def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None = "kai-fn",
             ping_seconds: float = 30.0, policy: bool = True, log_dir: str | Path | None = None,
             settings: dict[str, str] | None = None, token_seconds: int = 6 * 3600,
-            knative_sources: bool = KNATIVE_SOURCES) -> Iterator[Chain]:
+            knative_sources: bool = KNATIVE_SOURCES, production: bool = False) -> Iterator[Chain]:
     """The chain around a running ``cluster up --chain`` testbed; see the module docstring.
 
     ``flavor``: ``kai`` (KAI's PodGroups, for KAI Scheduler) or ``scheduler-plugins`` (for Coscheduling).
     ``audience``: None delivers without tokens (authentication-oidc off). ``log_dir``: where ``function.log``
     (and each adapter's log) goes (default: the testbed's state dir, next to the kubeconfig). ``settings``: more
     KAI_* variables, over the Service's (runtimes and Queues are not cached: scenarios make them and use them at
-    once). ``knative_sources``: Knative's own adapters (default; ``KAI_FN_CHAIN_SOURCES=stand-in`` picks the
+    once; ``production`` keeps the Service's caches, as the benchmarks need). ``knative_sources``: Knative's own adapters (default; ``KAI_FN_CHAIN_SOURCES=stand-in`` picks the
     stand-ins of kai_fn/local/source.py); their ping runs ``@every <ping_seconds>s``.
     """
     kubeconfig = Path(kubeconfig)
@@ -288,8 +288,9 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
             "contexts": [{"name": "kai-fn", "context": {"cluster": "testbed", "user": "kai-fn"}}],
         }
         (Path(tmp) / "kubeconfig").write_text(yaml.safe_dump(fn_config))
-        env = {**_service_env(objs), "KUBECONFIG": str(Path(tmp) / "kubeconfig"), "KAI_PODGROUP_FLAVOR": flavor,
-               "KAI_FN_RUNTIME_CACHE_SECONDS": "0"}
+        env = {**_service_env(objs), "KUBECONFIG": str(Path(tmp) / "kubeconfig"), "KAI_PODGROUP_FLAVOR": flavor}
+        if not production:
+            env["KAI_FN_RUNTIME_CACHE_SECONDS"] = "0"
         tokens: dict[str, Callable[[], str] | None] = dict.fromkeys(SOURCE_SAS)
         if audience:
             env |= {"KAI_FN_AUDIENCE": audience,

@@ -130,7 +130,9 @@ def run() -> int:
     with Emulator() as api, tempfile.TemporaryDirectory() as tmp:
         seed(api)
         log_path = Path(tmp) / "function.log"
-        with log_path.open("wb") as log, FunctionProcess({"KUBECONFIG": api.kubeconfig}, log=log) as fn:
+        # Every event's work before its answer, so that each step shows the calls it caused.
+        env = {"KUBECONFIG": api.kubeconfig, "KAI_FN_BACKGROUND_WORKERS": "0"}
+        with log_path.open("wb") as log, FunctionProcess(env, log=log) as fn:
             print(f"kmock Kubernetes API emulator on {api.url}; function (functions-framework) on {fn.url}\n")
             for sample_name, what, before in STEPS:
                 print(f"-- {sample_name}: {what}")

@@ -1,7 +1,6 @@
-"""What ``demo --real``, the chain benchmark and the fault scenarios share on the chain testbed, around
-:mod:`kai_fn.local.chain` (kai_fn running on it): starting and stopping the testbed outside pytest, the anchor
-runtime (Trainer's own coscheduling gang, no kai_fn) beside kai_fn's ``chain-gang``,
-and TrainJobs as users write them, submitted through an API server that may be restarting.
+"""What ``demo --real``, the chain benchmarks and the fault scenarios share on the chain testbed, around
+:mod:`kai_fn.local.chain` (kai_fn running on it): starting and stopping the testbed outside pytest, and TrainJobs as
+users write them, submitted through an API server that may be restarting.
 """
 from __future__ import annotations
 
@@ -18,11 +17,10 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
-from kai_fn.local.chain import SCHEDULERS, Chain, for_scheduler, running, sample
+from kai_fn.local.chain import Chain, running
 from kai_fn.local.process import REPO
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
-ANCHOR_RUNTIME, KAI_FN_RUNTIME = "anchor-coscheduling", "chain-gang"
 
 
 class ChainError(RuntimeError):
@@ -64,21 +62,6 @@ def chain_cluster(nodes: str = "3x8", env: dict[str, str] | None = None, quiet: 
             _run_sh("cluster", "down", env=env, quiet=True)
 
 
-def anchor_runtime() -> dict[str, Any]:
-    """kai_fn's ``chain-gang`` runtime turned into the anchor: the gang is Trainer's own (podGroupPolicy
-    coscheduling: Trainer writes the scheduler-plugins PodGroup and labels the pods; the Coscheduling profile
-    schedules them), no queue label, so kai_fn and the admission policy leave its TrainJobs alone."""
-    rt = for_scheduler(sample("clustertrainingruntime-chain.yaml"), SCHEDULERS["scheduler-plugins"])
-    rt["metadata"] = {"name": ANCHOR_RUNTIME, "labels": {"trainer.kubeflow.org/framework": "torch"}}
-    rt["spec"]["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": 60}}
-    return rt
-
-
-def ensure_anchor_runtime(cluster: Cluster) -> None:
-    _ignore_conflict(lambda: client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
-        *TRAINER, "clustertrainingruntimes", anchor_runtime()))
-
-
 def trainjob(name: str, runtime_name: str, nodes: int, gpus: int, kind: str = "ClusterTrainingRuntime"
              ) -> dict[str, Any]:
     """As a user writes it: no suspend; ``gpus`` per node (resourcesPerNode) over the runtime's 8."""
@@ -105,16 +88,10 @@ def submit(api: client.ApiClient, ns: str, body: dict[str, Any], attempts: int =
     raise ChainError(f"creating TrainJob {ns}/{body['metadata']['name']}: the API server never answered")
 
 
-def _ignore_conflict(create) -> None:
-    try:
-        create()
-    except ApiException as e:
-        if e.status != 409:
-            raise
-
-
 @contextmanager
-def kai_fn_running(cluster: Cluster, log_dir: Path | None = None, ping_seconds: float = 10.0) -> Iterator[Chain]:
-    """kai_fn on the chain (kai_fn.local.chain.running): function, sources, admission policy; stopped at the end."""
-    with running(cluster.kubeconfig, ping_seconds=ping_seconds, log_dir=log_dir) as chain:
+def kai_fn_running(cluster: Cluster, log_dir: Path | None = None, ping_seconds: float = 10.0,
+                   production: bool = False) -> Iterator[Chain]:
+    """kai_fn on the chain (kai_fn.local.chain.running): function, sources, admission policy; stopped at the end.
+    ``production``: the Service's settings as they are (see :func:`running`)."""
+    with running(cluster.kubeconfig, ping_seconds=ping_seconds, log_dir=log_dir, production=production) as chain:
         yield chain

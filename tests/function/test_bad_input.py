@@ -242,9 +242,9 @@ def mangled_specs(draw) -> Case:
     else:
         parent[path[-1]] = value
     what = f"data.{'.'.join(path)} " + ("removed" if value is MISSING else f"= {json.dumps(value)[:40]}")
-    # No JobSet exists: a plannable TrainJob is 503 (JobSet not created yet), anything else 2xx (ignored or warned);
+    # No JobSet exists: a plannable TrainJob waits for it, anything else is ignored or warned: 2xx either way;
     # labels and annotations that are not maps of strings are refused at the door.
-    allowed = {200, 503} | ({400} if path[:2] in (("metadata", "labels"), ("metadata", "annotations")) else set())
+    allowed = {200} | ({400} if path[:2] in (("metadata", "labels"), ("metadata", "annotations")) else set())
     return Case("mangled TrainJob", what, dict(UNMARKED_ADD.headers), body_of(data), frozenset(allowed),
                 calls_allowed=True)
 

@@ -121,7 +121,7 @@ def test_a_refusal_is_logged_with_its_reason_and_never_the_token(api, emulator):
     token = api.issue_token(*SOURCE, audiences=["other"])
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "log"
-        env = {"KUBECONFIG": emulator.kubeconfig, "KAI_FN_AUDIENCE": AUDIENCE}
+        env = {"KUBECONFIG": emulator.kubeconfig, "KAI_FN_AUDIENCE": AUDIENCE, "KAI_FN_BACKGROUND_WORKERS": "0"}
         with path.open("wb") as log, FunctionProcess(env, log=log) as fn:
             assert send(fn.url, ping(), token=token).status == 401
             assert send(fn.url, ping(), authorization="Basic x").status == 401

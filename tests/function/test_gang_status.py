@@ -129,15 +129,21 @@ def test_the_same_report_delivered_again_is_one_event(api, function, live, bound
     assert status_events(api) == [reason]
 
 
-def test_an_old_unschedulable_update_arriving_after_bound_posts_nothing_and_costs_one_get(api, function):
+def test_an_old_unschedulable_update_arriving_after_bound_posts_nothing_and_costs_one_get_at_most(api, functions):
+    """The TrainJob's bound mark says so (one GET, in a replica that did not see it bound); the process that
+    reported it bound remembers the PodGroup and answers with no call."""
+    function, replica = functions(), functions(KAI_FN_MAX_BODY_BYTES="4194303")
     released(api, function.url)
     stale = kai_says(api, OVER_LIMIT)
     cleared = kai_says(api)
     place(api, 4, 4)
     send(function.url, resource(cleared, "update"))
     api.reset_calls()
-    assert send(function.url, resource(stale, "update")).status == 200
+    assert send(replica.url, resource(stale, "update")).status == 200
     assert verbs(api) == [("get", "trainjobs")]
+    api.reset_calls()
+    assert send(function.url, resource(stale, "update")).headers["X-Kai-Fn-Outcome"] == "skipped"
+    assert api.calls == []
     assert status_events(api) == ["GangBound"]
 
 

@@ -132,7 +132,7 @@ def token_kubeconfig(testbed: LiveCluster, directory: Path) -> Path:
 def function_process(testbed: LiveCluster, **settings: str) -> Iterator[FunctionProcess]:
     with tempfile.TemporaryDirectory() as tmp:
         env = {"KUBECONFIG": str(function_kubeconfig(testbed, Path(tmp))), "KAI_FN_RUNTIME_CACHE_SECONDS": "0",
-               **settings}
+               "KAI_FN_BACKGROUND_WORKERS": "0", **settings}
         with FunctionProcess(env) as fn:
             yield fn
 

@@ -120,7 +120,8 @@ class LiveBackend:
             tmp = Path(self.stack.enter_context(tempfile.TemporaryDirectory()))
             kubeconfig = token_kubeconfig(self.testbed, tmp)
             self.running[key] = self.stack.enter_context(FunctionProcess(
-                {"KUBECONFIG": str(kubeconfig), "KAI_FN_RUNTIME_CACHE_SECONDS": "0", **settings}))
+                {"KUBECONFIG": str(kubeconfig), "KAI_FN_RUNTIME_CACHE_SECONDS": "0", "KAI_FN_BACKGROUND_WORKERS": "0",
+                 **settings}))
         return self.running[key].url
 
     def cleanup(self, namespace: str, tag: str) -> None:

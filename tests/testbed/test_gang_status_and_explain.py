@@ -55,7 +55,8 @@ def gang(testbed: LiveCluster) -> Iterator[dict[str, Any]]:
         {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "llama-finetune",
          "uid": tj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]}
     objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", js)
-    with FunctionProcess({"KUBECONFIG": str(testbed.kubeconfig), "KAI_FN_RUNTIME_CACHE_SECONDS": "0"}) as fn:
+    with FunctionProcess({"KUBECONFIG": str(testbed.kubeconfig), "KAI_FN_RUNTIME_CACHE_SECONDS": "0",
+                          "KAI_FN_BACKGROUND_WORKERS": "0"}) as fn:
         assert send(fn.url, resource(tj)).status == 200
         pg_name = f"pg-llama-finetune-{tj['metadata']['uid']}"
         yield {"ns": ns, "url": fn.url, "pg": pg_name, "uid": tj["metadata"]["uid"], "objs": objs, "testbed": testbed}

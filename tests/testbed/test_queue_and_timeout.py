@@ -57,7 +57,8 @@ def function_on(testbed: LiveCluster, world: dict[str, str]) -> Iterator[Any]:
 
     def start(kubeconfig: Path | None = None, **settings: str) -> FunctionProcess:
         proc = FunctionProcess({"KUBECONFIG": str(kubeconfig or testbed.kubeconfig), "KAI_FN_NAMESPACES": world["ns"],
-                                "KAI_FN_RUNTIME_CACHE_SECONDS": "0", **settings}).start()
+                                "KAI_FN_RUNTIME_CACHE_SECONDS": "0", "KAI_FN_BACKGROUND_WORKERS": "0",
+                                **settings}).start()
         started.append(proc)
         return proc
 

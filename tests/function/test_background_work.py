@@ -1,0 +1,215 @@
+"""KAI_FN_BACKGROUND_WORKERS (knative/base sets it): TrainJob events answered 202 before any API call, reconciled
+right after by the function's work queue, with the guarantees of the per-delivery contract: one gang per
+TrainJob however many deliveries, nothing ever naming a PodGroup that does not exist, every TrainJob done once the
+queue is idle or after the resync, under API faults too. Real function server, kmock emulator; every wait bounded.
+"""
+from __future__ import annotations
+
+import collections
+import copy
+import json
+import math
+import random
+import threading
+import time
+import uuid
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from kai_fn.local.delivery import Adapter, Delivery
+from kai_fn.local.emulator import Fault
+from kai_fn.local.process import FunctionProcess
+from tests.ce import ping, resource, send
+from tests.conftest import JOBSET, KAI_PG, sample_object, seed
+from tests.function.test_api_faults import RandomFaults
+from tests.function.test_function import assert_done, seed_llama, verbs
+from tests.reliability import (
+    DONE, PERIOD, SEED, check_answers, deliver_all, gang_events, make_job, plant, publish, safety_violations, settle,
+    state_of, uids, versions_since,
+)
+
+WORKERS = {"KAI_FN_BACKGROUND_WORKERS": "4"}
+
+
+@pytest.fixture
+def worked(functions, api):
+    return functions(**WORKERS)
+
+
+def work_metrics(url: str) -> dict[str, float]:
+    text = requests.get(f"{url}/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kai_fn_work_queue":
+                out["queue"] = sample.value
+            elif sample.name == "kai_fn_work_total":
+                out[sample.labels["outcome"]] = sample.value
+    return out
+
+
+def idle(url: str, timeout: float = 60.0) -> None:
+    """Until the function's work queue is empty (nothing queued, waiting to retry, or running)."""
+    end = time.monotonic() + timeout
+    while work_metrics(url).get("queue", 0) != 0:
+        assert time.monotonic() < end, f"wall-clock guard: the work queue not idle after {timeout} s"
+        time.sleep(0.02)
+
+
+def test_a_new_trainjob_is_answered_202_before_any_api_call_and_reconciled_right_after(api, worked):
+    seed_llama(api)
+    tj = api.get("trainer.kubeflow.org/v1alpha1", "TrainJob", "team-a", "llama-finetune")
+    api.reset_calls()
+    answer = send(worked.url, resource(tj))
+    assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome"), answer.body) == (202, "accepted", "")
+    idle(worked.url)
+    assert ("create", "podgroups") in verbs(api) and ("patch", "trainjobs") in verbs(api)
+    assert_done(api)
+
+
+def test_an_event_the_body_answers_costs_no_call_and_is_not_queued(api, worked):
+    tj = seed_llama(api)
+    send(worked.url, resource(tj))
+    idle(worked.url)
+    marked = api.get("trainer.kubeflow.org/v1alpha1", "TrainJob", "team-a", "llama-finetune")
+    api.reset_calls()
+    for body in (marked, tj):  # carrying the marker; the copy from before this process released it
+        answer = send(worked.url, resource(body, "update"))
+        assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "skipped")
+    assert api.calls == []
+
+
+def test_an_add_before_its_jobset_waits_and_the_update_after_it_does_the_work(api, worked):
+    tj = seed_llama(api, jobset=False)
+    before = work_metrics(worked.url)
+    assert send(worked.url, resource(tj)).status == 202
+    idle(worked.url)
+    assert api.writes() == []
+    assert work_metrics(worked.url).get("waiting", 0) == before.get("waiting", 0) + 1
+    seed(api, sample_object("jobset-llama-finetune"))
+    update = copy.deepcopy(tj)
+    update["status"] = {"conditions": [{"type": "Suspended", "status": "True", "reason": "Suspended"}]}
+    assert send(worked.url, resource(update, "update")).status == 202
+    idle(worked.url)
+    assert_done(api)
+
+
+@pytest.mark.parametrize("mode", ["resource", "ref"])
+def test_fifty_simultaneous_deliveries_make_one_podgroup_one_jobset_write_and_one_event(api, worked, mode):
+    job = make_job("bg-concurrent-" + mode, "burst", str(uuid.uuid5(uuid.NAMESPACE_URL, "bg" + mode)), mode=mode,
+                   extras=True)
+    since = plant(api, [job])
+    adapter = Adapter(worked.url, period=PERIOD)
+    barrier = threading.Barrier(50, timeout=30)
+    answers: list[Delivery] = []
+
+    def one() -> None:
+        barrier.wait()
+        answers.append(Delivery([adapter.post(job.event())]))
+
+    threads = [threading.Thread(target=one) for _ in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "wall-clock guard: deliveries still running after 60 s"
+    idle(worked.url)
+    assert check_answers(answers) == [] and {d.status for d in answers} <= {200, 202}
+    assert state_of(api, job) == (DONE, [])
+    assert [p["metadata"]["name"] for p in api.list(KAI_PG, "PodGroup", job.namespace)] == [job.pg_name]
+    assert safety_violations(api, job, since) == []
+    assert len(versions_since(api, JOBSET, "JobSet", job.namespace, job.name, since)) == 2  # seeded + one patch
+    assert gang_events(api, job.namespace) == {job.uid: 1}
+    passes = sum(1 for c in api.calls if (c.verb, c.resource) == ("get", "jobsets"))
+    assert passes <= 4, f"{passes} passes for one TrainJob: queued events did not coalesce"
+
+
+def test_a_failed_pass_is_tried_again_by_the_function_without_a_redelivery(api, worked):
+    tj = seed_llama(api)
+    failures = {"left": 2}
+
+    def faults(call):
+        if (call.verb, call.resource) == ("patch", "jobsets") and failures["left"]:
+            failures["left"] -= 1
+            return Fault(status=503)
+        return None
+
+    before = work_metrics(worked.url)
+    api.faults = faults
+    assert send(worked.url, resource(tj)).status == 202
+    idle(worked.url, timeout=30)
+    api.faults = None
+    assert_done(api)
+    after = work_metrics(worked.url)
+    assert after.get("retry", 0) - before.get("retry", 0) == 2
+    assert after.get("done", 0) - before.get("done", 0) == 1
+
+
+BG_JOBS = 80
+
+
+@pytest.mark.slow
+def test_under_30_percent_api_faults_every_trainjob_ends_done_once_idle_or_after_the_resync(api, worked):
+    rng = random.Random(SEED + 1)
+    ns = "bg-faults"
+    jobs = [make_job(ns, f"job-{i:03d}", uids(rng), shape="staged" if i % 5 == 4 else "flat",
+                     mode="ref" if i % 3 == 0 else "resource", extras=i % 2 == 1, preexisting_podgroup=i % 10 == 7)
+            for i in range(BG_JOBS)]
+    since = plant(api, jobs)
+    faults = RandomFaults(SEED + 1, 0.30)
+    adapter = Adapter(worked.url, period=PERIOD)
+    started = time.perf_counter()
+    api.faults = faults
+    try:
+        deliveries = deliver_all(adapter, [j.event() for j in jobs], budget=60)
+        idle(worked.url, timeout=120)
+        settle(api)
+    finally:
+        api.faults = None
+    faulted = time.perf_counter() - started
+    assert check_answers(deliveries) == []
+    after_faults = collections.Counter()
+    for job in jobs:
+        state, problems = state_of(api, job)
+        assert problems == [], (job.name, problems)
+        after_faults[state] += 1
+    counts = work_metrics(worked.url)
+
+    pings = [adapter.send(ping()) for _ in range(math.ceil(BG_JOBS / 50) + 1)]
+    idle(worked.url)
+    assert check_answers(pings) == [] and all(p.acked for p in pings)
+    assert collections.Counter(state_of(api, j)[0] for j in jobs) == {DONE: BG_JOBS}
+    assert [v for j in jobs for v in safety_violations(api, j, since)] == []
+    events = gang_events(api, ns)
+    assert max(events.values()) == 1
+
+    api.reset_calls()
+    again = deliver_all(adapter, [j.event() for j in jobs], budget=60)
+    idle(worked.url)
+    assert check_answers(again) == [] and api.writes() == []
+    statuses = collections.Counter(t.status for d in deliveries for t in d.tries)
+    publish("API faults with KAI_FN_BACKGROUND_WORKERS=4 (tests/function/test_background_work.py)", [
+        f"- cases: {BG_JOBS} TrainJobs, 30% of API calls faulty ({sum(faults.injected.values())} of {faults.calls}), "
+        f"seed {SEED + 1}; answers: " + ", ".join(f"{k} x{n}" for k, n in sorted(statuses.items(), key=str)),
+        "- passes after the answer so far: " + ", ".join(f"{k} {int(v)}" for k, v in sorted(counts.items())
+                                                          if k != "queue"),
+        "- states once the queue was idle: " + ", ".join(f"{k} {n}" for k, n in after_faults.most_common()),
+        f"- resync: {len(pings)} pings -> done {BG_JOBS}/{BG_JOBS}; safety violations 0; wall clock {faulted:.1f} s",
+        f"- redelivery of all {BG_JOBS} stale events: 0 writes",
+    ])
+
+
+def test_the_answer_and_the_work_after_it_each_log_one_json_line(api, emulator, tmp_path):
+    path = tmp_path / "log"
+    with path.open("wb") as log, FunctionProcess({"KUBECONFIG": emulator.kubeconfig, **WORKERS}, log=log) as fn:
+        tj = seed_llama(api)
+        assert send(fn.url, resource(tj, event_id="id-1")).status == 202
+        idle(fn.url)
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+    (answer,) = [line for line in lines if line.get("msg") == "event"]
+    (work,) = [line for line in lines if line.get("msg") == "work"]
+    assert (answer["status"], answer["outcome"], answer["api_calls"], answer["id"]) == (202, "accepted", 0, "id-1")
+    assert (work["outcome"], work["attempt"], work["id"], work["name"]) == ("done", 1, "id-1", "llama-finetune")
+    assert work["api_calls"] >= 5 and work["waited_ms"] >= 0 and work["ms"] > 0 and work["podgroup"].startswith("pg-")

@@ -1,0 +1,132 @@
+"""The work queue behind KAI_FN_BACKGROUND_WORKERS: one pass per TrainJob at a time, the newest event, bounded
+retries, a bounded queue. In-process, with a work function the test controls; every wait bounded."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kai_fn.function.workqueue import Again, Item, WorkQueue
+
+
+def until(check, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.005)
+
+
+class Recorder:
+    def __init__(self, gate: threading.Event | None = None, fail: int = 0, error: Exception | None = None) -> None:
+        self.seen: list[tuple[str, object, int]] = []
+        self.running: dict[str, int] = {}
+        self.overlap = False
+        self.lock = threading.Lock()
+        self.gate, self.fail, self.error = gate, fail, error
+        self.dropped: list[tuple[Item, BaseException | None]] = []
+
+    def work(self, item: Item) -> None:
+        with self.lock:
+            self.running[item.key] = self.running.get(item.key, 0) + 1
+            self.overlap |= self.running[item.key] > 1
+            self.seen.append((item.key, item.payload, item.attempt))
+        try:
+            if self.gate is not None:
+                assert self.gate.wait(5)
+            if self.error is not None:
+                raise self.error
+            if item.attempt <= self.fail:
+                raise Again()
+        finally:
+            with self.lock:
+                self.running[item.key] -= 1
+
+    def drop(self, item: Item, error: BaseException | None) -> None:
+        self.dropped.append((item, error))
+
+
+def test_events_for_a_queued_trainjob_replace_its_entry_and_keep_its_place():
+    gate = threading.Event()
+    rec = Recorder(gate)
+    queue = WorkQueue(rec.work, workers=1)
+    queue.offer("busy", 0)  # holds the only worker
+    until(lambda: rec.seen)
+    for key, payload in (("a", 1), ("b", 1), ("a", 2), ("a", 3)):
+        assert queue.offer(key, payload)
+    gate.set()
+    until(queue.idle)
+    assert rec.seen == [("busy", 0, 1), ("a", 3, 1), ("b", 1, 1)]
+
+
+def test_no_two_passes_of_one_trainjob_overlap_and_an_event_during_a_pass_gets_one_more_pass():
+    gate = threading.Event()
+    rec = Recorder(gate)
+    queue = WorkQueue(rec.work, workers=4)
+    queue.offer("a", 1)
+    until(lambda: rec.seen)
+    for payload in (2, 3, 4):
+        queue.offer("a", payload)
+    time.sleep(0.05)
+    assert rec.seen == [("a", 1, 1)]  # three idle workers, none took "a"
+    gate.set()
+    until(queue.idle)
+    assert rec.seen == [("a", 1, 1), ("a", 4, 1)] and not rec.overlap
+
+
+def test_a_failed_pass_is_tried_again_later_with_growing_delays_then_dropped():
+    rec = Recorder(fail=10)
+    queue = WorkQueue(rec.work, workers=2, tries=3, first_delay=0.05, on_drop=rec.drop)
+    started = time.monotonic()
+    queue.offer("a", 1)
+    until(queue.idle)
+    assert [attempt for _, _, attempt in rec.seen] == [1, 2, 3]
+    assert time.monotonic() - started >= 0.05 + 0.1
+    assert [(item.key, item.attempt, error) for item, error in rec.dropped] == [("a", 3, None)]
+
+
+def test_a_pass_that_succeeds_on_a_later_try_is_not_dropped():
+    rec = Recorder(fail=1)
+    queue = WorkQueue(rec.work, workers=1, first_delay=0.01, on_drop=rec.drop)
+    queue.offer("a", 1)
+    until(lambda: queue.idle() and len(rec.seen) == 2)
+    assert rec.dropped == [] and [a for _, _, a in rec.seen] == [1, 2]
+
+
+def test_a_newer_event_replaces_a_waiting_retry():
+    rec = Recorder(fail=1)
+    queue = WorkQueue(rec.work, workers=1, first_delay=0.3, on_drop=rec.drop)
+    queue.offer("a", 1)
+    until(lambda: queue.depth() == 1 and rec.seen and not rec.running.get("a"))
+    rec.fail = 0
+    queue.offer("a", 2)  # while the retry of 1 waits
+    until(queue.idle)
+    time.sleep(0.4)  # the cancelled retry's time passes: nothing more runs
+    assert rec.seen == [("a", 1, 1), ("a", 2, 1)]
+
+
+def test_a_full_queue_refuses_the_offer_and_a_known_trainjob_is_still_taken():
+    gate = threading.Event()
+    rec = Recorder(gate)
+    queue = WorkQueue(rec.work, workers=1, capacity=2)
+    assert queue.offer("a", 1)
+    until(lambda: rec.seen)
+    assert queue.offer("b", 1)
+    assert not queue.offer("c", 1)  # a, b: full
+    assert queue.offer("b", 2)  # already queued: replaced, not refused
+    gate.set()
+    until(queue.idle)
+    assert [key for key, _, _ in rec.seen] == ["a", "b"]
+
+
+@pytest.mark.parametrize("error", [RuntimeError("a bug"), KeyError("x")])
+def test_an_unexpected_failure_is_dropped_with_its_error_and_the_worker_carries_on(error):
+    rec = Recorder(error=error)
+    queue = WorkQueue(rec.work, workers=1, on_drop=rec.drop)
+    queue.offer("a", 1)
+    until(queue.idle)
+    assert [(item.key, err) for item, err in rec.dropped] == [("a", error)]
+    rec.error = None
+    queue.offer("b", 1)
+    until(lambda: queue.idle() and len(rec.seen) == 2)
+    assert rec.seen[-1] == ("b", 1, 1)
