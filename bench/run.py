@@ -384,7 +384,9 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="on the chain testbed (each has --help): python -m bench chain | shapes | faults | resync")
     parser.add_argument("--out", type=Path, help="also write the figures as JSON to this file")
     parser.add_argument("--seconds", type=float, default=4.0, help="time bound of each measured run (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="cold starts and imports of each kind (default 5)")

@@ -53,7 +53,7 @@ class App:
         status, reason = self.deliver(request, fields)
         seconds = time.perf_counter() - started
         fields |= {"status": status, "reason": reason, "ms": round(seconds * 1000, 1)}
-        outcome = fields.get("outcome") or ("too_large" if status == 413 else "bad")
+        outcome = fields["outcome"] = fields.get("outcome") or ("too_large" if status == 413 else "bad")
         metrics.EVENTS.labels(metrics.event_type(fields.get("type")), metrics.event_kind(fields.get("kind")),
                               outcome).inc()
         if "work" in fields:

@@ -5,8 +5,7 @@ killed and restarted, (b) the API server restarted (the launcher's SIGUSR1: kube
 on the same port and etcd), (c) KAI's scheduler killed (SIGKILL) and started again (``cluster up`` starts what no
 longer runs). Each time the resync releases every TrainJob, every gang binds whole, and no pod ever names a PodGroup
 that did not exist when the pod was made (a pod watcher checks each pod as it is first seen). KAI writes a gang's
-BindRequests one by one: a scheduler killed between two leaves the rest to the next one, which writes them (seen
-with v0.17.0), so a gang may be finished by two scheduler processes; it still ends bound whole, by KAI.
+BindRequests one by one, so (c) also checks that each gang's BindRequests all came from one scheduler process.
 
 Then the faults together, at scale (kai_fn/local/faultburst.py): ``KAI_FN_FAULT_BURST`` TrainJobs (30 unless told)
 over two namespaces while the function is killed every 10 s, the API server restarted once and the TrainJob

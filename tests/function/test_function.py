@@ -446,16 +446,20 @@ def test_an_invalid_setting_stops_the_server_at_start_up_naming_it(emulator, nam
 def test_one_json_log_line_per_event(api, emulator):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "log"
-        with path.open("wb") as log, FunctionProcess({"KUBECONFIG": emulator.kubeconfig,
+        with path.open("wb") as log, FunctionProcess({"KUBECONFIG": emulator.kubeconfig, "KAI_FN_MAX_BODY_BYTES": "8192",
                                                       "KAI_FN_BACKGROUND_WORKERS": "0"}, log=log) as fn:
             tj = seed_llama(api)
             event = resource(tj, event_id="id-1")
             send(fn.url, event)
             send(fn.url, event)
             post(fn.url, load_sample(REPO / "samples" / "events" / "malformed-data-not-json.json"))
+            padded = copy.deepcopy(tj)
+            padded["metadata"]["annotations"] = {"padding": "x" * 10000}
+            send(fn.url, resource(padded, event_id="id-2"))
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
     events = [line for line in lines if line.get("msg") == "event"]
-    assert [e["outcome"] for e in events] == ["done", "skipped", "bad"]
+    assert [(e["outcome"], e["status"]) for e in events] == [("done", 200), ("skipped", 200), ("bad", 400),
+                                                             ("too_large", 413)]
     first = events[0]
     assert {k: first[k] for k in ("type", "id", "namespace", "name", "uid", "status")} == {
         "type": "dev.knative.apiserver.resource.add", "id": "id-1", "namespace": NS, "name": NAME, "uid": UID,
