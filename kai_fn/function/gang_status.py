@@ -36,6 +36,11 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     recent = session.cluster.recent
     if recent.is_bound(event.uid):
         return Outcome("skipped", "already bound (known to this process)", ns, owner["name"], owner.get("uid"), pg_name)
+    if event.type.endswith(".add") and not podgroup.get("status"):
+        # Made a moment ago (by kai_fn, before it released the TrainJob): no pod of it can exist yet. The scheduler's
+        # status writes that follow come as updates; the resync looks at every released gang in any case.
+        return Outcome("skipped", "just made: no status from the scheduler yet", ns, owner["name"],
+                       owner.get("uid"), pg_name)
     trainjob = session.trainjob(ns, owner["name"])
     if trainjob is None or trainjob.get("metadata", {}).get("uid") != owner.get("uid"):
         return Outcome("ignored", "its TrainJob no longer exists", ns, owner["name"], owner.get("uid"), pg_name)

@@ -185,6 +185,17 @@ def test_updates_of_podgroups_that_are_not_kai_fns_gangs_cost_nothing(api, funct
     assert api.calls == []
 
 
+def test_the_add_of_a_podgroup_kai_fn_just_made_costs_nothing_and_a_later_add_with_kais_status_reports(api, function):
+    pg = released(api, function.url)
+    api.reset_calls()
+    answer = send(function.url, resource(pg, "add"))
+    assert answer.headers["X-Kai-Fn-Outcome"] == "skipped" and api.calls == []
+    place(api, 4, 0)
+    pg = kai_says(api, OVER_LIMIT)  # an add after the source restarted: the PodGroup as it is now
+    answer = send(function.url, resource(pg, "add"))
+    assert answer.headers["X-Kai-Fn-Outcome"] == "blocked" and status_events(api) == ["GangUnschedulable"]
+
+
 def test_a_reference_mode_podgroup_event_is_ignored(api, function):
     from tests.ce import _event, _sample
     data = {"kind": "PodGroup", "namespace": NS, "name": PG, "apiVersion": KAI_PG}
