@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import psutil
-from kubernetes import client
 
 from kai_fn.local.chain import Testbed, kubectl_of
 from kai_fn.local.faultburst import Burst, Record, run
@@ -28,17 +27,6 @@ def checks(record: Record) -> dict[str, list[str]]:
     return {"faults that failed": record.fault_errors, "unsettled": record.unsettled(),
             "bound outside a whole gang": record.partly_bound(), "PodGroups per wave": record.podgroups_per_wave(),
             "pods naming a missing PodGroup": record.missing_podgroups}
-
-
-def cleanup(bed: Testbed, namespaces: list[str]) -> None:
-    """Namespaces first, and their pods gone, then the nodes: a pod on a deleted kwok node is never removed."""
-    core = client.CoreV1Api(bed.api)
-    for ns in namespaces:
-        core.delete_namespace(ns)
-    end = time.monotonic() + 180
-    while time.monotonic() < end and any(core.list_namespaced_pod(ns).items for ns in namespaces):
-        time.sleep(2)
-    bed.delete_nodes(POOL)
 
 
 def report(record: Record, args: argparse.Namespace, elapsed: float, load: tuple[float, float, float]) -> str:
@@ -92,7 +80,7 @@ def main(argv: list[str]) -> int:
             try:
                 record = run(chain, burst, namespaces, POOL)
             finally:
-                cleanup(bed, namespaces)
+                bed.clear(namespaces, POOL)
     except ChainError as error:
         print(f"bench faults: {error}")
         return 1

@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from bench.resync_mix import Mix, census, cleanup, populate, submit_held
+from bench.resync_mix import POOL, Mix, census, populate, submit_held
 from kai_fn.local import faults
 from kai_fn.local.chain import NAMESPACE, SOURCE_SAS, Testbed, _token, kubectl_of, running
 from kai_fn.local.realchain import ChainError, chain_cluster
@@ -191,7 +191,7 @@ def main(argv: list[str]) -> int:
 
             faults.restart_adapter(chain, meanwhile=drain)
             if not args.keep:
-                cleanup(chain, bed, namespaces)
+                bed.clear(namespaces, POOL, 600)
     except ChainError as error:
         print(f"bench resync: {error}")
         return 1

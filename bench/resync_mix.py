@@ -120,15 +120,6 @@ def populate(chain: Chain, bed: Testbed, mix: Mix, n_namespaces: int, ping: Call
     return namespaces
 
 
-def cleanup(chain: Chain, bed: Testbed, namespaces: list[str]) -> None:
-    """Namespaces first, and their pods gone, then the nodes: a pod on a deleted kwok node is never removed."""
-    core = client.CoreV1Api(chain.api)
-    for ns in namespaces:
-        core.delete_namespace(ns)
-    end = time.monotonic() + 600
-    while time.monotonic() < end and any(core.list_namespaced_pod(ns).items for ns in namespaces):
-        time.sleep(5)
-    bed.delete_nodes(POOL)
 
 
 def _released(objs: client.CustomObjectsApi, wave: list[tuple[str, str, str]]) -> bool:

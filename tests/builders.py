@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 from kai_fn.core.models import Runtime, TrainJob, parse
@@ -103,3 +105,13 @@ def jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool = True,
 
 def typed(job: dict[str, Any], rt: dict[str, Any]) -> tuple[TrainJob, Runtime]:
     return parse(TrainJob, job), parse(Runtime, rt)
+
+
+def unreachable_kubeconfig(directory: Path) -> Path:
+    """A kubeconfig whose API server never answers (port 9 on loopback, nothing listens)."""
+    config = directory / "kubeconfig"
+    config.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], "users": [{"name": "u", "user": {}}]}))
+    return config

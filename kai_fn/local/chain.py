@@ -144,6 +144,13 @@ class Testbed:
             time.sleep(0.5)
         self.kubectl("delete", "nodes", "-l", f"{POOL_LABEL}={pool}", "--ignore-not-found", "--wait=false", check=False)
 
+    def clear(self, namespaces: list[str], pool: str, deadline_s: float = 180.0) -> None:
+        """A benchmark's namespaces deleted, then its pool (its pods first: :meth:`delete_nodes`)."""
+        core = client.CoreV1Api(self.api)
+        for ns in namespaces:
+            core.delete_namespace(ns)
+        self.delete_nodes(pool, deadline_s)
+
     def trainjob(self, namespace: str, name: str, runtime: str = "chain", *, kind: str = "TrainingRuntime",
                  num_nodes: int = 4, labels: dict[str, str] | None = None,
                  annotations: dict[str, str] | None = None) -> dict[str, Any]:

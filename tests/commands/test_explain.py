@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from kai_fn.commands import cli
+from tests.builders import unreachable_kubeconfig
 from tests.ce import resource, send
 from tests.conftest import TRAINER, sample_object, seed
 from tests.function.test_function import NAME, NS, seed_llama
@@ -181,11 +182,7 @@ def test_unusable_input_is_exit_2_with_one_line_and_no_traceback(api, tmp_path, 
 
 
 def test_a_cluster_that_does_not_answer_is_exit_2(tmp_path, capsys):
-    config = tmp_path / "kubeconfig"
-    config.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], "users": [{"name": "u", "user": {}}]}))
+    config = unreachable_kubeconfig(tmp_path)
     code = cli.main(["explain", "team-a/x", "--kubeconfig", str(config)])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: cannot read TrainJob team-a/x: API unreachable")

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from kai_fn.commands import cli
+from tests.builders import unreachable_kubeconfig
 from tests.ce import resource, send
 from tests.commands.test_cli import REPO
 from tests.commands.test_explain import _gpt_large, _running_unsuspended, _runtime_missing
@@ -355,11 +356,7 @@ def test_no_kubeconfig_is_exit_2(tmp_path, capsys):
 
 
 def test_a_cluster_that_does_not_answer_is_exit_2(tmp_path, capsys):
-    config = tmp_path / "kubeconfig"
-    config.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], "users": [{"name": "u", "user": {}}]}))
+    config = unreachable_kubeconfig(tmp_path)
     code = cli.main(["status", "--kubeconfig", str(config)])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: cannot read the cluster: API unreachable")
