@@ -354,9 +354,9 @@ def table(results: dict[str, Any]) -> str:
               f"{'bare calls/s':>12} {'ratio':>6} {'fn CPU ms/call':>14} {'bare CPU ms/call':>16}"]
     for r in results["overhead"]:
         label = "(a) new vs bare write mix" if r["scenario"] == "new" else "(c) stale dup vs bare read mix"
-        lines.append(f"{label:<52} {r['concurrency']:>4} {r['function_api_calls_per_s']:>10.1f} "
-                     f"{r['bare_api_calls_per_s']:>12.1f} {r['ratio']:>6.2f} {r['function_cpu_ms_per_call']:>14.2f} "
-                     f"{r['bare_client_cpu_ms_per_call']:>16.2f}")
+        lines.append(f"{label:<52} {r['concurrency']:>4} {_num(r['function_api_calls_per_s'], 10, 1)} "
+                     f"{_num(r['bare_api_calls_per_s'], 12, 1)} {_num(r['ratio'], 6, 2)} "
+                     f"{_num(r['function_cpu_ms_per_call'], 14, 2)} {_num(r['bare_client_cpu_ms_per_call'], 16, 2)}")
     cold, imp = results["cold_start"], results["import"]
     mem = results["memory"]
     lines += ["",
@@ -381,6 +381,11 @@ def table(results: dict[str, Any]) -> str:
         value = t["value"] if not isinstance(t["value"], float) else round(t["value"], 2)
         lines.append(f"  [{'MET   ' if t['met'] else 'MISSED'}] {t['target']}: {value} (target {t['op']} {t['limit']})")
     return "\n".join(lines)
+
+
+def _num(value: float | None, width: int, places: int) -> str:
+    """A figure right-aligned, or "-" where there is none (a scenario that made no API call has no ratio)."""
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{places}f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -412,10 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = judge(results)
     results["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     results["wall_seconds"] = round(time.perf_counter() - started, 1)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))
     print(f"\n(total {results['wall_seconds']} s; load average {results['machine']['loadavg_start']} at start, "
           f"{results['machine']['loadavg_end']} at end)")
     if args.out:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
         print(f"figures written to {args.out}")
     return 0
