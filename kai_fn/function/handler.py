@@ -11,6 +11,7 @@ once and reconciled right after (kai_fn.function.workqueue says why); its pass l
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import time
 from typing import Any
@@ -25,6 +26,7 @@ from kai_fn.function.settings import Settings, load
 from kai_fn.function.workqueue import Again, Item, WorkQueue
 
 RETRY_AFTER_SECONDS = 2
+DRAIN_SECONDS = 20  # under gunicorn's graceful timeout (30 s), after which its master kills the worker
 
 
 class App:
@@ -39,6 +41,17 @@ class App:
         if self.settings.background_workers:
             self.work = WorkQueue(self.pass_after_answer, self.settings.background_workers, on_drop=_dropped)
             metrics.WORK_QUEUE.set_function(self.work.depth)
+            atexit.register(self.drain)
+
+    def drain(self) -> None:
+        """At a graceful stop, finishes the passes already answered 202 (their events will not come again)."""
+        if self.work is None or self.work.idle():
+            return
+        queued = self.work.depth()
+        left = self.work.drain(DRAIN_SECONDS)
+        log.log(logging.WARNING if left else logging.INFO, "drained", extra={"fields": {
+            "queued": queued, "left": left,
+            "reason": f"{left} left to the resync" if left else "every pass answered 202 is done"}})
 
     def __call__(self, request: flask.Request) -> flask.Response:
         if request.method in ("GET", "HEAD"):

@@ -8,8 +8,10 @@ the work queued here, the adapter hands over the next event right away and the w
 The queue is a client-go style work queue: one entry per TrainJob (a later event replaces the queued one and keeps
 its place), never two workers on one TrainJob (an event arriving meanwhile is worked on once the first is done), and
 a failed pass (the API unreachable, a 5xx, a guard that kept failing) tried again after a growing delay, a bounded
-number of times. What is lost (the process stops with work queued, a pass out of tries) is what the adapter would
-have dropped after its own retries: the resync (every minute) finds every suspended TrainJob still owed its gang.
+number of times. A graceful stop (SIGTERM: a rollout, a scale-down) first drains the queue (the handler's
+``DRAIN_SECONDS``). What is lost (the process killed with work queued, a pass out of tries, a drain cut short) is
+what the adapter would have dropped after its own retries: the resync (every minute) finds every suspended
+TrainJob still owed its gang.
 A full queue refuses the offer, and the caller then does the work before answering, as with no workers.
 """
 from __future__ import annotations
@@ -76,6 +78,15 @@ class WorkQueue:
 
     def idle(self) -> bool:
         return self.depth() == 0
+
+    def drain(self, timeout: float) -> int:
+        """Waits until nothing is queued, waiting to be tried again or running, for at most ``timeout`` seconds;
+        returns how many TrainJobs are still held then."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while (left := self.depth()) and (wait := end - time.monotonic()) > 0:
+                self._cond.wait(min(wait, 0.1))
+        return left
 
     def _start(self) -> None:
         while len(self._threads) < self.workers:

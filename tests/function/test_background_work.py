@@ -213,3 +213,20 @@ def test_the_answer_and_the_work_after_it_each_log_one_json_line(api, emulator, 
     assert (answer["status"], answer["outcome"], answer["api_calls"], answer["id"]) == (202, "accepted", 0, "id-1")
     assert (work["outcome"], work["attempt"], work["id"], work["name"]) == ("done", 1, "id-1", "llama-finetune")
     assert work["api_calls"] >= 5 and work["waited_ms"] >= 0 and work["ms"] > 0 and work["podgroup"].startswith("pg-")
+
+
+def test_a_graceful_stop_finishes_the_passes_already_answered_202(api, emulator, tmp_path):
+    tj = seed_llama(api)
+    api.faults = lambda call: Fault(hang=1.5) if (call.verb, call.resource) == ("get", "jobsets") else None
+    path = tmp_path / "log"
+    with path.open("wb") as log:
+        fn = FunctionProcess({"KUBECONFIG": emulator.kubeconfig, **WORKERS}, log=log).start()
+        try:
+            assert send(fn.url, resource(tj)).status == 202
+            fn.stop()  # SIGTERM, as Knative stops a pod; the pass is still waiting for its JobSet GET
+        finally:
+            fn.kill()
+    api.faults = None
+    assert_done(api)
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+    assert [(e["queued"], e["left"]) for e in lines if e.get("msg") == "drained"] == [(1, 0)]

@@ -130,3 +130,14 @@ def test_an_unexpected_failure_is_dropped_with_its_error_and_the_worker_carries_
     queue.offer("b", 1)
     until(lambda: queue.idle() and len(rec.seen) == 2)
     assert rec.seen[-1] == ("b", 1, 1)
+
+
+def test_drain_waits_for_the_work_in_hand_and_says_what_is_left_when_its_time_is_up():
+    gate = threading.Event()
+    rec = Recorder(gate)
+    queue = WorkQueue(rec.work, workers=1)
+    queue.offer("a", 1)
+    queue.offer("b", 2)
+    assert queue.drain(0.2) == 2  # the first pass is held at the gate: nothing finished
+    threading.Timer(0.1, gate.set).start()
+    assert queue.drain(5) == 0 and [key for key, _, _ in rec.seen] == ["a", "b"]
