@@ -67,7 +67,7 @@ class Functions:
 
     def stop(self) -> None:
         for proc in self.running.values():
-            proc.stop()
+            proc.kill()  # the end of the session: nothing left to finish (a SIGTERM would drain each work queue)
 
 
 @pytest.fixture(scope="session")

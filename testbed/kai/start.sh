@@ -12,10 +12,10 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 
 case $component in
   # The scheduler has no --kubeconfig flag and no way to turn its metrics server off. Its staleness grace period
-  # (KAI's default 60s) is ${KAI_FN_TESTBED_STALENESS_GRACE:-20s} here, so the staleness scenarios take seconds.
+  # (KAI's default 60s) is ${KAI_FN_TESTBED_STALENESS_GRACE:-10s} here, so the staleness scenarios take seconds.
   scheduler) args=(--scheduler-name=kai-scheduler --leader-elect=false
                --listen-address="127.0.0.1:$(free_port)" --plugin-server-port="$(free_port)"
-               --default-staleness-grace-period="${KAI_FN_TESTBED_STALENESS_GRACE:-20s}") ;;
+               --default-staleness-grace-period="${KAI_FN_TESTBED_STALENESS_GRACE:-10s}") ;;
   binder) args=(--scheduler-name=kai-scheduler --leader-elect=false
             --metrics-bind-address=0 --health-probe-bind-address=0) ;;
   # Its metrics server is off at build time (build.sh: it ignores --metrics-bind-address). It also reads its

@@ -7,7 +7,7 @@ longer runs). Each time the resync releases every TrainJob, every gang binds who
 that did not exist when the pod was made (a pod watcher checks each pod as it is first seen). KAI writes a gang's
 BindRequests one by one, so (c) also checks that each gang's BindRequests all came from one scheduler process.
 
-Then the faults together, at scale (kai_fn/local/faultburst.py): ``KAI_FN_FAULT_BURST`` TrainJobs (30 unless told)
+Then the faults together, at scale (kai_fn/local/faultburst.py): ``KAI_FN_FAULT_BURST`` TrainJobs (20 unless told)
 over two namespaces while the function is killed every 10 s, the API server restarted once and the TrainJob
 source's adapter once, some of them ones kai_fn must refuse. ``python -m bench faults`` runs the same with 100.
 Bounded; nothing timed.
@@ -30,7 +30,7 @@ from kai_fn.local.realchain import submit, trainjob
 from tests.chain.conftest import REPORT, wait_for
 
 BURST, PODS = 20, 2
-FAULT_BURST = int(os.environ.get("KAI_FN_FAULT_BURST", "30"))
+FAULT_BURST = int(os.environ.get("KAI_FN_FAULT_BURST", "20"))
 RESTARTS: dict[str, float] = {}  # what was killed to be restarted, and when (seconds since the epoch)
 
 
