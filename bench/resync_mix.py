@@ -120,8 +120,6 @@ def populate(chain: Chain, bed: Testbed, mix: Mix, n_namespaces: int, ping: Call
     return namespaces
 
 
-
-
 def _released(objs: client.CustomObjectsApi, wave: list[tuple[str, str, str]]) -> bool:
     for ns, name, _ in wave:
         tj = objs.get_namespaced_custom_object(*TRAINER, ns, "trainjobs", name)

@@ -45,9 +45,8 @@ class App:
 
     def drain(self) -> None:
         """At a graceful stop, finishes the passes already answered 202 (their events will not come again)."""
-        if self.work is None or self.work.idle():
+        if self.work is None or not (queued := self.work.depth()):
             return
-        queued = self.work.depth()
         left = self.work.drain(DRAIN_SECONDS)
         log.log(logging.WARNING if left else logging.INFO, "drained", extra={"fields": {
             "queued": queued, "left": left,
