@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kai_fn.core import gang, keys
+from kai_fn.core import gang, keys, triage
+from kai_fn.core.schedule_timeout import stamp
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
@@ -82,11 +83,12 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
     reading, podgroups = survey.reading_of(session, settings.flavor, obj, pods)
     out.reading = reading.as_dict()
     out.state["since"] = status_mod.age(reading.age(now)) if reading.since else None
-    meta = obj.get("metadata") or {}
-    notes = meta.get("annotations") or {}
-    released = keys.MARKER_PODGROUP in notes and (obj.get("spec") or {}).get("suspend") is False
-    out.state |= {"released": released, "suspend": (obj.get("spec") or {}).get("suspend"),
-                  "markers": {k: v for k, v in sorted(notes.items()) if k.startswith("kai-fn/")}}
+    jobset = survey.jobset_of(session, obj)
+    marks = triage.marks(obj, jobset)
+    released = marks.podgroup is not None and marks.running
+    marked = {**triage.notes(obj), **triage.notes(jobset), **triage.labels(jobset)}
+    out.state |= {"released": released, "suspend": (obj.get("spec") or {}).get("suspend"), "held": marks.held,
+                  "markers": {k: v for k, v in sorted(marked.items()) if k.startswith("kai-fn/")}}
     try:
         job = parse(TrainJob, obj)
         where = target(job)
@@ -106,14 +108,14 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
         return out.verdict("out-of-scope", "nothing for kai_fn: " + result.ignored)
     out.scope = {"inScope": True, "why": _why_in_scope(job, runtime)}
     out.plan = _plan_view(result)
-    if keys.MARKER_SKIPPED in notes:
-        return out.verdict("blocked", f"kai_fn skipped it ({notes[keys.MARKER_SKIPPED]}): delete it and resubmit "
-                                      "with spec.suspend: true")
+    if marks.skipped is not None:
+        return out.verdict("blocked", f"kai_fn skipped it ({marks.skipped}): delete it and resubmit it once kai_fn's "
+                                      "admission policy is installed")
     if result.blocked:
         return out.verdict("blocked", "fix " + "; ".join(str(p) for p in result.problems if p.blocking))
 
-    podgroup = _podgroup(podgroups, result, notes.get(keys.MARKER_PODGROUP))
-    jobset = session.jobset(namespace, name)
+    podgroup = _podgroup(podgroups, result, marks.podgroup)
+    marks = triage.marks(obj, jobset, podgroup)
     out.state |= {"podGroup": podgroup["metadata"]["name"] if podgroup else None,
                   "jobSet": _jobset_state(result, jobset)}
     pods = pods if jobset else []
@@ -124,12 +126,12 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
     }
     queue_rows, queue_problem = queue_view(session, result)
     out.kai["queue"] = queue_rows
-    if keys.TIMED_OUT_ANNOTATION in notes and not released:
-        return out.verdict("blocked", f"it timed out waiting for the scheduler ({notes[keys.TIMED_OUT_ANNOTATION]}) "
+    if marks.timed_out is not None and not released:
+        return out.verdict("blocked", f"it timed out waiting for the scheduler ({stamp(marks.timed_out)}) "
                                       "and was suspended: fix what KAI reported, then set spec.suspend: false")
-    if not released and keys.MARKER_PODGROUP not in notes and (obj.get("spec") or {}).get("suspend") is not True:
-        return out.verdict("blocked", "it was submitted without spec.suspend: true, so its pods cannot join a gang: "
-                                      "resubmit it suspended")
+    if not released and marks.podgroup is None and marks.has_jobset and not marks.jobset_suspended:
+        return out.verdict("blocked", "its JobSet runs and was never held, so its pods cannot join a gang: install "
+                                      "kai_fn's admission policy, then resubmit it")
     if queue_problem:
         return out.verdict("blocked", queue_problem)
     if not released and states.held_longer(reading, now, RESYNC_PERIOD_SECONDS):
@@ -138,9 +140,9 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
             return out.verdict("blocked", f"kai_fn looks absent ({absent}) and it has been held for "
                                           f"{status_mod.age(reading.age(now))}: check the function (kubectl get "
                                           "ksvc,pingsource,apiserversource -n kai-fn), or release it without a gang: "
-                                          f"python -m kai_fn release {namespace}/{name} --yes --reason '...'")
+                                          f"kubectl kai-fn release {namespace}/{name} --yes --reason '...'")
     if not released:
-        return out.verdict(*_before_release(obj, jobset))
+        return out.verdict(*_before_release(obj, marks))
     if podgroup is None:
         return out.verdict("blocked", "its PodGroup is gone, so its pods never schedule: delete the TrainJob and "
                                       "resubmit it")
@@ -190,115 +192,13 @@ def _jobset_state(result: Plan, jobset: dict[str, Any] | None) -> str:
     return ("carries the plan" if carries else "lacks the plan") + (", running" if running else ", suspended")
 
 
-def _before_release(obj: dict[str, Any], jobset: dict[str, Any] | None) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    if keys.KUEUE_QUEUE_LABEL in (meta.get("labels") or {}):
-        return "progressing", "Kueue admits it: wait for Kueue to resume it"
-    if (meta.get("annotations") or {}).get(keys.HOLD_ANNOTATION) == "true":
-        return "progressing", f"held by {keys.HOLD_ANNOTATION}: remove the annotation to release it"
-    if keys.MARKER_PODGROUP in (meta.get("annotations") or {}):
+def _before_release(obj: dict[str, Any], marks: triage.Marks) -> tuple[str, str]:
+    if (hold := triage.hold_reason(obj)) is not None:
+        return "progressing", f"held: {hold}: remove the annotation to release it"
+    if marks.podgroup is not None and marks.suspended:
+        if (kueue := triage.queued_by_kueue(obj)) is not None:
+            return "progressing", f"gang made; {kueue}: wait for Kueue to resume it"
         return "progressing", "gang made and left suspended: set spec.suspend: false to release it"
-    if jobset is None:
-        return "progressing", "wait for Trainer to create its JobSet; kai_fn acts on the next event or resync"
+    if not marks.has_jobset:
+        return "progressing", "wait for Trainer to create its JobSet; kai_fn acts on the JobSet's event or the resync"
     return "progressing", "kai_fn makes its gang on the next event or resync"
-
-
-def queue_view(session: Session, result: Plan) -> tuple[list[dict[str, Any]], str | None]:
-    """The queue and its ancestors against the gang, per resource in KAI's units (the pre-check's own arithmetic,
-    ``kai_fn.core.queue_check``); and what blocks, if anything."""
-    if result.flavor != "kai" or not result.queue:
-        return [], None
-    tree, _ = session.queues()
-    refusal = check(tree, result.queue, result.gangs, result.non_preemptible)
-    rows = [
-        {"queue": q.metadata.name, "resource": short, "request": _number(demand_of(result.gangs, short)),
-         "quota": _raw(q, short, "quota"), "limit": _raw(q, short, "limit"),
-         "allocated": ((q.model_extra or {}).get("status") or {}).get("allocated", {}).get(_STATUS_KEYS[short])}
-        for q in tree.chain(result.queue) for short in RESOURCES
-    ]
-    if refusal is None:
-        return rows, None
-    if refusal.kind == "missing":
-        return rows, f"QueueNotFound: create the Queue {result.queue}, or fix the kai.scheduler/queue label"
-    if refusal.kind == "not-leaf":
-        return rows, f"queue {result.queue} is not a leaf queue: name one of its children"
-    return rows, (f"GangExceedsQueue: the gang needs {refusal.resource} {show(refusal.request)} but queue {refusal.at} "
-                  f"allows {show(refusal.bound)}" + (" (its quota, for a non-preemptible gang)"
-                                                     if refusal.bound_kind == "quota" else "")
-                  + ": raise the limit or ask for less")
-
-
-def _raw(queue: Queue, resource: str, kind: str) -> float | int | None:
-    section = getattr(queue.spec.resources, resource, None) if queue.spec.resources else None
-    return getattr(section, kind, None) if section else None
-
-
-def _number(value: Decimal) -> int | float:
-    return int(value) if value == value.to_integral_value() else round(float(value), 1)
-
-
-# -- presentation ------------------------------------------------------------------------------------------------
-
-def render(report: Report) -> str:
-    out = [f"TrainJob {report.trainjob}: {report.status.upper()}", ""]
-    scope = report.scope
-    if scope:
-        answer = {True: "yes", False: "no", None: "unknown"}[scope.get("inScope")]
-        out += ["SCOPE", table([["in scope", f"{answer}: {scope.get('why')}"]]), ""]
-    if report.plan:
-        p = report.plan
-        rows = [["podGroup", p.get("podGroup")], ["layout", p.get("layout")], ["minMember", p.get("minMember")],
-                ["queue", p.get("queue")],
-                ["minResources", ", ".join(f"{k}={v}" for k, v in (p.get("minResources") or {}).items()) or None]]
-        out += ["PLAN", table(rows), ""]
-        if len(p.get("podGroups") or []) > 1:
-            stages = [[g["name"], ", ".join(g["replicatedJobs"]), g["minMember"], "main" if g.get("main") else ""]
-                      for g in p["podGroups"]]
-            out += [table(stages, ["STAGE PODGROUP", "REPLICATED JOBS", "MIN MEMBER", ""]), ""]
-        sets = [[s["name"], s["count"], ", ".join(f"{k}={v}" for k, v in s["requests"].items())]
-                for s in p.get("podSets", [])]
-        out += [table(sets, ["POD SET", "COUNT", "REQUESTS PER POD"]), ""]
-        for problem in p.get("problems", []):
-            out.append(f"  problem: {problem}")
-    if report.state:
-        s = report.state
-        seen = report.reading
-        rows = [["state", f"{seen['state']}" + (f" for {s['since']}" if s.get("since") else "") + f": {seen['reason']}"]
-                if seen else None,
-                ["PodGroup", s.get("podGroup") or "none"] if "podGroup" in s else None,
-                ["JobSet", s.get("jobSet")] if "jobSet" in s else None,
-                ["released", "yes" if s.get("released") else f"no (spec.suspend {s.get('suspend')})"],
-                ["markers", ", ".join(f"{k}={v}" for k, v in s.get("markers", {}).items()) or "none"]]
-        out += ["STATE", table([r for r in rows if r]), ""]
-    kai = report.kai
-    if kai.get("conditions"):
-        out += ["KAI SAYS", table([[c["reason"], c["queue"], c["message"]] for c in kai["conditions"]],
-                                  ["REASON", "QUEUE", "MESSAGE"]), ""]
-    if kai.get("queue"):
-        staged = report.plan.get("layout") == "staged"
-        out += ["QUEUE (KAI units: cpu millicores, memory MB, gpu devices; -1 unlimited"
-                + ("; a staged gang needs room for its largest stage at once)" if staged else ")"),
-                table([[r["queue"], r["resource"], r["request"], r["quota"], r["limit"], r["allocated"]]
-                       for r in kai["queue"]], ["QUEUE", "RESOURCE", "GANG NEEDS", "QUOTA", "LIMIT", "ALLOCATED"]), ""]
-    if "pods" in kai:
-        rows = [[rj, c["bound"], c["waiting"]] for rj, c in kai["pods"].items()]
-        out += ["PODS", table(rows, ["REPLICATED JOB", "BOUND", "WAITING"]) if rows else "  none yet", ""]
-    out.append(f"NEXT: {report.next}")
-    return "\n".join(out)
-
-
-def run(target_ref: str, kubeconfig: str | None, output: str, settings: Settings) -> tuple[int, str]:
-    """(exit code, what to print); Unusable for exit 2."""
-    namespace, sep, name = target_ref.partition("/")
-    if not sep or not namespace or not name or "/" in name:
-        raise Unusable(f"{target_ref!r}: expected NAMESPACE/NAME")
-    try:
-        cluster = Cluster.from_settings(settings, kubeconfig)
-    except NoClusterConfig as error:
-        raise Unusable(str(error)) from None
-    try:
-        report = explain(cluster.session(), settings, namespace, name)
-    except Transient as error:
-        raise Unusable(f"lost the cluster while reading {namespace}/{name}: {error}") from None
-    text = json.dumps(report.as_dict(), indent=2) if output == "json" else render(report)
-    return report.exit_code, text

@@ -1,11 +1,12 @@
 """``python -m kai_fn release``: take TrainJobs kai_fn holds out of its hands, without a gang, for an operator who
 must unblock work now (the function is down, or a refusal cannot be fixed in time).
 
-Each TrainJob is patched once, guarded by the resourceVersion it was read at: ``kai-fn/skipped: released-by-operator``
-(so kai_fn, back, leaves it alone and never makes it a gang after its pods started) and ``spec.suspend: false``
-(Trainer then resumes its JobSet; its pods are scheduled as its runtime says, with no gang of kai_fn's). Then a
-Normal Event ``ReleasedByOperator`` on it names who (the kubeconfig's user, by a SelfSubjectReview) and why
-(``--reason``).
+Each held JobSet is patched once, guarded by the resourceVersion it was read at: ``kai-fn/skipped:
+released-by-operator`` (so kai_fn, back, leaves it alone and never makes it a gang after its pods started), the
+hold's label removed and ``spec.suspend: false`` (unless its TrainJob is suspended: Trainer resumes it with the
+TrainJob); its pods are scheduled as its runtime says, with no gang of kai_fn's. A TrainJob the earlier policy
+suspended is resumed too. Then a Normal Event ``ReleasedByOperator`` on the TrainJob names who (the kubeconfig's
+user, by a SelfSubjectReview) and why (``--reason``).
 
 By name it releases a ``held`` or ``blocked`` TrainJob and refuses any other in one line; ``--held`` (with ``-n`` or
 ``-A``) releases every ``held`` one, never a ``blocked`` one (kai_fn refused those for a reason: name them).
@@ -26,9 +27,10 @@ from kubernetes.client.exceptions import ApiException
 from kai_fn.commands import state, survey
 from kai_fn.commands.status import Unusable, age, connect
 from kai_fn.commands.tables import table
-from kai_fn.core import keys
+from kai_fn.core import keys, triage
+from kai_fn.core.patch import jobset_patch
 from kai_fn.function import report
-from kai_fn.function.cluster import Gone, Session, Stale, Transient
+from kai_fn.function.cluster import Gone, GuardFailed, Session, Stale, Transient
 from kai_fn.function.settings import Settings
 
 EXIT_OK, EXIT_NOT_DONE, EXIT_INPUT = 0, 1, 2
@@ -77,15 +79,24 @@ def held(session: Session, flavor: str, namespace: str | None) -> list[Candidate
 
 
 def release_one(session: Session, candidate: Candidate, user: str, reason: str) -> str:
-    """One guarded patch, then the Event; one line saying what happened."""
+    """One guarded patch of the JobSet (and of a TrainJob the earlier policy suspended), then the Event; one line
+    saying what happened."""
     meta = candidate.trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    merge = {"metadata": {"resourceVersion": meta["resourceVersion"],
-                          "annotations": {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}},
-             "spec": {"suspend": False}}
+    jobset = survey.jobset_of(session, candidate.trainjob)
+    marks = triage.marks(candidate.trainjob, jobset)
     try:
-        session.patch_trainjob(namespace, name, merge)
-    except Stale:
+        if jobset is not None:
+            ops = jobset_patch(None, jobset, {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR},
+                               resume=marks.held and not marks.suspended)
+            if ops:
+                session.patch_jobset(namespace, name, ops)
+        if marks.legacy_owed:
+            session.patch_trainjob(namespace, name, {"metadata": {
+                "resourceVersion": meta["resourceVersion"], "annotations": {
+                    keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR, keys.AUTO_SUSPENDED_ANNOTATION: None}},
+                "spec": {"suspend": False}})
+    except (Stale, GuardFailed):
         return f"{namespace}/{name}: changed since it was read; not released (run again to see where it stands)"
     except Gone:
         return f"{namespace}/{name}: deleted meanwhile"

@@ -1,20 +1,20 @@
 """One reading of where a TrainJob stands with kai_fn, shared by ``status``, ``release`` and ``explain``.
 
-Pure: the TrainJob, kai_fn's PodGroups, the JobSet's pods and kai_fn's refusals (Warning Events) in; a
-:class:`Reading` out. The states, in the order an operator should look at them:
+Pure: the TrainJob, the JobSet it controls, kai_fn's PodGroups, the JobSet's pods and kai_fn's refusals (Warning
+Events) in; a :class:`Reading` out. The states, in the order an operator should look at them:
 
-- ``held``: suspended and owed a release by kai_fn, which has not given it yet (the admission policy suspended it,
-  or its author did and it asks for KAI by label); no refusal on record;
-- ``blocked``: kai_fn refused to release it (queue pre-check, missing runtime, blocked plan, …): suspended without a
-  marker, with a Warning Event naming why;
+- ``held``: the admission policy holds its JobSet (or the earlier policy suspended the TrainJob) and kai_fn has not
+  decided it yet; no refusal on record;
+- ``blocked``: kai_fn refused to release it (queue pre-check, missing runtime, blocked plan, …): held, with a
+  Warning Event naming why;
 - ``timed-out``: its gang was not bound within its schedule timeout (``kai-fn/timed-out`` for the current wait);
 - ``waiting``: released with its gang, not every pod of the gang bound; KAI's reasons when KAI gave some;
 - ``suspended``: kept suspended on purpose (``kai-fn/hold``, Kueue, ``KAI_FN_RESUME=false``, or its user);
 - ``running-without-gang``: released without a gang (out of scope, too late, or by an operator: ``kai-fn/skipped``),
-  or resumed by someone else before kai_fn made one;
+  or running without ever being held;
 - ``bound``: every pod of the gang on a node (``kai-fn/bound``, or the pods say so now).
 
-Stages: "bound" is judged on the PodGroup the marker ``kai-fn/podgroup`` names (the trainer stage), while KAI's
+Stages: "bound" is judged on the PodGroup the decision ``kai-fn/podgroup`` names (the trainer stage), while KAI's
 reasons are gathered from every PodGroup of the TrainJob (label ``kai-fn/trainjob-uid``), each stage's included.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kai_fn.core import gang, keys
+from kai_fn.core import gang, keys, triage
 from kai_fn.core.schedule_timeout import parse_time, stamp
 from kai_fn.function import report
 
@@ -39,7 +39,7 @@ REFUSALS = frozenset({report.RUNTIME_NOT_FOUND, report.INVALID_RUNTIME, report.I
 _SKIPPED = {
     "out-of-scope": "released without a gang: it does not ask for KAI",
     "running": "TooLate: submitted running, its pods could not join a gang",
-    keys.SKIPPED_BY_OPERATOR: "released without a gang by an operator (python -m kai_fn release)",
+    keys.SKIPPED_BY_OPERATOR: "released without a gang by an operator (kubectl kai-fn release)",
 }
 _GPUS = ("nvidia.com/gpu", "amd.com/gpu")
 
@@ -96,74 +96,83 @@ class Reading:
                 "gpus": self.gpus, "podGroup": self.podgroup}
 
 
-def in_scope(trainjob: dict[str, Any], podgroups: Sequence[dict[str, Any]] = (), refused: Sequence[Refusal] = ()
-             ) -> bool:
-    """A TrainJob kai_fn has touched or is owed: any ``kai-fn/`` annotation, the queue label, a PodGroup of kai_fn's or
-    a refusal. (One in scope only through its runtime, that its author suspended, shows once kai_fn acted on it.)"""
+def in_scope(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None, podgroups: Sequence[dict[str, Any]] = (),
+             refused: Sequence[Refusal] = ()) -> bool:
+    """A TrainJob kai_fn has touched or is owed: any ``kai-fn/`` mark on it or its JobSet, the queue label, a
+    PodGroup of kai_fn's or a refusal."""
+    marked = any(k.startswith("kai-fn/") for k in {**triage.notes(trainjob), **triage.notes(jobset),
+                                                   **triage.labels(jobset)})
+    return bool(marked or keys.KAI_QUEUE_LABEL in triage.labels(trainjob) or podgroups or refused)
+
+
+def owed_a_release(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None) -> bool:
+    """Held, undecided, not kept held on purpose: kai_fn has still to release it (or has refused to)."""
+    marks = triage.marks(trainjob, jobset)
+    return ((marks.held or marks.legacy_owed) and not marks.decided and triage.hold_reason(trainjob) is None
+            and not marks.deleting)
+
+
+def may_be_refused(trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> bool:
+    """Undecided and still stopped: only kai_fn's Warnings tell ``blocked`` from ``held``."""
+    marks = triage.marks(trainjob, jobset)
+    return owed_a_release(trainjob, jobset) or (marks.jobset_suspended and not marks.decided)
+
+
+def read(trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroups: Sequence[dict[str, Any]],
+         pods: Sequence[dict[str, Any]], refused: Sequence[Refusal] = ()) -> Reading:
+    """Where the TrainJob stands. ``jobset``: the one it controls, if any; ``podgroups``: kai_fn's PodGroups in its
+    namespace (any TrainJob's: this one's are picked by uid); ``pods``: its JobSet's (or more); ``refused``: kai_fn's
+    refusals of it, oldest first."""
     meta = trainjob.get("metadata") or {}
-    return bool(any(k.startswith("kai-fn/") for k in meta.get("annotations") or {})
-                or keys.KAI_QUEUE_LABEL in (meta.get("labels") or {}) or podgroups or refused)
-
-
-def owed_a_release(trainjob: dict[str, Any]) -> bool:
-    """Suspended, unmarked, not kept suspended on purpose: kai_fn has still to release it (or has refused to)."""
-    meta = trainjob.get("metadata") or {}
-    notes = meta.get("annotations") or {}
-    return ((trainjob.get("spec") or {}).get("suspend") is True and not _marked(notes) and _hold(meta) is None
-            and not meta.get("deletionTimestamp"))
-
-
-def read(trainjob: dict[str, Any], podgroups: Sequence[dict[str, Any]], pods: Sequence[dict[str, Any]],
-         refused: Sequence[Refusal] = ()) -> Reading:
-    """Where the TrainJob stands. ``podgroups``: kai_fn's PodGroups in its namespace (any TrainJob's: this one's are
-    picked by uid); ``pods``: its JobSet's (or more); ``refused``: kai_fn's refusals of it, oldest first."""
-    meta = trainjob.get("metadata") or {}
-    notes, uid = meta.get("annotations") or {}, meta.get("uid") or ""
-    mine = [p for p in podgroups if ((p.get("metadata") or {}).get("labels") or {}).get(keys.TRAINJOB_UID_LABEL) == uid]
-    marker = notes.get(keys.MARKER_PODGROUP)
-    main = next((p for p in mine if p["metadata"].get("name") == marker), None)
+    uid = meta.get("uid") or ""
+    mine = [p for p in podgroups if triage.labels(p).get(keys.TRAINJOB_UID_LABEL) == uid]
+    first = triage.marks(trainjob, jobset)
+    main = next((p for p in mine if p["metadata"].get("name") == first.podgroup), None)
+    marks = triage.marks(trainjob, jobset, main)
     created = parse_time(meta.get("creationTimestamp"))
-    suspended = (trainjob.get("spec") or {}).get("suspend") is True
 
     def reading(state: State, reason: str, since: datetime.datetime | None = None) -> Reading:
         return Reading(meta.get("namespace", ""), meta.get("name", ""), uid, state, reason, since or created,
                        **_gang_of(trainjob, main))
 
-    if keys.MARKER_SKIPPED in notes:
-        value = notes[keys.MARKER_SKIPPED]
-        return reading("running-without-gang", _SKIPPED.get(value, f"kai_fn skipped it ({value})"))
-    if marker is None:
-        if not suspended:
-            why = ("resumed by someone other than kai_fn, before its gang was made"
-                   if notes.get(keys.AUTO_SUSPENDED_ANNOTATION) == "true"
-                   else "submitted running: kai_fn never made its gang")
-            return reading("running-without-gang", why)
-        if (hold := _hold(meta)) is not None:
-            return reading("suspended", hold)
-        if refused:
-            last = refused[-1]
-            return reading("blocked", f"{last.reason}: {last.message}", refused[0].at)
-        if notes.get(keys.AUTO_SUSPENDED_ANNOTATION) == "true":
-            return reading("held", "suspended by the admission policy; kai_fn has not released it yet")
-        return reading("held", "suspended, asks for KAI; kai_fn has not made its gang yet")
+    if marks.skipped is not None:
+        return reading("running-without-gang", _SKIPPED.get(marks.skipped, f"kai_fn skipped it ({marks.skipped})"))
+    if marks.podgroup is None:
+        if marks.held or marks.legacy_owed:
+            if (hold := triage.hold_reason(trainjob)) is not None:
+                return reading("suspended", hold)
+            if refused:
+                last = refused[-1]
+                return reading("blocked", f"{last.reason}: {last.message}", refused[0].at)
+            if marks.legacy_owed:
+                return reading("held", "suspended by the earlier admission policy; kai_fn has not released it yet")
+            return reading("held", "its JobSet is held by the admission policy; kai_fn has not made its gang yet")
+        if not marks.has_jobset:
+            return reading("held", "Trainer has not made its JobSet yet")
+        if marks.jobset_suspended:
+            if refused:
+                last = refused[-1]
+                return reading("blocked", f"{last.reason}: {last.message}", refused[0].at)
+            return reading("suspended", _hold(trainjob) or "suspended by its user; its JobSet was never held")
+        return reading("running-without-gang", "its JobSet ran without being held: kai_fn never made its gang")
     counted = gang.count(main, pods) if main is not None else None
-    if keys.GANG_BOUND_ANNOTATION in notes or (counted is not None and counted.bound and not suspended):
-        return reading("bound", "every pod of the gang is on a node", parse_time(notes.get(keys.GANG_BOUND_ANNOTATION)))
+    if marks.bound is not None or (counted is not None and counted.bound and marks.running):
+        return reading("bound", "every pod of the gang is on a node", marks.bound)
     kai = gang.describe(reasons(mine, main))
-    timed_out = parse_time(notes.get(keys.TIMED_OUT_ANNOTATION))
-    began = parse_time(notes.get(keys.RELEASED_AT_ANNOTATION))
-    if timed_out is not None and (began is None or began <= timed_out):
-        then = "suspended again: set spec.suspend: false to wait again" if suspended else "still waiting"
+    if marks.timed_out is not None and (marks.resumed is None or marks.resumed <= marks.timed_out):
+        then = "suspended again: set spec.suspend: false to wait again" if marks.suspended else "still waiting"
         return reading("timed-out", f"not bound within its schedule timeout; {then}" + (f"; KAI: {kai}" if kai else ""),
-                       timed_out)
-    if suspended:
-        return reading("suspended", "gang made, left suspended: " + (_hold(meta) or "KAI_FN_RESUME=false, or "
+                       marks.timed_out)
+    if not marks.running:
+        return reading("suspended", "gang made, left suspended: " + (_hold(trainjob) or "KAI_FN_RESUME=false, or "
                                                                        "suspended by its user"))
     if main is None:
-        return reading("waiting", f"its PodGroup {marker} is gone, so its pods never schedule: resubmit it", began)
+        return reading("waiting", f"its PodGroup {marks.podgroup} is gone, so its pods never schedule: resubmit it",
+                       marks.resumed)
     if kai:
-        return reading("waiting", f"KAI: {kai}", began)
-    return reading("waiting", f"the scheduler has not placed it yet ({counted.summary() if counted else ''})", began)
+        return reading("waiting", f"KAI: {kai}", marks.resumed)
+    return reading("waiting", f"the scheduler has not placed it yet ({counted.summary() if counted else ''})",
+                   marks.resumed)
 
 
 def reasons(podgroups: Sequence[dict[str, Any]], main: dict[str, Any] | None = None) -> tuple[gang.Reason, ...]:
@@ -186,16 +195,8 @@ def order(readings: Iterable[Reading], now: datetime.datetime) -> list[Reading]:
     return sorted(readings, key=lambda r: (STATES.index(r.state), -r.age(now), r.namespace, r.name))
 
 
-def _marked(notes: dict[str, str]) -> bool:
-    return keys.MARKER_PODGROUP in notes or keys.MARKER_SKIPPED in notes
-
-
-def _hold(meta: dict[str, Any]) -> str | None:
-    if keys.KUEUE_QUEUE_LABEL in (meta.get("labels") or {}):
-        return f"Kueue admits it ({keys.KUEUE_QUEUE_LABEL})"
-    if (meta.get("annotations") or {}).get(keys.HOLD_ANNOTATION) == "true":
-        return f"held by {keys.HOLD_ANNOTATION}"
-    return None
+def _hold(trainjob: dict[str, Any]) -> str | None:
+    return triage.queued_by_kueue(trainjob) or triage.hold_reason(trainjob)
 
 
 def _gang_of(trainjob: dict[str, Any], main: dict[str, Any] | None) -> dict[str, Any]:

@@ -3,14 +3,14 @@ cost, read-only.
 
 For many TrainJobs (:func:`survey`), whatever their number:
 
-1. one LIST of TrainJobs (the namespace, or all);
+1. one LIST of TrainJobs and one of JobSets (the namespace, or all);
 2. one LIST of kai_fn's PodGroups of the flavor (label ``app.kubernetes.io/managed-by=kai-fn``);
 3. one LIST of pods labelled ``jobset.sigs.k8s.io/jobset-name``, only when a released gang not yet marked
    ``kai-fn/bound`` needs its pods to say whether it is bound now;
 4. one LIST of Events per namespace holding a TrainJob kai_fn still owes a release: kai_fn's Warnings on TrainJobs
    only (field selector), which tell ``blocked`` from ``held``.
 
-For one TrainJob (:func:`reading_of`): its PodGroups (one LIST by its uid label), its JobSet's pods when needed, and
+For one TrainJob (:func:`reading_of`): its JobSet, its PodGroups (one LIST by its uid label), its JobSet's pods when needed, and
 its refusals when needed (one LIST of Events by its uid). The heartbeat is read by the callers, only when something
 is held longer than a resync period (:mod:`kai_fn.function.heartbeat`).
 """
@@ -22,14 +22,14 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from kai_fn.commands import state
-from kai_fn.core import keys
+from kai_fn.core import keys, triage
+from kai_fn.function import inventory
 from kai_fn.function.cluster import Session, Transient
 
 _WARNINGS = f"involvedObject.kind={keys.TRAINJOB_KIND},type=Warning,reportingComponent={keys.MANAGED_BY}"
 
 
-def podgroup_api(flavor: str) -> str:
-    return keys.SP_PODGROUP_API if flavor == "scheduler-plugins" else keys.KAI_PODGROUP_API
+podgroup_api = inventory.podgroup_api
 
 
 def survey(session: Session, flavor: str, namespace: str | None) -> list[state.Reading]:
@@ -39,30 +39,29 @@ def survey(session: Session, flavor: str, namespace: str | None) -> list[state.R
 
 def entries(session: Session, flavor: str, namespace: str | None) -> list[tuple[dict[str, Any], state.Reading]]:
     """Every TrainJob in kai_fn's scope, as listed, with its reading."""
-    trainjobs = [t for t in session.list_trainjobs(namespace) if not (t.get("metadata") or {}).get("deletionTimestamp")]
+    trainjobs = [t for t in session.list_trainjobs(namespace) if not triage.deleting(t)]
     podgroups = session.podgroups(podgroup_api(flavor), namespace)
+    joined = inventory.join(trainjobs, session.list_jobsets(namespace), podgroups)
     by_uid: dict[str, list[dict[str, Any]]] = {}
     for pg in podgroups:
-        uid = ((pg.get("metadata") or {}).get("labels") or {}).get(keys.TRAINJOB_UID_LABEL, "")
-        by_uid.setdefault(uid, []).append(pg)
-    pods = _pods(session, namespace) if any(_needs_pods(t) for t in trainjobs) else []
+        by_uid.setdefault(triage.labels(pg).get(keys.TRAINJOB_UID_LABEL, ""), []).append(pg)
+    pods = _pods(session, namespace) if any(_needs_pods(e.marks, e.podgroup) for e in joined) else []
     by_jobset: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         by_jobset.setdefault((meta.get("namespace", ""), (meta.get("labels") or {}).get(keys.JOBSET_NAME_LABEL, "")),
                              []).append(pod)
-    owed = sorted({t["metadata"].get("namespace", "") for t in trainjobs if state.owed_a_release(t)})
+    owed = sorted({e.key[0] for e in joined if state.may_be_refused(e.trainjob, e.jobset)})
     refused: dict[str, list[state.Refusal]] = {}
     for ns in owed:
         refused |= state.refusals(_warnings(session, ns, _WARNINGS))
     readings = []
-    for trainjob in trainjobs:
-        meta = trainjob["metadata"]
-        uid = meta.get("uid", "")
+    for entry in joined:
+        uid = triage.meta(entry.trainjob).get("uid", "")
         mine, theirs = by_uid.get(uid, []), refused.get(uid, [])
-        if state.in_scope(trainjob, mine, theirs):
-            pods_of = by_jobset.get((meta.get("namespace", ""), meta.get("name", "")), [])
-            readings.append((trainjob, state.read(trainjob, mine, pods_of, theirs)))
+        if state.in_scope(entry.trainjob, entry.jobset, mine, theirs):
+            readings.append((entry.trainjob, state.read(entry.trainjob, entry.jobset, mine,
+                                                        by_jobset.get(entry.key, []), theirs)))
     return readings
 
 
@@ -71,21 +70,28 @@ def reading_of(session: Session, flavor: str, trainjob: dict[str, Any], pods: Se
     """One TrainJob, read as :func:`survey` reads it; and its PodGroups. ``pods``: its JobSet's, if already listed."""
     meta = trainjob.get("metadata") or {}
     namespace, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
+    jobset = jobset_of(session, trainjob)
     mine = session.podgroups(podgroup_api(flavor), namespace, f"{keys.TRAINJOB_UID_LABEL}={uid}") if uid else []
+    marks = triage.marks(trainjob, jobset)
+    main = next((p for p in mine if triage.meta(p).get("name") == marks.podgroup), None)
     if pods is None:
-        pods = session.jobset_pods(namespace, name) if _needs_pods(trainjob) else []
+        pods = session.jobset_pods(namespace, name) if _needs_pods(triage.marks(trainjob, jobset, main), main) else []
     refused: list[state.Refusal] = []
-    if state.owed_a_release(trainjob) and uid:
+    if state.may_be_refused(trainjob, jobset) and uid:
         selector = f"involvedObject.uid={uid},type=Warning,reportingComponent={keys.MANAGED_BY}"
         refused = state.refusals(_warnings(session, namespace, selector)).get(uid, [])
-    return state.read(trainjob, mine, pods, refused), mine
+    return state.read(trainjob, jobset, mine, pods, refused), mine
 
 
-def _needs_pods(trainjob: dict[str, Any]) -> bool:
+def jobset_of(session: Session, trainjob: dict[str, Any]) -> dict[str, Any] | None:
+    meta = trainjob.get("metadata") or {}
+    jobset = session.jobset(meta.get("namespace", ""), meta.get("name", ""))
+    return jobset if jobset is not None and triage.controlled_by(jobset, meta.get("uid")) else None
+
+
+def _needs_pods(marks: triage.Marks, podgroup: dict[str, Any] | None) -> bool:
     """Released with its gang and not marked bound: only its pods can say whether the gang is bound now."""
-    notes = (trainjob.get("metadata") or {}).get("annotations") or {}
-    return (keys.MARKER_PODGROUP in notes and keys.GANG_BOUND_ANNOTATION not in notes
-            and (trainjob.get("spec") or {}).get("suspend") is False)
+    return marks.podgroup is not None and marks.bound is None and marks.running and podgroup is not None
 
 
 def _pods(session: Session, namespace: str | None) -> list[dict[str, Any]]:

@@ -48,16 +48,24 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kai-fn"
 TRAINJOB_NAME_LABEL = "kai-fn/trainjob"
 TRAINJOB_UID_LABEL = "kai-fn/trainjob-uid"
-MARKER_PODGROUP = "kai-fn/podgroup"
-MARKER_SKIPPED = "kai-fn/skipped"
+# kai_fn's decision, on the JobSet (on the TrainJob before the gate moved; still read there):
+MARKER_PODGROUP = "kai-fn/podgroup"  # the main gang's PodGroup
+MARKER_SKIPPED = "kai-fn/skipped"  # released without a gang, and why
 SKIPPED_BY_OPERATOR = "released-by-operator"  # its value when `python -m kai_fn release` took it out of kai_fn's hands
 HOLD_ANNOTATION = "kai-fn/hold"
+# On the main PodGroup (on the TrainJob before the gate moved to the JobSet; still read there):
 GANG_BOUND_ANNOTATION = "kai-fn/bound"  # when kai_fn saw every pod of the gang on a node (GangBound posted)
-TIMED_OUT_ANNOTATION = "kai-fn/timed-out"  # set by the schedule timeout (issue 12 part 3)
-# Set with spec.suspend: true by the MutatingAdmissionPolicy (knative/components/admission-policy): kai_fn releases it.
+TIMED_OUT_ANNOTATION = "kai-fn/timed-out"  # when the schedule timeout ended the current wait
+# Set with spec.suspend: true by the MutatingAdmissionPolicy (knative/components/admission-policy): kai_fn holds the
+# JobSet, never the TrainJob. A TrainJob the earlier policy (before the gate moved, kai_fn 0.x) suspended
+# carries this annotation with spec.suspend: true: kai_fn still releases it after an upgrade.
 AUTO_SUSPENDED_ANNOTATION = "kai-fn/auto-suspended"
+# On a JobSet the admission policy holds (spec.suspend: true) until kai_fn decides it: kai_fn's patch removes it
+# with the decision (kai-fn/podgroup or kai-fn/skipped on the JobSet). The JobSet source selects by it.
+HELD_LABEL = "kai-fn/held"
+POLICY_NAME = "kai-fn-hold-jobsets"
 FIELD_MANAGER = "kai-fn"
 MIN_RESOURCES_ANNOTATION = "kai-fn/min-resources"
 STAGE_ANNOTATION = "kai-fn/replicated-jobs"  # a staged gang's PodGroup: the replicatedJobs of its wave
-RELEASED_AT_ANNOTATION = "kai-fn/released-at"  # when the current wait for the gang started
+RELEASED_AT_ANNOTATION = "kai-fn/released-at"  # on the JobSet: when kai_fn resumed it
 SCHEDULE_TIMEOUT_ANNOTATION = "kai-fn/schedule-timeout-seconds"  # TrainJob: override; PodGroup: the default

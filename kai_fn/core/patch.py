@@ -1,9 +1,9 @@
-"""The RFC 6902 JSON Patch that puts a Plan's pod-template changes on the live JobSet.
+"""The one RFC 6902 JSON Patch that decides a held JobSet: the Plan's pod-template changes, kai_fn's decision
+(``kai-fn/podgroup`` or ``kai-fn/skipped``), the hold's label removed and, when the gang may start, ``suspend: false``.
 
 A merge patch would replace the whole ``replicatedJobs`` list, so this is a JSON Patch: ``test`` ops pin
 the JobSet's uid and the resourceVersion that was read, that it is still suspended (the JobSet webhook refuses
-template changes otherwise) and the name at every index it touches; ``add`` ops create what is missing.
-Nothing to add gives an empty patch.
+template changes otherwise) and the name at every index it touches. Nothing left to do gives an empty patch.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonpatch
 
+from kai_fn.core import keys
 from kai_fn.core.plan import Plan
 
 Op = dict[str, Any]
@@ -25,15 +26,18 @@ def pointer(*parts: str | int) -> str:
     return "".join(f"/{escape(str(p))}" for p in parts)
 
 
-def jobset_patch(plan: Plan, jobset: dict[str, Any]) -> list[Op]:
-    """Ops that bring ``jobset`` to the plan; ``[]`` when it already carries every change."""
+def jobset_patch(plan: Plan | None, jobset: dict[str, Any], decision: dict[str, str] | None = None,
+                 resume: bool = False) -> list[Op]:
+    """Ops that bring ``jobset`` to the plan (``None``: released without a gang) and, with ``decision``, decide it:
+    those annotations set, the hold's label removed, and ``resume`` sets ``suspend: false``. ``[]`` when it carries
+    every change already."""
     adds: list[Op] = []
     touched: list[int] = []
     work = copy.deepcopy(jobset)
-    _ensure(work, ("metadata", "annotations"), plan.jobset_annotations, adds)
+    _ensure(work, ("metadata", "annotations"), {**(plan.jobset_annotations if plan else {}), **(decision or {})}, adds)
     jobs = jobset.get("spec", {}).get("replicatedJobs", [])
     index = {rj.get("name"): i for i, rj in enumerate(jobs)}
-    for change in plan.pod_templates:
+    for change in plan.pod_templates if plan else ():
         if change.replicated_job not in index:
             raise MissingReplicatedJob(change.replicated_job)
         i = index[change.replicated_job]
@@ -43,13 +47,19 @@ def jobset_patch(plan: Plan, jobset: dict[str, Any]) -> list[Op]:
         _ensure(work, (*meta, "annotations"), change.annotations, adds)
         if len(adds) > before:
             touched.append(i)
+    if decision is not None and keys.HELD_LABEL in (jobset.get("metadata", {}).get("labels") or {}):
+        adds.append({"op": "remove", "path": pointer("metadata", "labels", keys.HELD_LABEL)})
+    resuming = resume and jobset.get("spec", {}).get("suspend") is True
+    if resuming:
+        adds.append({"op": "replace", "path": "/spec/suspend", "value": False})
     if not adds:
         return []
     guards: list[Op] = [{"op": "test", "path": "/metadata/uid", "value": jobset["metadata"]["uid"]}]
     if rv := jobset["metadata"].get("resourceVersion"):
         # 'add' replaces a map created since the read (another writer's keys with it): refuse a stale patch.
         guards.append({"op": "test", "path": "/metadata/resourceVersion", "value": rv})
-    guards.append({"op": "test", "path": "/spec/suspend", "value": True})
+    if touched or resuming:  # the webhook takes template changes only while suspended; a resume only once
+        guards.append({"op": "test", "path": "/spec/suspend", "value": True})
     guards += [{"op": "test", "path": pointer("spec", "replicatedJobs", i, "name"), "value": jobs[i]["name"]}
                for i in touched]
     return guards + adds

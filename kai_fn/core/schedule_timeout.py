@@ -1,13 +1,8 @@
-"""A schedule timeout for KAI, which has none (FACTS.md §2): the state lives on the TrainJob's annotations.
+"""A schedule timeout for KAI, which has none (FACTS.md §2): pure, over the marks :mod:`kai_fn.core.triage` reads.
 
-- ``kai-fn/released-at: T``: a wait for the gang started at T (the release, or a resume after a timeout).
-- ``kai-fn/bound``: the gang was placed; the wait is over.
-- ``kai-fn/timed-out: U`` with U >= T: this wait timed out and was reported, and is not checked again. With
-  ``KAI_FN_ON_TIMEOUT=suspend`` the TrainJob was also suspended and ``released-at`` removed; so a marked TrainJob
-  that runs with ``timed-out`` but without ``released-at`` was resumed by its user, and a new wait starts. Any
-  other event of a marked TrainJob needs no API call.
-
-The timeout: the TrainJob annotation ``kai-fn/schedule-timeout-seconds`` if valid, else the same annotation on the
+A wait begins when the gang's JobSet starts running and ends when the gang is bound (``kai-fn/bound`` on its main
+PodGroup) or times out (``kai-fn/timed-out``, which ends only that wait: a later resume starts another). The
+timeout: the TrainJob annotation ``kai-fn/schedule-timeout-seconds`` if valid, else the same annotation on the
 PodGroup (the runtime's ``podGroupPolicy.kai.scheduleTimeoutSeconds`` or the setting, recorded when it was made).
 0 means none.
 """
@@ -20,24 +15,14 @@ from typing import Any
 
 from kai_fn.core import keys
 from kai_fn.core.gang import GangCount, members
+from kai_fn.core.triage import Marks, parse_time
 
 _SECONDS = re.compile(r"^[0-9]{1,9}$")
-_ONE_SECOND = datetime.timedelta(seconds=1)
 
 
 def stamp(moment: datetime.datetime) -> str:
     """RFC 3339 in UTC to the second, as Kubernetes writes times."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime.datetime | None:
-    if not text:
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else None
 
 
 def parse_seconds(text: str | None) -> int | None:
@@ -77,27 +62,13 @@ class Wait:
         return self.started + datetime.timedelta(seconds=self.timeout)
 
 
-def started(trainjob: dict[str, Any]) -> datetime.datetime | None:
-    """When the TrainJob's running wait began, or None: not released by kai_fn, bound, already timed out,
-    suspended or being deleted. What the resync can tell from the TrainJob alone."""
-    meta, notes = _meta(trainjob), _notes(trainjob)
-    if (keys.MARKER_PODGROUP not in notes or meta.get("deletionTimestamp")
-            or (trainjob.get("spec") or {}).get("suspend") is not False or keys.GANG_BOUND_ANNOTATION in notes):
-        return None
-    began = parse_time(notes.get(keys.RELEASED_AT_ANNOTATION))
-    timed_out = parse_time(notes.get(keys.TIMED_OUT_ANNOTATION))
-    if began is None or (timed_out is not None and timed_out >= began):
-        return None
-    return began
-
-
-def waiting(trainjob: dict[str, Any], podgroup: dict[str, Any]) -> Wait | None:
-    """The TrainJob's running wait for this PodGroup (see :func:`started`), or None; also None when the PodGroup is
-    not the TrainJob's, or there is no timeout."""
+def waiting(trainjob: dict[str, Any], marks: Marks, podgroup: dict[str, Any]) -> Wait | None:
+    """The TrainJob's running wait for this PodGroup, or None: not waiting, the PodGroup is not its main gang's,
+    or there is no timeout."""
     meta, notes = _meta(trainjob), _notes(trainjob)
     pg_meta = _meta(podgroup)
-    began = started(trainjob)
-    if (began is None or notes.get(keys.MARKER_PODGROUP) != pg_meta.get("name")
+    began = marks.wait_started
+    if (began is None or marks.podgroup != pg_meta.get("name")
             or (pg_meta.get("labels") or {}).get(keys.TRAINJOB_UID_LABEL) != meta.get("uid")):
         return None
     timeout = parse_seconds(notes.get(keys.SCHEDULE_TIMEOUT_ANNOTATION))
@@ -108,22 +79,9 @@ def waiting(trainjob: dict[str, Any], podgroup: dict[str, Any]) -> Wait | None:
     return Wait(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""), pg_meta["name"], began, timeout)
 
 
-def overdue(trainjob: dict[str, Any], podgroup: dict[str, Any], now: datetime.datetime) -> Wait | None:
-    wait = waiting(trainjob, podgroup)
+def overdue(trainjob: dict[str, Any], marks: Marks, podgroup: dict[str, Any], now: datetime.datetime) -> Wait | None:
+    wait = waiting(trainjob, marks, podgroup)
     return wait if wait is not None and wait.deadline <= now else None
-
-
-def new_wait(trainjob: dict[str, Any], now: datetime.datetime) -> str | None:
-    """The ``released-at`` to write when the user resumed a TrainJob the timeout suspended; None otherwise.
-    Strictly after ``timed-out``, so the new wait is never mistaken for the one that timed out."""
-    notes = _notes(trainjob)
-    if (keys.MARKER_PODGROUP not in notes or keys.RELEASED_AT_ANNOTATION in notes
-            or (trainjob.get("spec") or {}).get("suspend") is not False or _meta(trainjob).get("deletionTimestamp")):
-        return None
-    timed_out = parse_time(notes.get(keys.TIMED_OUT_ANNOTATION))
-    if timed_out is None:
-        return None
-    return stamp(max(now, timed_out + _ONE_SECOND))
 
 
 def placed(counted: GangCount) -> bool:

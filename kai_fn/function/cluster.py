@@ -276,7 +276,30 @@ class Session:
         except ApiException as error:
             if error.status == 422:
                 raise GuardFailed(str(error.body)[:200]) from None
+            if error.status == 404:
+                raise Gone(f"JobSet {namespace}/{name}") from None
             raise Transient(f"API {error.status} on patch jobset") from None
+
+    def list_jobsets(self, namespace: str | None = None, selector: str | None = None) -> list[dict[str, Any]]:
+        group, version = keys.JOBSET_API.split("/")
+        extra = {"label_selector": selector} if selector else {}
+        if namespace is None:
+            return self._list(self._custom.list_cluster_custom_object, group, version, "jobsets", **extra)
+        return self._list(self._custom.list_namespaced_custom_object, group, version, namespace, "jobsets", **extra)
+
+    def patch_podgroup(self, api_version: str, namespace: str, name: str, merge: dict[str, Any]) -> None:
+        """A JSON merge patch of one of kai_fn's PodGroups (the gang's marks); one that names
+        ``metadata.resourceVersion`` raises :class:`Stale` if it changed."""
+        group, version = api_version.split("/")
+        try:
+            self._call(self._custom.patch_namespaced_custom_object, group, version, namespace, "podgroups", name,
+                       merge, field_manager=keys.FIELD_MANAGER, _content_type=MERGE_PATCH)
+        except ApiException as error:
+            if error.status == 404:
+                raise Gone(f"PodGroup {namespace}/{name}") from None
+            if error.status == 409:
+                raise Stale(f"PodGroup {namespace}/{name}") from None
+            raise Transient(f"API {error.status} on patch podgroup") from None
 
     def patch_trainjob(self, namespace: str, name: str, merge: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch, answered with the TrainJob as written; one that names ``metadata.resourceVersion``

@@ -1,8 +1,9 @@
 """CloudEvents in: what an ApiServerSource (or the resync PingSource) delivered, checked and typed.
 
 Anything malformed raises :class:`BadEvent` before a single API call is made; deletes and other kinds or
-types are :class:`Ignored`, so the sender gets a 2xx and stops retrying them. Two kinds are handled: TrainJobs
-(the gang is made) and kai_fn's PodGroups (the gang's status is reported on its TrainJob).
+types are :class:`Ignored`, so the sender gets a 2xx and stops retrying them. Three kinds are handled: TrainJobs
+(the gang is made), the JobSets the admission policy holds (the same pass, for the TrainJob that controls it, the
+moment Trainer makes the JobSet) and kai_fn's PodGroups (the gang's status is reported on its TrainJob).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from kai_fn.core import keys, validation
 
 PREFIX = "dev.knative.apiserver."
 PING = "dev.knative.sources.ping"
+RESYNC = "resync"  # a TrainJobEvent's ``via`` when the resync asked for the pass: its TrainJob was read from the API
 
 
 class BadEvent(ValueError):
@@ -33,6 +35,7 @@ class TrainJobEvent:
     name: str
     uid: str | None = None  # ref mode carries none
     object: dict[str, Any] | None = None  # resource mode: the TrainJob as the watch saw it
+    via: str = keys.TRAINJOB_KIND  # JobSet: brought by the held JobSet's event (no TrainJob body)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ def parse(headers: Mapping[str, str], body: bytes) -> Event:
     kind = attrs.get("kind") or data.get("kind")
     if kind == keys.PODGROUP_KIND:
         return _podgroup(ce_id, ce_type, mode, action, data)
+    if kind == keys.JOBSET_KIND:
+        return _jobset(ce_id, ce_type, mode, action, data)
     if kind != keys.TRAINJOB_KIND:
         return Ignored(ce_id, ce_type, f"kind {kind!r} is not {keys.TRAINJOB_KIND}")
     if action == "delete":
@@ -130,6 +135,28 @@ def _podgroup(ce_id: str, ce_type: str, mode: str, action: str, data: dict[str, 
 
 
 _PODGROUP_APIS = (keys.KAI_PODGROUP_API, keys.SP_PODGROUP_API)
+
+
+def _jobset(ce_id: str, ce_type: str, mode: str, action: str, data: dict[str, Any]) -> Event:
+    """A held JobSet: the pass of the TrainJob that controls it. Its leaving the source's label selector (kai_fn's
+    decision removed the label) comes as a delete."""
+    if action == "delete":
+        return Ignored(ce_id, ce_type, "a JobSet no longer held needs nothing")
+    if mode != "resource":
+        return Ignored(ce_id, ce_type, "JobSet events name their TrainJob only in Resource mode")
+    if data.get("kind") != keys.JOBSET_KIND or data.get("apiVersion") != keys.JOBSET_API:
+        raise BadEvent(f"data: must be a {keys.JOBSET_API} {keys.JOBSET_KIND}")
+    meta = _metadata(data)
+    refs = meta.get("ownerReferences") or []
+    if not (isinstance(refs, list) and all(isinstance(r, dict) for r in refs)):
+        raise BadEvent("data.metadata.ownerReferences: must be a list of objects")
+    owner = next((r for r in refs if r.get("kind") == keys.TRAINJOB_KIND and r.get("apiVersion") == keys.TRAINER_API
+                  and r.get("controller") is True), None)
+    if owner is None:
+        return Ignored(ce_id, ce_type, "a JobSet no TrainJob controls")
+    return TrainJobEvent(ce_id, ce_type, "ref", _name(meta, "namespace", "data.metadata"),
+                         _name(owner, "name", "data.metadata.ownerReferences[]"),
+                         _name(owner, "uid", "data.metadata.ownerReferences[]"), via=keys.JOBSET_KIND)
 
 
 def _metadata(data: dict[str, Any]) -> dict[str, Any]:

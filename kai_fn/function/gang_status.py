@@ -1,7 +1,8 @@
 """The gang's status, told on the TrainJob: why it waits (``GangUnschedulable``), and when it is placed (``GangBound``).
 
 PodGroup update events are only a trigger: what is reported is read fresh, so duplicates and updates that arrive
-out of order cannot report a state that has passed. A TrainJob marked ``kai-fn/bound`` is never reported on again;
+out of order cannot report a state that has passed. A gang whose main PodGroup is marked ``kai-fn/bound`` is never
+reported on again (the mark is on kai_fn's own PodGroup, so it costs Trainer no reconcile);
 an unschedulable report needs the PodGroup, read now, to carry KAI's reasons and no pod of the gang to be on a node
 (KAI writes reasons only while nothing is allocated). Event names come from their content, so the same report made
 twice is one Event. The resync sweeps released gangs too, because binding itself changes no PodGroup.
@@ -9,14 +10,14 @@ twice is one Event. The resync sweeps released gangs too, because binding itself
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
 from typing import Any
 
-from kai_fn.core import gang, keys
+from kai_fn.core import gang, keys, triage
 from kai_fn.core.stages import is_stage_of
 from kai_fn.function import metrics, report
 from kai_fn.function.cluster import Gone, Session, Transient
 from kai_fn.function.events import PodGroupEvent
+from kai_fn.function.inventory import Entry
 from kai_fn.function.report import Outcome
 from kai_fn.function.settings import Settings
 
@@ -34,8 +35,8 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     if owner is None:
         return Outcome("ignored", "the PodGroup has no TrainJob owner", ns, pg_name, event.uid)
     recent = session.cluster.recent
-    if recent.is_bound(event.uid):
-        return Outcome("skipped", "already bound (known to this process)", ns, owner["name"], owner.get("uid"), pg_name)
+    if recent.is_bound(event.uid) or keys.GANG_BOUND_ANNOTATION in (meta.get("annotations") or {}):
+        return Outcome("skipped", "already bound", ns, owner["name"], owner.get("uid"), pg_name)
     if event.type.endswith(".add") and not podgroup.get("status"):
         # Made a moment ago (by kai_fn, before it released the TrainJob): no pod of it can exist yet. The scheduler's
         # status writes that follow come as updates; the resync looks at every released gang in any case.
@@ -44,11 +45,13 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     trainjob = session.trainjob(ns, owner["name"])
     if trainjob is None or trainjob.get("metadata", {}).get("uid") != owner.get("uid"):
         return Outcome("ignored", "its TrainJob no longer exists", ns, owner["name"], owner.get("uid"), pg_name)
-    if why := settled(trainjob, pg_name):
-        if keys.GANG_BOUND_ANNOTATION in ((trainjob.get("metadata") or {}).get("annotations") or {}):
+    jobset = session.jobset(ns, owner["name"])
+    marks = triage.marks(trainjob, jobset if jobset and triage.controlled_by(jobset, owner.get("uid")) else None)
+    if why := settled(marks, pg_name):
+        if marks.bound is not None:
             recent.bound(event.uid)
         return Outcome("skipped", why, ns, owner["name"], owner.get("uid"), pg_name)
-    outcome = report_on(session, trainjob, podgroup, fresh=False)
+    outcome = report_on(session, trainjob, podgroup, marks.podgroup or "", fresh=False)
     if outcome.result == "done" and outcome.reason.startswith(report.GANG_BOUND):
         recent.bound(event.uid)
     return outcome
@@ -62,30 +65,29 @@ def owning_trainjob(podgroup: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def settled(trainjob: dict[str, Any], podgroup_name: str | None = None) -> str | None:
+def settled(marks: triage.Marks, podgroup_name: str | None = None) -> str | None:
     """Why there is nothing to report on this TrainJob's gang, or None when its status is worth a look."""
-    meta = trainjob.get("metadata") or {}
-    notes = meta.get("annotations") or {}
-    if keys.GANG_BOUND_ANNOTATION in notes:
-        return f"already bound ({notes[keys.GANG_BOUND_ANNOTATION]})"
-    if meta.get("deletionTimestamp"):
+    if marks.bound is not None:
+        return "already bound"
+    if marks.deleting:
         return "the TrainJob is being deleted"
-    marker = notes.get(keys.MARKER_PODGROUP)
-    if marker is None or (podgroup_name is not None and marker != podgroup_name
-                          and not is_stage_of(podgroup_name, marker)):
+    if marks.podgroup is None or (podgroup_name is not None and marks.podgroup != podgroup_name
+                                  and not is_stage_of(podgroup_name, marks.podgroup)):
         return "the TrainJob's gang is not this PodGroup, or not made yet"
-    if (trainjob.get("spec") or {}).get("suspend") is not False:
-        return "the TrainJob is suspended: its pods do not exist"
+    if not marks.running:
+        return "the TrainJob or its JobSet is suspended: its pods do not exist"
     return None
 
 
-def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, Any], *, fresh: bool) -> Outcome:
-    """Bound: GangBound once, then the mark. Nothing on a node and KAI gives reasons: GangUnschedulable. Another
-    stage's PodGroup (initializers, MPI's launcher) gets reasons only: GangBound is the main gang's."""
+def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, Any], main_name: str, *,
+              fresh: bool) -> Outcome:
+    """Bound: GangBound once, then the mark on the main PodGroup. Nothing on a node and KAI gives reasons:
+    GangUnschedulable. Another stage's PodGroup (initializers, MPI's launcher) gets reasons only: GangBound is the
+    main gang's."""
     meta = trainjob["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta.get("uid")
     pg_name = podgroup["metadata"]["name"]
-    main = (meta.get("annotations") or {}).get(keys.MARKER_PODGROUP) == pg_name
+    main = main_name == pg_name
     pods = session.jobset_pods(ns, name)
     counted = gang.count(podgroup, pods)
     if counted.bound and not main:
@@ -98,9 +100,10 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
             raise Transient("GangBound could not be posted; the mark waits for it")
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
-            session.patch_trainjob(ns, name, {"metadata": {"annotations": {keys.GANG_BOUND_ANNOTATION: stamp}}})
+            session.patch_podgroup(podgroup["apiVersion"], ns, pg_name,
+                                   {"metadata": {"annotations": {keys.GANG_BOUND_ANNOTATION: stamp}}})
         except Gone:
-            return Outcome("ignored", "the TrainJob was deleted meanwhile", ns, name, uid, pg_name)
+            return Outcome("ignored", "the PodGroup was deleted meanwhile", ns, name, uid, pg_name)
         metrics.GANG_STATUS.labels(report.GANG_BOUND).inc()
         return Outcome("done", f"{report.GANG_BOUND}: {message}", ns, name, uid, pg_name)
     waiting = f"waiting: {counted.summary()}"
@@ -124,25 +127,14 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
     return Outcome("blocked", f"{report.GANG_UNSCHEDULABLE}: {message}", ns, name, uid, pg_name)
 
 
-def awaiting(trainjobs: Iterable[dict[str, Any]], settings: Settings) -> list[dict[str, Any]]:
-    """Released TrainJobs whose gang is not known to be bound yet."""
-    return [o for o in trainjobs
-            if settled(o) is None and settings.watches((o.get("metadata") or {}).get("namespace", ""))]
-
-
-def sweep(session: Session, settings: Settings, trainjobs: list[dict[str, Any]]) -> dict[str, int]:
-    """The resync's pass over released gangs: a PodGroup GET and a pod list each, KAI_FN_RESYNC_LIMIT in turn."""
+def sweep(session: Session, settings: Settings, entries: list[Entry]) -> dict[str, int]:
+    """The resync's pass over released gangs not known to be bound: a pod list each (and an Event, a mark),
+    KAI_FN_RESYNC_LIMIT in turn."""
     tally: dict[str, int] = {}
-    for trainjob in session.cluster.take_turn("sweep", trainjobs, settings.resync_limit):
-        meta = trainjob["metadata"]
-        api = keys.SP_PODGROUP_API if settings.flavor == "scheduler-plugins" else keys.KAI_PODGROUP_API
+    waiting = [e for e in entries if e.podgroup is not None and settled(e.marks) is None]
+    for entry in session.cluster.take_turn("sweep", waiting, settings.resync_limit):
         try:
-            podgroup = session.podgroup(api, meta["namespace"], meta["annotations"][keys.MARKER_PODGROUP])
-            owner = owning_trainjob(podgroup or {})
-            if podgroup is None or owner is None or owner.get("uid") != meta.get("uid"):
-                result = "ignored"
-            else:
-                result = report_on(session, trainjob, podgroup, fresh=True).result
+            result = report_on(session, entry.trainjob, entry.podgroup, entry.marks.podgroup or "", fresh=True).result
         except Transient:
             result = "retry"
         tally[result] = tally.get(result, 0) + 1

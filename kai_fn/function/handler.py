@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import atexit
 import logging
+import threading
 import time
 from typing import Any
 
 import flask
 
-from kai_fn.function import events, gang_status, metrics, reconcile
+from kai_fn.function import events, gang_status, inventory, metrics, reconcile, resync
 from kai_fn.function.auth import Authenticator, Denied
 from kai_fn.function.cluster import Cluster, Transient
 from kai_fn.function.report import configure_logging, log
@@ -38,10 +39,36 @@ class App:
         self.cluster = cluster or Cluster.from_settings(self.settings)
         self.auth = Authenticator(self.settings.audience, self.settings.senders) if self.settings.audience else None
         self.work: WorkQueue | None = None
+        self._started_lock, self._caught_up = threading.Lock(), False
         if self.settings.background_workers:
             self.work = WorkQueue(self.pass_after_answer, self.settings.background_workers, on_drop=_dropped)
             metrics.WORK_QUEUE.set_function(self.work.depth)
             atexit.register(self.drain)
+
+    def offer(self, event: events.TrainJobEvent) -> bool:
+        """Queue the TrainJob's pass for after the answer; False without workers, or when the queue is full."""
+        return self.work is not None and self.work.offer((event.namespace, event.name), event)
+
+    def catch_up(self) -> None:
+        """Once, on the first request a started process gets (its readiness probe): a resync's worth of held
+        JobSets handed to the work queue, so work owed while no function ran starts now, not at the next ping."""
+        with self._started_lock:
+            if self._caught_up or self.work is None:
+                return
+            self._caught_up = True
+        threading.Thread(target=self._catch_up, name="kai-fn-catch-up", daemon=True).start()
+
+    def _catch_up(self) -> None:
+        session = self.cluster.session()
+        try:
+            entries = inventory.take(session, self.settings)
+        except Exception as error:  # the API not reachable yet: the first ping does it
+            log.warning("catch-up", extra={"fields": {"outcome": "retry", "reason": str(error)[:200]}})
+            return
+        owed = [e for e in entries if inventory.owed(e, self.settings)]
+        queued = sum(1 for e in owed if self.offer(resync.as_event(e)))
+        log.info("catch-up", extra={"fields": {"outcome": "done", "owed": len(owed), "queued": queued,
+                                                "api_calls": session.calls}})
 
     def drain(self) -> None:
         """At a graceful stop, finishes the passes already answered 202 (their events will not come again)."""
@@ -53,6 +80,8 @@ class App:
             "reason": f"{left} left to the resync" if left else "every pass answered 202 is done"}})
 
     def __call__(self, request: flask.Request) -> flask.Response:
+        if not self._caught_up:
+            self.catch_up()
         if request.method in ("GET", "HEAD"):
             if request.path == "/metrics":
                 body, content_type = metrics.exposition()
@@ -113,17 +142,17 @@ class App:
         try:
             if isinstance(event, events.Resync):
                 fields["work"] = "resync"
-                outcome = reconcile.resync(session, self.settings)
+                outcome = resync.resync(session, self.settings, self.offer if self.work is not None else None)
             elif isinstance(event, events.PodGroupEvent):
                 fields |= {"kind": "PodGroup", "work": "gang_status", "namespace": event.namespace,
                            "podgroup": event.name, "mode": event.mode}
                 outcome = gang_status.observe(event, session, self.settings)
                 fields |= {"name": outcome.name, "uid": outcome.uid}
             else:
-                fields |= {"kind": "TrainJob", "work": "trainjob", "namespace": event.namespace, "name": event.name,
+                fields |= {"kind": event.via, "work": "trainjob", "namespace": event.namespace, "name": event.name,
                            "uid": event.uid, "mode": event.mode}
                 outcome = reconcile.from_body(event, session, self.settings)
-                if outcome is None and self.work is not None and self.work.offer((event.namespace, event.name), event):
+                if outcome is None and self.offer(event):
                     del fields["work"]
                     fields |= {"outcome": "accepted", "api_calls": session.calls}
                     return 202, "accepted: reconciled right after this answer"

@@ -28,8 +28,8 @@ API_CALLS = Counter(
     ["verb", "resource", "code"], registry=REGISTRY,
 )
 WAITING = Counter(
-    "kai_fn_waiting_events", "TrainJob events answered 2xx without work because Trainer has not caught up yet (no "
-    "JobSet, or not suspended yet); the TrainJob's next update event does the work, or the resync.", ["reason"],
+    "kai_fn_waiting_events", "TrainJob events answered 2xx without work because Trainer has not caught up yet "
+    "(no_jobset, jobset_replaced); the held JobSet's event does the work, or the resync.", ["reason"],
     registry=REGISTRY,
 )
 WORK = Counter(
@@ -76,7 +76,7 @@ def event_type(ce_type: str | None) -> str:
 
 
 def event_kind(kind: object) -> str:
-    return kind if kind in ("TrainJob", "PodGroup") else "other" if kind else "none"
+    return kind if kind in ("TrainJob", "JobSet", "PodGroup") else "other" if kind else "none"
 
 
 def exposition() -> tuple[bytes, str]:

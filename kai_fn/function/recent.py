@@ -5,11 +5,10 @@ answer), and most of those events are about work already done: Trainer's status 
 from before its release, and KAI's controllers update a bound gang's PodGroup many times over. Each used to cost
 reads (the JobSet and the TrainJob; the TrainJob), and every later event of the namespace waited for them.
 
-Remembered, per process and bounded (least recently used goes first): the TrainJobs it released, with the
-resourceVersion its release wrote, and the PodGroups whose gang it knows to be bound. A copy of a TrainJob older than
-its release (resourceVersions of one resource compare as integers: apimachinery's ``CompareResourceVersion``,
-Kubernetes 1.35+) shows work done; a bound gang is never reported again. Forgetting (a restart, another replica, an
-old entry) only costs the reads again, never a wrong answer.
+Remembered, per process and bounded (least recently used goes first): the TrainJobs whose JobSet it decided with
+nothing left for kai_fn to do, and the PodGroups whose gang it knows to be bound. Any later event of such a TrainJob
+asks for work that is done; a bound gang is never reported again. Forgetting (a restart, another replica, an old
+entry) only costs the reads again, never a wrong answer.
 """
 from __future__ import annotations
 
@@ -21,21 +20,21 @@ class Recent:
     def __init__(self, size: int = 20000) -> None:
         self._size = size
         self._lock = threading.Lock()
-        self._released: OrderedDict[str, str] = OrderedDict()  # TrainJob uid -> resourceVersion of its release
+        self._decided: OrderedDict[str, None] = OrderedDict()  # TrainJob uids
         self._bound: OrderedDict[str, None] = OrderedDict()  # PodGroup uids
 
-    def released(self, uid: str | None, resource_version: object) -> None:
-        if uid and _well_formed(resource_version):
-            self._put(self._released, uid, resource_version)
+    def decided(self, uid: str | None) -> None:
+        if uid:
+            self._put(self._decided, uid, None)
 
-    def done_before(self, uid: str | None, resource_version: object) -> bool:
-        """True when this process released this TrainJob at a later resourceVersion: the copy an event carries is
-        from before the release, so the work it asks for is done."""
-        if not uid or not _well_formed(resource_version):
-            return False
+    def is_decided(self, uid: str | None) -> bool:
         with self._lock:
-            at = self._released.get(uid)
-        return at is not None and older(str(resource_version), at)
+            return bool(uid) and uid in self._decided
+
+    def forget(self, uid: str | None) -> None:
+        """Its TrainJob owes kai_fn work again (the schedule timeout suspended it)."""
+        with self._lock:
+            self._decided.pop(uid or "", None)
 
     def bound(self, podgroup_uid: str | None) -> None:
         if podgroup_uid:
@@ -52,11 +51,3 @@ class Recent:
             while len(table) > self._size:
                 table.popitem(last=False)
 
-
-def _well_formed(rv: object) -> bool:
-    return isinstance(rv, str) and rv.isdigit() and not rv.startswith("0")
-
-
-def older(a: str, b: str) -> bool:
-    """resourceVersion ``a`` is before ``b`` (both well formed): apimachinery's CompareResourceVersion."""
-    return (len(a), a) < (len(b), b)

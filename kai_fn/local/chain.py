@@ -38,7 +38,7 @@ from kubernetes.client.rest import ApiException
 from kai_fn.local.adapter import RealApiServerSource, source_spec
 from kai_fn.local.ping import RealPingSource
 from kai_fn.local.process import REPO, FunctionProcess
-from kai_fn.local.source import PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
+from kai_fn.local.source import HELD_JOBSETS, PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
 
 MANIFESTS = {"kai": REPO / "knative" / "base", "scheduler-plugins": REPO / "knative" / "overlays" / "scheduler-plugins"}
 SCHEDULERS = {"kai": "kai-scheduler", "scheduler-plugins": "scheduler-plugins-scheduler"}
@@ -48,11 +48,12 @@ NAMESPACE = "kai-fn"
 FUNCTION_SA = "kai-fn"
 ENABLED = {"kai-fn.io/enabled": "true"}
 POOL_LABEL = "kai-fn.testbed/pool"
-POLICY = "kai-fn-auto-suspend"
+POLICY = "kai-fn-hold-jobsets"
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 # The identities Knative gives each source when authentication-oidc is on (see knative/base).
 SOURCE_SAS = {
     "trainjobs": "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource",
+    "jobsets": "kai-fn-jobsets-oidc-sources.knative.dev-apiserversource",
     "podgroups": "kai-fn-podgroups-oidc-sources.knative.dev-apiserversource",
     "ping": "kai-fn-resync-oidc-sources.knative.dev-pingsource",
 }
@@ -198,23 +199,28 @@ def _ignore_conflict(create: Callable[[], Any]) -> None:
             raise
 
 
-def _wait_for_policy(chain: Testbed, timeout: float = 120) -> None:
-    """The API server loads a policy asynchronously; a dry-run create in a labelled namespace tells when it acts
-    (503 meanwhile, right after the CRDs are installed, until the TrainJob schema reaches /openapi/v3)."""
+def _wait_for_policy(chain: Testbed, scheduler: str, timeout: float = 120) -> None:
+    """The API server loads a policy asynchronously; a dry-run create of a JobSet a TrainJob controls, in a labelled
+    namespace, tells when it acts (503 meanwhile, right after the CRDs are installed)."""
     ns = chain.namespace("kai-fn-probe")
     objs = client.CustomObjectsApi(chain.api)
-    job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "probe"},
-           "spec": {"runtimeRef": {"name": "chain-gang"}}}
+    pod = {"spec": {"schedulerName": scheduler, "restartPolicy": "Never",
+                    "containers": [{"name": "node", "image": "busybox"}]}}
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {
+        "name": "probe", "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                              "name": "probe", "uid": str(uuid.uuid4()), "controller": True}]},
+        "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}
     try:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                made = objs.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", job, dry_run="All")
+                made = objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", jobset,
+                                                            dry_run="All")
             except ApiException as e:
                 if e.status != 503:
                     raise
                 made = {"metadata": {}}
-            if (made["metadata"].get("annotations") or {}).get("kai-fn/auto-suspended") == "true":
+            if (made["metadata"].get("labels") or {}).get("kai-fn/held") == "true":
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the admission policy {POLICY} did not take effect within {timeout:.0f}s")
@@ -238,9 +244,10 @@ def knative_event_sources(api: client.ApiClient, objs: list[dict[str, Any]], sin
 def event_sources(api: client.ApiClient, flavor: str, sink: str, tokens: dict[str, Callable[[], str] | None],
                   ping_seconds: float) -> list[ApiServerSource | PingSource]:
     """The stand-ins of :mod:`kai_fn.local.source` for the sources knative/base declares, as context managers, not
-    started: the TrainJob and PodGroup ApiServerSources and the resync PingSource; ``tokens`` per source (keys of
+    started: the TrainJob, held JobSet and PodGroup ApiServerSources and the resync PingSource; ``tokens`` per source (keys of
     ``SOURCE_SAS``) when delivery is authenticated."""
     return [ApiServerSource(api, TRAINJOBS, sink, token=tokens["trainjobs"]),
+            ApiServerSource(api, HELD_JOBSETS, sink, token=tokens["jobsets"]),
             ApiServerSource(api, PODGROUPS[flavor], sink, token=tokens["podgroups"]),
             PingSource(sink, ping_seconds, token=tokens["ping"])]
 
@@ -283,7 +290,7 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
                                                   "--ignore-not-found", check=False)
                                     for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies")])
             probe.apply([o for o in objs if o["kind"] in _POLICY_KINDS])
-            _wait_for_policy(probe)
+            _wait_for_policy(probe, SCHEDULERS[flavor])
 
         core = client.CoreV1Api(api)
         admin = api.configuration

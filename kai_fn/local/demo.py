@@ -64,12 +64,12 @@ def pods(podgroup: str, bound: bool) -> list[dict[str, Any]]:
 
 Step = tuple[str, str, Callable[[Emulator], str] | None]
 STEPS: list[Step] = [
-    ("resource-add", "a suspended TrainJob in scope is created", None),
-    ("resource-add", "the same event again (at-least-once delivery)", None),
-    ("resource-update", "a status update of it, its object still without the marker", None),
+    ("jobset-held", "Trainer made a TrainJob's JobSet; the admission policy holds it", None),
+    ("resource-add", "the TrainJob's own add event, after the work is done", None),
+    ("resource-update", "a status update of it", None),
     ("ref-add", "reference mode: a TrainJob whose runtime has initializers", None),
     ("out-of-scope", "a TrainJob that does not ask for KAI", None),
-    ("running", "a TrainJob submitted without spec.suspend", None),
+    ("running", "a TrainJob whose JobSet was never held (no admission policy)", None),
     ("exceeds-queue", "a gang of 8 GPUs in queue team-a-small, whose GPU limit is 4", None),
     ("podgroup-unschedulable", "the PodGroup source: KAI says why llama-finetune's gang waits", kai_reports),
     ("podgroup-unschedulable", "the same update again: no second Event", None),
@@ -113,13 +113,15 @@ def show_cluster(api: Emulator) -> None:
             rows.append([js["metadata"]["name"], rj["name"], keys.get("pod-group-name"), keys.get("kai.scheduler/queue"),
                          skip])
     print(table(rows, ["JOBSET", "REPLICATED JOB", "pod-group-name", "QUEUE", "SKIP-PODGROUPER"]))
-    print("\nTrainJobs")
+    print("\nJobSets: kai_fn's decision (the TrainJobs themselves are never suspended nor written)")
     rows = []
-    for tj in api.list(TRAINER, "TrainJob"):
-        notes = tj["metadata"].get("annotations") or {}
-        marks = ", ".join(f"{k.removeprefix('kai-fn/')}" for k in sorted(notes) if k.startswith("kai-fn/"))
-        rows.append([tj["metadata"]["name"], tj["spec"].get("suspend"), marks or "-"])
-    print(table(rows, ["TRAINJOB", "SUSPEND", "KAI-FN MARKERS"]))
+    for js in api.list("jobset.x-k8s.io/v1alpha2", "JobSet"):
+        meta = js["metadata"]
+        marks = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(marks.items()) if k in ("kai-fn/held", "kai-fn/podgroup",
+                                                                                  "kai-fn/skipped"))
+        rows.append([meta["name"], js["spec"].get("suspend"), shown or "-"])
+    print(table(rows, ["JOBSET", "SUSPEND", "HOLD / DECISION"]))
     print("\nEvents")
     rows = [[ev["involvedObject"]["name"], ev["type"], ev["reason"], ev["message"]]
             for ev in sorted(api.list("v1", "Event"), key=lambda e: e["metadata"].get("creationTimestamp") or "")]
@@ -158,14 +160,16 @@ def run() -> int:
         for line in lines[:2]:
             print(json.dumps(line))
         for name in (LLAMA, "gpt-large"):
-            print(f"\n== python -m kai_fn explain {NS}/{name}\n")
+            print(f"\n== kubectl kai-fn explain {NS}/{name}\n")
             code, text = explain.run(f"{NS}/{name}", api.kubeconfig, "text", load())
             print(text)
             print(f"(exit {code})")
-        print(f"\n== python -m kai_fn status -n {NS}: every TrainJob kai_fn holds, what needs attention first\n")
+        print(f"\n== kubectl kai-fn status -n {NS}: every TrainJob kai_fn holds, what needs attention first\n")
         code, text, _ = status.run(NS, api.kubeconfig, "text", "2m", None, load())
         print(text)
         print(f"(exit {code}: nothing held longer than 2m)")
-    print("\nOn a cluster: python -m kai_fn status -A (exit 1 when a TrainJob is held longer than --held-for),"
-          "\nexplain NAMESPACE/NAME for one of them, and release --held -A when the function is down.")
+    print("\nOn a cluster (pip install . puts the kubectl plugin on your PATH):"
+          "\n  kubectl kai-fn status -A                  exit 1 when a JobSet is held longer than --held-for"
+          "\n  kubectl kai-fn explain NAMESPACE/NAME     why one TrainJob's gang waits, and the next step"
+          "\n  kubectl kai-fn release --held -A          let held JobSets go without a gang when the function is down")
     return 0

@@ -1,0 +1,56 @@
+"""The periodic resync (a PingSource, every minute), apart from the event handlers as kopf keeps its timers.
+
+It finds what no event brought: JobSets still held (an adapter restarted and replayed nothing, a pass ran out of
+tries, the function was down), TrainJobs the earlier policy suspended, released gangs not yet known to be bound
+(binding changes no PodGroup, so no event says it), and overdue schedule timeouts. Held JobSets go to the work queue
+all at once (bounded by the queue's capacity, not by a count per ping); without one, ``KAI_FN_RESYNC_LIMIT`` are
+reconciled here, in turn. A resync that got this far renews the heartbeat.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from kai_fn.function import gang_status, heartbeat, inventory, timeouts
+from kai_fn.function.cluster import Session, Transient
+from kai_fn.function.events import RESYNC, TrainJobEvent
+from kai_fn.function.reconcile import Reconciler, Retry, now
+from kai_fn.function.report import Outcome
+from kai_fn.function.settings import Settings
+
+Offer = Callable[[TrainJobEvent], bool]
+
+
+def as_event(entry: inventory.Entry) -> TrainJobEvent:
+    namespace, name = entry.key
+    return TrainJobEvent(f"resync-{uuid.uuid4()}", RESYNC, "ref", namespace, name,
+                         (entry.trainjob.get("metadata") or {}).get("uid"), entry.trainjob, via=RESYNC)
+
+
+def resync(session: Session, settings: Settings, offer: Offer | None = None) -> Outcome:
+    moment = now()
+    entries = inventory.take(session, settings)
+    owed = [e for e in entries if inventory.owed(e, settings)]
+    tally: dict[str, int] = {}
+    queued = [e for e in owed if offer is not None and offer(as_event(e))]
+    if queued:
+        tally["queued"] = len(queued)
+    inline = [e for e in owed if e not in queued]
+    for entry in session.cluster.take_turn("owed", inline, settings.resync_limit):
+        try:
+            result = Reconciler(session, settings, entry.trainjob, entry.jobset).run().result
+        except (Retry, Transient):
+            result = "retry"
+        tally[result] = tally.get(result, 0) + 1
+    left = max(len(inline) - settings.resync_limit, 0)
+    summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "nothing to do"
+    summary = f"resync: {len(owed)} owed a pass; {summary}" + (f"; {left} left for the next run" if left else "")
+    released = [e for e in entries if e.podgroup is not None and gang_status.settled(e.marks) is None
+                and settings.watches(e.key[0])]
+    if released:
+        swept = gang_status.sweep(session, settings, released)
+        summary += f"; {len(released)} released gangs not yet bound: " + ", ".join(
+            f"{n} {r}" for r, n in sorted(swept.items()))
+    if settings.flavor == "kai":
+        summary += "; " + timeouts.check(session, settings, entries, moment)
+    return Outcome("done", summary + "; " + heartbeat.beat(session, settings, moment))
