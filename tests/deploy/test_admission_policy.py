@@ -1,7 +1,7 @@
-"""The admission policy: it suspends exactly the TrainJobs kai_fn will release, and marks them as kai_fn expects.
+"""The admission policy: it holds exactly the JobSets kai_fn will decide, and marks them as kai_fn expects.
 
 What the API server does with it is specified on the real testbed (tests/testbed/test_admission.py); here, its
-shape, its agreement with the function and the source, and the beta variant.
+shape, its agreement with the function and the sources, and the beta variant.
 """
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kai_fn.core import keys
 from tests.manifests import BASE, FIRST_SERVED, K8S_VERSIONS, KNATIVE, VARIANTS, by_kind, one, render
 
 COMPONENTS = KNATIVE / "components"
-POLICY = "kai-fn-auto-suspend"
+POLICY = keys.POLICY_NAME
 
 
 def policy_objects(component: str) -> list[dict[str, Any]]:
@@ -31,14 +32,15 @@ def test_every_variant_installs_the_v1_policy_and_its_binding(variant):
     assert binding["spec"] == {"policyName": POLICY}
 
 
-def test_policy_acts_on_trainjob_create_only_in_the_namespaces_the_source_watches():
+def test_policy_acts_on_jobset_create_and_update_only_in_the_namespaces_the_sources_watch():
     objs = render(BASE)
     spec = one(objs, "MutatingAdmissionPolicy", POLICY)["spec"]
     (rule,) = spec["matchConstraints"]["resourceRules"]
-    assert rule == {"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"], "resources": ["trainjobs"],
-                    "operations": ["CREATE"]}
-    for src in by_kind(objs, "ApiServerSource"):
-        assert spec["matchConstraints"]["namespaceSelector"] == src["spec"]["namespaceSelector"]
+    assert rule == {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "resources": ["jobsets"],
+                    "operations": ["CREATE", "UPDATE"]}
+    sources = by_kind(objs, "ApiServerSource")
+    assert len(sources) == 3
+    assert {str(s["spec"]["namespaceSelector"]) for s in sources} == {str(spec["matchConstraints"]["namespaceSelector"])}
 
 
 def test_policy_is_a_json_patch_that_fails_closed_and_says_why():
@@ -49,20 +51,29 @@ def test_policy_is_a_json_patch_that_fails_closed_and_says_why():
     assert re.search(r"#.*Fail, not Ignore", text), "the manifest states why Fail was chosen"
 
 
-def test_policy_writes_the_annotation_the_function_reads():
-    keys = pytest.importorskip("kai_fn.core.keys")
-    spec = one(render(BASE), "MutatingAdmissionPolicy", POLICY)["spec"]
-    expression = spec["mutations"][0]["jsonPatch"]["expression"]
-    assert expression.count(f'"{keys.AUTO_SUSPENDED_ANNOTATION}"') == 2  # with and without an annotations map
+def test_policy_suspends_the_jobset_and_writes_the_label_the_jobset_source_selects():
+    objs = render(BASE)
+    expression = one(objs, "MutatingAdmissionPolicy", POLICY)["spec"]["mutations"][0]["jsonPatch"]["expression"]
+    assert expression.count(f'"{keys.HELD_LABEL}"') == 2  # with and without a labels map
     assert '"/spec/suspend", value: true' in expression
+    source = one(objs, "ApiServerSource", "kai-fn-jobsets")
+    (resource,) = source["spec"]["resources"]
+    assert (resource["apiVersion"], resource["kind"]) == (keys.JOBSET_API, keys.JOBSET_KIND)
+    assert resource["selector"] == {"matchLabels": {keys.HELD_LABEL: "true"}}
 
 
-def test_policy_conditions_name_the_keys_the_function_uses():
-    keys = pytest.importorskip("kai_fn.core.keys")
-    conditions = {c["name"]: c["expression"] for c in one(render(BASE), "MutatingAdmissionPolicy", POLICY)["spec"]["matchConditions"]}
-    assert set(conditions) == {"not-suspended-by-its-author", "not-queued-by-kueue", "managed-by-trainer"}
-    assert f"'{keys.KUEUE_QUEUE_LABEL}'" in conditions["not-queued-by-kueue"]
-    assert f"'{keys.TRAINER_MANAGER}'" in conditions["managed-by-trainer"]
+@pytest.mark.parametrize(("variant", "scheduler"), [(BASE, keys.KAI_SCHEDULER_NAME),
+                                                    (KNATIVE / "overlays" / "scheduler-plugins",
+                                                     "scheduler-plugins-scheduler")])
+def test_policy_conditions_name_the_keys_the_function_uses_and_the_flavors_scheduler(variant, scheduler):
+    policy = one(render(variant), "MutatingAdmissionPolicy", POLICY)
+    conditions = {c["name"]: c["expression"] for c in policy["spec"]["matchConditions"]}
+    assert list(conditions) == ["controlled-by-a-trainjob", "asks-for-the-scheduler", "not-decided-by-kai-fn",
+                                "not-being-deleted"]
+    assert f"'{keys.TRAINJOB_KIND}'" in conditions["controlled-by-a-trainjob"]
+    assert f"'{scheduler}'" in conditions["asks-for-the-scheduler"]
+    assert f"'{keys.MARKER_PODGROUP}'" in conditions["not-decided-by-kai-fn"]
+    assert f"'{keys.MARKER_SKIPPED}'" in conditions["not-decided-by-kai-fn"]
 
 
 def test_v1beta1_component_is_the_v1_policy_under_the_beta_api():
