@@ -80,32 +80,34 @@ SETTINGS_DEFAULTS = {
 # The exact API calls kai_fn makes: (apiGroup, resource, verb).
 COMMON_TRIPLES = {
     ("trainer.kubeflow.org", "trainjobs", "get"),
-    ("trainer.kubeflow.org", "trainjobs", "patch"),
+    ("trainer.kubeflow.org", "trainjobs", "patch"),  # a TrainJob the earlier policy suspended; ON_TIMEOUT=suspend
     ("trainer.kubeflow.org", "trainjobs", "list"),  # resync (PingSource) only
     ("trainer.kubeflow.org", "trainingruntimes", "get"),
     ("trainer.kubeflow.org", "clustertrainingruntimes", "get"),
     ("jobset.x-k8s.io", "jobsets", "get"),
-    ("jobset.x-k8s.io", "jobsets", "patch"),
+    ("jobset.x-k8s.io", "jobsets", "patch"),  # the one patch that decides a held JobSet
+    ("jobset.x-k8s.io", "jobsets", "list"),  # resync: the held JobSets
     ("", "events", "create"),
     ("", "pods", "list"),  # the gang's status: are its pods on nodes?
     ("authentication.k8s.io", "tokenreviews", "create"),  # KAI_FN_AUDIENCE set only
     ("coordination.k8s.io", "leases", "patch"),  # the resync's heartbeat, its one Lease (a Role, resourceNames)
 }
 HEARTBEAT_LEASE = "kai-fn-resync"
-KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get")} | {
-    ("scheduling.run.ai", "podgroups", "list"),  # the schedule timeout, on the resync
+# create, get; patch: the gang's marks (kai-fn/bound, kai-fn/timed-out); list: the resync's released gangs
+KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get", "patch", "list")} | {
     ("scheduling.run.ai", "queues", "list"),  # the queue pre-check
 }
-SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", v) for v in ("create", "get")}
+SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", v) for v in ("create", "get", "patch", "list")}
 FUNCTION_TRIPLES = {
     BASE: COMMON_TRIPLES | KAI_PODGROUPS,
     BROKER: COMMON_TRIPLES | KAI_PODGROUPS,
     SCHEDULER_PLUGINS: COMMON_TRIPLES | SP_PODGROUPS,
 }
 WATCH = ("get", "list", "watch")
-# The sources' account watches TrainJobs and kai_fn's PodGroups of the flavor.
+# The sources' account watches TrainJobs, the held JobSets and kai_fn's PodGroups of the flavor.
 SOURCE_TRIPLES = {
     variant: {("trainer.kubeflow.org", "trainjobs", v) for v in WATCH}
+    | {("jobset.x-k8s.io", "jobsets", v) for v in WATCH}
     | {("scheduling.x-k8s.io" if variant == SCHEDULER_PLUGINS else "scheduling.run.ai", "podgroups", v) for v in WATCH}
     for variant in VARIANTS
 }

@@ -38,7 +38,7 @@ REFUSALS = frozenset({report.RUNTIME_NOT_FOUND, report.INVALID_RUNTIME, report.I
                       report.JOBSET_MISMATCH, report.QUEUE_NOT_FOUND, report.GANG_EXCEEDS_QUEUE})
 _SKIPPED = {
     "out-of-scope": "released without a gang: it does not ask for KAI",
-    "running": "TooLate: submitted running, its pods could not join a gang",
+    "running": "TooLate: its JobSet ran without being held, its pods could not join a gang",
     keys.SKIPPED_BY_OPERATOR: "released without a gang by an operator (kubectl kai-fn release)",
 }
 _GPUS = ("nvidia.com/gpu", "amd.com/gpu")

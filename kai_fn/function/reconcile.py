@@ -53,7 +53,8 @@ def from_body(event: TrainJobEvent, session: Session, settings: Settings) -> Out
     legacy = hint is not None and triage.marks(hint).legacy_owed
     if not settings.watches(event.namespace) and not legacy and event.via != keys.JOBSET_KIND:
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", event.namespace, event.name, event.uid)
-    if session.cluster.recent.is_decided(event.uid):
+    # A held JobSet is undecided whatever this process remembers (Trainer makes a deleted JobSet again, held).
+    if event.via == keys.TRAINJOB_KIND and session.cluster.recent.is_decided(event.uid):
         return Outcome("skipped", "duplicate: this process decided its JobSet", event.namespace, event.name, event.uid)
     if hint is None:
         return None

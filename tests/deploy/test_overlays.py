@@ -130,9 +130,12 @@ def test_scheduler_plugins_overlay_changes_only_flavor_env_podgroup_group_and_dr
         if e["name"] == "KAI_PODGROUP_FLAVOR":
             e["value"] = "scheduler-plugins"
     role = one(expected, "ClusterRole", "kai-fn-podgroups")
-    role["rules"] = role["rules"][:1]  # the KAI-only lists go
-    role["rules"][0]["apiGroups"] = ["scheduling.x-k8s.io"]
-    one(expected, "ClusterRole", "kai-fn-source")["rules"][1]["apiGroups"] = ["scheduling.x-k8s.io"]
+    role["rules"] = role["rules"][:2]  # the KAI-only list of Queues goes
+    role["rules"][0]["apiGroups"] = role["rules"][1]["apiGroups"] = ["scheduling.x-k8s.io"]
+    one(expected, "ClusterRole", "kai-fn-source")["rules"][2]["apiGroups"] = ["scheduling.x-k8s.io"]
+    policy = one(expected, "MutatingAdmissionPolicy", "kai-fn-hold-jobsets")
+    condition = policy["spec"]["matchConditions"][1]
+    condition["expression"] = condition["expression"].replace("'kai-scheduler'", "'scheduler-plugins-scheduler'")
     one(expected, "ApiServerSource", "kai-fn-podgroups")["spec"]["resources"][0]["apiVersion"] = \
         "scheduling.x-k8s.io/v1alpha1"
     assert _without(render(SCHEDULER_PLUGINS)) == _without(expected)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.ce import ping, ref, resource, send
-from tests.conftest import KAI_PG, SP_PG, TRAINER, sample_object, seed
+from tests.conftest import JOBSET, KAI_PG, SP_PG, TRAINER, sample_object, seed
 from tests.function.test_gang_status import OVER_LIMIT, place
 from tests.manifests import (
     BASE, FUNCTION, FUNCTION_TRIPLES, HEARTBEAT_LEASE, NAMESPACE, SCHEDULER_PLUGINS, SOURCE_SA, SOURCE_TRIPLES,
@@ -23,6 +23,9 @@ def scenario_new_trainjob_by_resource(api, url):
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
          sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
     assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "llama-finetune"))).status == 200
+    # The held JobSet's own event: the trigger on a cluster (and the one that counts when this process decided the
+    # TrainJob's JobSet in an earlier scenario: a TrainJob event is then a duplicate).
+    assert send(url, resource(api.get(JOBSET, "JobSet", NS, "llama-finetune"))).status == 200
 
 
 def scenario_new_trainjob_by_ref_with_a_namespaced_runtime(api, url):
@@ -41,7 +44,7 @@ def scenario_resync(api, url):
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), sample_object("trainjob-llama-finetune"),
          sample_object("jobset-llama-finetune"))
     assert send(url, ping()).status == 200
-    assert "kai-fn/podgroup" in api.get(TRAINER, "TrainJob", NS, "llama-finetune")["metadata"]["annotations"]
+    assert "kai-fn/podgroup" in api.get(JOBSET, "JobSet", NS, "llama-finetune")["metadata"]["annotations"]
     assert send(url, ping()).status == 200  # now a released gang: the resync looks at its pods
 
 
@@ -56,16 +59,35 @@ def scenario_gang_status(api, url):
     assert send(url, resource(pg, "update")).status == 200
     place(api, 4, 4, podgroup=pg["metadata"]["name"], sp=pg["apiVersion"] == SP_PG)
     assert send(url, resource(pg, "update")).status == 200
-    assert "kai-fn/bound" in api.get(TRAINER, "TrainJob", NS, "llama-finetune")["metadata"]["annotations"]
+    assert "kai-fn/bound" in api.get(pg["apiVersion"], "PodGroup", NS, pg["metadata"]["name"])["metadata"]["annotations"]
 
 
 def scenario_schedule_timeout(api, url):
-    """A released gang, overdue and not known to be bound: the resync lists its pods, then times it out."""
+    """A released gang, overdue and not known to be bound: the resync lists its pods, then times it out (a mark on
+    its PodGroup)."""
+    for pg in api.list(KAI_PG, "PodGroup", NS) + api.list(SP_PG, "PodGroup", NS):  # an earlier scenario's, bound
+        api.delete(pg["apiVersion"], "PodGroup", NS, pg["metadata"]["name"])
     scenario_new_trainjob_by_resource(api, url)
     tj = api.get(TRAINER, "TrainJob", NS, "llama-finetune")
-    tj["metadata"]["annotations"] |= {"kai-fn/released-at": "2026-01-01T00:00:00Z", "kai-fn/schedule-timeout-seconds": "1"}
+    tj["metadata"]["annotations"] = {"kai-fn/schedule-timeout-seconds": "1"}
     api.put(tj)
+    js = api.get(JOBSET, "JobSet", NS, "llama-finetune")
+    js["metadata"]["annotations"]["kai-fn/released-at"] = "2026-01-01T00:00:00Z"
+    api.put(js)
     assert send(url, ping()).status == 200
+
+
+
+def scenario_upgrade_releases_a_trainjob_the_earlier_policy_suspended(api, url):
+    """kai_fn 0.x's policy suspended the TrainJob itself: after an upgrade, kai_fn still releases it."""
+    tj = sample_object("trainjob-bert-pretrain")
+    tj["spec"]["suspend"] = True
+    tj["metadata"]["annotations"] = {"kai-fn/auto-suspended": "true"}
+    js = sample_object("jobset-bert-pretrain")
+    del js["metadata"]["labels"]["kai-fn/held"]
+    seed(api, sample_object("queue-team-a"), sample_object("trainingruntime-torch-llm-kai"), tj, js)
+    assert send(url, ping()).status == 200
+    assert api.get(TRAINER, "TrainJob", NS, "bert-pretrain")["spec"]["suspend"] is False
 
 
 def scenario_authenticated_delivery(api, url):
@@ -83,6 +105,8 @@ SCENARIOS = [  # (scenario, the settings it runs with on top of the flavor)
     (scenario_resync, {}),
     (scenario_gang_status, {}),
     (scenario_schedule_timeout, {}),
+    (scenario_upgrade_releases_a_trainjob_the_earlier_policy_suspended, {}),
+    (scenario_schedule_timeout, {"KAI_FN_ON_TIMEOUT": "suspend"}),  # the one TrainJob write on a gang's path
     (scenario_authenticated_delivery, {"KAI_FN_AUDIENCE": AUDIENCE}),
 ]
 

@@ -25,7 +25,7 @@ EXPECTED_KINDS = {
         ("rbac.authorization.k8s.io/v1", "RoleBinding"): 1,
         ("coordination.k8s.io/v1", "Lease"): 1,  # the resync's heartbeat
         ("serving.knative.dev/v1", "Service"): 1,
-        ("sources.knative.dev/v1", "ApiServerSource"): 2,  # TrainJobs; kai_fn's PodGroups
+        ("sources.knative.dev/v1", "ApiServerSource"): 3,  # TrainJobs; held JobSets; kai_fn's PodGroups
         ("sources.knative.dev/v1", "PingSource"): 1,
         ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 1,
         ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 1,

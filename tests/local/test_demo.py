@@ -10,15 +10,24 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     out = run("demo")
     assert out.returncode == 0, out.stderr[-2000:]
     text = out.stdout
-    assert "resource-add: a suspended TrainJob in scope is created\n   dev.knative.apiserver.resource.add -> HTTP 200 done" in text
-    assert "the same event again (at-least-once delivery)\n   dev.knative.apiserver.resource.add -> HTTP 200 skipped\n   API calls: 1, writes: 0" in text
+    # The held JobSet's event does the work: the PodGroup, then one patch of the JobSet; the TrainJob is not written.
+    first = text.split("-- resource-add:")[0]
+    assert "jobset-held: Trainer made a TrainJob's JobSet; the admission policy holds it\n" \
+           "   dev.knative.apiserver.resource.add -> HTTP 200 done" in first
+    assert re.search(r"POST +podgroups in team-a +201\n +PATCH +jobsets team-a/llama-finetune +200\n", first)
+    assert "PATCH  trainjobs" not in text.split("== What the cluster")[0]
+    # The TrainJob's own events after it cost nothing: this process decided its JobSet.
+    assert "the TrainJob's own add event, after the work is done\n   dev.knative.apiserver.resource.add -> HTTP 200 " \
+           "skipped\n   API calls: 0, writes: 0" in text
     # The cluster, as aligned tables rather than Python dicts.
     assert re.search(r"\n  llama-finetune +team-a +minMember 4 +cpu=16,memory=64Gi,nvidia.com/gpu=8\n", text)
     # a staged runtime: one PodGroup per start wave, the initializers' and the trainer's
     assert re.search(r"\n  bert-pretrain +team-a +minMember 2 of dataset-initializer,model-initializer +cpu=1,memory=2Gi\n",
                      text)
     assert re.search(r"\n  bert-pretrain +team-a +minMember 3 of node +cpu=24,memory=192Gi,nvidia.com/gpu=24\n", text)
-    assert re.search(r"\n  resnet-eval +True +-\n", text)
+    assert re.search(r"\n  llama-finetune +False +kai-fn/podgroup=pg-llama-finetune-\S+\n", text)
+    assert re.search(r"\n  gpt-large +True +kai-fn/held=true\n", text)  # refused by the queue pre-check: still held
+    assert re.search(r"\n  whisper-asr +False +kai-fn/skipped=running\n", text)
     assert re.search(r"\n  whisper-asr +Warning +TooLate +its JobSet is already running", text)
     assert "{'" not in text.split("== The function's log")[0], "a Python dict in the printed cluster"
     # The gang's status, from the PodGroup source: one GangUnschedulable, one GangBound, nothing from the late update.
@@ -31,9 +40,11 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     assert "TrainJob team-a/gpt-large: BLOCKED" in text and "(exit 1)" in text
     assert text.count("-> HTTP 400") == 3
     # It closes on status: every TrainJob kai_fn holds, what needs attention first, and where to go on a cluster.
-    closing = text.split("== python -m kai_fn status -n team-a")[1]
+    closing = text.split("== kubectl kai-fn status -n team-a")[1]
     states = re.findall(r"^team-a +(\S+) +(\S+) ", closing, re.M)
     assert states == [("gpt-large", "blocked"), ("bert-pretrain", "waiting"), ("whisper-asr", "running-without-gang"),
                       ("llama-finetune", "bound")]
     assert "(exit 0: nothing held longer than 2m)" in closing
-    assert text.rstrip().splitlines()[-2].startswith("On a cluster: python -m kai_fn status -A")
+    assert text.rstrip().splitlines()[-4].startswith("On a cluster")
+    assert [line.split()[:3] for line in text.rstrip().splitlines()[-3:]] == [
+        ["kubectl", "kai-fn", "status"], ["kubectl", "kai-fn", "explain"], ["kubectl", "kai-fn", "release"]]
