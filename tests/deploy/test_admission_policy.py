@@ -12,6 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kai_fn.core import keys
 from tests.manifests import BASE, FIRST_SERVED, K8S_VERSIONS, KNATIVE, VARIANTS, by_kind, one, render
 
 COMPONENTS = KNATIVE / "components"
@@ -37,7 +38,9 @@ def test_policy_acts_on_trainjob_create_only_in_the_namespaces_the_source_watche
     (rule,) = spec["matchConstraints"]["resourceRules"]
     assert rule == {"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"], "resources": ["trainjobs"],
                     "operations": ["CREATE"]}
-    for src in by_kind(objs, "ApiServerSource"):
+    sources = by_kind(objs, "ApiServerSource")
+    assert sorted(s["metadata"]["name"] for s in sources) == ["kai-fn-podgroups", "kai-fn-trainjobs"]
+    for src in sources:
         assert spec["matchConstraints"]["namespaceSelector"] == src["spec"]["namespaceSelector"]
 
 
@@ -50,7 +53,6 @@ def test_policy_is_a_json_patch_that_fails_closed_and_says_why():
 
 
 def test_policy_writes_the_annotation_the_function_reads():
-    keys = pytest.importorskip("kai_fn.core.keys")
     spec = one(render(BASE), "MutatingAdmissionPolicy", POLICY)["spec"]
     expression = spec["mutations"][0]["jsonPatch"]["expression"]
     assert expression.count(f'"{keys.AUTO_SUSPENDED_ANNOTATION}"') == 2  # with and without an annotations map
@@ -58,7 +60,6 @@ def test_policy_writes_the_annotation_the_function_reads():
 
 
 def test_policy_conditions_name_the_keys_the_function_uses():
-    keys = pytest.importorskip("kai_fn.core.keys")
     conditions = {c["name"]: c["expression"] for c in one(render(BASE), "MutatingAdmissionPolicy", POLICY)["spec"]["matchConditions"]}
     assert set(conditions) == {"not-suspended-by-its-author", "not-queued-by-kueue", "managed-by-trainer"}
     assert f"'{keys.KUEUE_QUEUE_LABEL}'" in conditions["not-queued-by-kueue"]
@@ -75,7 +76,9 @@ def test_v1beta1_component_is_the_v1_policy_under_the_beta_api():
 
 @pytest.mark.parametrize("component", ["admission-policy", "admission-policy-v1beta1"])
 def test_each_policy_component_validates_from_the_kubernetes_version_that_serves_it(component):
-    for obj in policy_objects(component):
+    objs = policy_objects(component)
+    assert [o["kind"] for o in objs] == ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
+    for obj in objs:
         first = FIRST_SERVED[(obj["apiVersion"], obj["kind"])]
         kubernetes_validate.validate(obj, first, strict=True)
         kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
