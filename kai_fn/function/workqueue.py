@@ -39,12 +39,14 @@ class Item:
 
 
 class WorkQueue:
-    """``work(item)`` runs on one of ``workers`` daemon threads, started with the first offer (after any fork)."""
+    """``work(item)`` runs on one of ``workers`` daemon threads, started with the first offer (after any fork).
+    ``clock`` (monotonic seconds) says when a retry is due; tests pass one they move."""
 
     def __init__(self, work: Callable[[Item], None], workers: int, *, capacity: int = 10000, tries: int = 6,
-                 first_delay: float = 0.5, on_drop: Callable[[Item, BaseException | None], None] | None = None) -> None:
+                 first_delay: float = 0.5, on_drop: Callable[[Item, BaseException | None], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.work, self.workers, self.capacity, self.tries = work, workers, capacity, tries
-        self.first_delay, self.on_drop = first_delay, on_drop
+        self.first_delay, self.on_drop, self.clock = first_delay, on_drop, clock
         self._cond = threading.Condition()
         self._pending: OrderedDict[Hashable, Item] = OrderedDict()
         self._active: set[Hashable] = set()
@@ -97,7 +99,7 @@ class WorkQueue:
     def _next(self) -> Item:
         with self._cond:
             while True:
-                now = time.monotonic()
+                now = self.clock()
                 while self._later and self._later[0][0] <= now:
                     _, _, item = heapq.heappop(self._later)
                     if self._retrying.get(item.key) is not item:
@@ -135,5 +137,5 @@ class WorkQueue:
                 elif retry is not None:
                     delay = self.first_delay * 2 ** (retry.attempt - 2)
                     self._retrying[item.key] = retry
-                    heapq.heappush(self._later, (time.monotonic() + delay, next(self._order), retry))
+                    heapq.heappush(self._later, (self.clock() + delay, next(self._order), retry))
                 self._cond.notify_all()

@@ -199,32 +199,41 @@ def _ignore_conflict(create: Callable[[], Any]) -> None:
             raise
 
 
-def _wait_for_policy(chain: Testbed, scheduler: str, timeout: float = 120) -> None:
-    """The API server loads a policy asynchronously; a dry-run create of a JobSet a TrainJob controls, in a labelled
-    namespace, tells when it acts (503 meanwhile, right after the CRDs are installed)."""
-    ns = chain.namespace("kai-fn-probe")
-    objs = client.CustomObjectsApi(chain.api)
+def probe_jobset(scheduler: str, owner_uid: str | None = None) -> dict[str, Any]:
+    """A JobSet as Trainer makes one for a TrainJob (a controller ownerReference) whose pods ask for ``scheduler``."""
     pod = {"spec": {"schedulerName": scheduler, "restartPolicy": "Never",
                     "containers": [{"name": "node", "image": "busybox"}]}}
-    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {
         "name": "probe", "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                                              "name": "probe", "uid": str(uuid.uuid4()), "controller": True}]},
+                                              "name": "probe", "uid": owner_uid or str(uuid.uuid4()),
+                                              "controller": True}]},
         "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}
+
+
+def wait_for_policy(api: client.ApiClient, namespace: str, scheduler: str, timeout: float = 120) -> None:
+    """The API server loads a policy asynchronously; a dry-run create of a JobSet a TrainJob controls, in a labelled
+    namespace, tells when it acts (503 meanwhile, right after the CRDs are installed)."""
+    objs = client.CustomObjectsApi(api)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            made = objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets",
+                                                        probe_jobset(scheduler), dry_run="All")
+        except ApiException as e:
+            if e.status != 503:
+                raise
+            made = {"metadata": {}}
+        if (made["metadata"].get("labels") or {}).get("kai-fn/held") == "true":
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the admission policy {POLICY} did not take effect within {timeout:.0f}s")
+        time.sleep(0.5)
+
+
+def _wait_for_policy(chain: Testbed, scheduler: str) -> None:
+    ns = chain.namespace("kai-fn-probe")
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                made = objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", jobset,
-                                                            dry_run="All")
-            except ApiException as e:
-                if e.status != 503:
-                    raise
-                made = {"metadata": {}}
-            if (made["metadata"].get("labels") or {}).get("kai-fn/held") == "true":
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the admission policy {POLICY} did not take effect within {timeout:.0f}s")
-            time.sleep(0.5)
+        wait_for_policy(chain.api, ns, scheduler)
     finally:
         client.CoreV1Api(chain.api).delete_namespace(ns)
 

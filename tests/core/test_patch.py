@@ -58,18 +58,21 @@ def test_patch_guards_uid_suspension_and_every_index_it_touches():
     assert ops[: len(tests_ops)] == tests_ops  # guards come first, so a failed one changes nothing
 
 
-@pytest.mark.parametrize("mutate, why", [
-    (lambda js: js["spec"].__setitem__("suspend", False), "resumed meanwhile"),
-    (lambda js: js["spec"]["replicatedJobs"].reverse(), "reordered"),
-    (lambda js: js["metadata"].__setitem__("uid", "another-jobset"), "replaced by a new JobSet of the same name"),
+@pytest.mark.parametrize("mutate, why, guard", [
+    (lambda js: js["spec"].__setitem__("suspend", False), "resumed meanwhile",
+     r"^False \(<class 'bool'>\) is not equal to tested value True "),
+    (lambda js: js["spec"]["replicatedJobs"].reverse(), "reordered",
+     r"^node \(<class 'str'>\) is not equal to tested value dataset-initializer "),
+    (lambda js: js["metadata"].__setitem__("uid", "another-jobset"), "replaced by a new JobSet of the same name",
+     r"^another-jobset \(<class 'str'>\) is not equal to tested value 99999999-"),
 ])
-def test_a_stale_patch_fails_its_guards_and_changes_nothing(mutate, why):
+def test_a_stale_patch_fails_its_guards_and_changes_nothing(mutate, why, guard):
     job = trainjob()
     live = jobset_for(job, STAGED)
     ops = jobset_patch(plan(*typed(job, STAGED)), live)
     changed = copy.deepcopy(live)
     mutate(changed)
-    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+    with pytest.raises(jsonpatch.JsonPatchTestFailed, match=guard):
         jsonpatch.apply_patch(changed, ops)
 
 
@@ -103,7 +106,7 @@ def test_a_jobset_without_the_runtimes_replicated_job_is_not_patched():
     live = jobset_for(job, FLAT)
     live["spec"]["replicatedJobs"][0]["name"] = "something-else"
     result = plan(*typed(job, FLAT))
-    with pytest.raises(MissingReplicatedJob):
+    with pytest.raises(MissingReplicatedJob, match="^node$"):
         jobset_patch(result, live)
 
 
@@ -121,5 +124,5 @@ def test_a_patch_read_at_one_resource_version_fails_on_a_newer_one():
     assert {"op": "test", "path": "/metadata/resourceVersion", "value": "41"} in ops
     newer = copy.deepcopy(live)
     newer["metadata"].update(resourceVersion="42", annotations={"example.com/late": "kept"})
-    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+    with pytest.raises(jsonpatch.JsonPatchTestFailed, match=r"^42 \(<class 'str'>\) is not equal to tested value 41 "):
         jsonpatch.apply_patch(newer, ops)

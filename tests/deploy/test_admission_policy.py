@@ -86,7 +86,9 @@ def test_v1beta1_component_is_the_v1_policy_under_the_beta_api():
 
 @pytest.mark.parametrize("component", ["admission-policy", "admission-policy-v1beta1"])
 def test_each_policy_component_validates_from_the_kubernetes_version_that_serves_it(component):
-    for obj in policy_objects(component):
+    objs = policy_objects(component)
+    assert [o["kind"] for o in objs] == ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
+    for obj in objs:
         first = FIRST_SERVED[(obj["apiVersion"], obj["kind"])]
         kubernetes_validate.validate(obj, first, strict=True)
         kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)

@@ -149,6 +149,7 @@ def test_the_resync_alerts_read_the_gauge_over_an_hour_so_they_hold_while_the_fu
 def test_the_rule_shape_check_catches_a_misspelt_field_and_promql_a_broken_expression():
     rule = one(render(SERVICEMONITOR), "PrometheusRule", "kai-fn", "monitoring.coreos.com")
     rule["spec"]["groups"][0]["rules"][0]["fro"] = "5m"
-    assert list(jsonschema.Draft7Validator(PROMETHEUSRULE_SHAPE).iter_errors(rule))
-    with pytest.raises(ValueError):
+    errors = [(e.message, list(e.path)) for e in jsonschema.Draft7Validator(PROMETHEUSRULE_SHAPE).iter_errors(rule)]
+    assert errors == [("Additional properties are not allowed ('fro' was unexpected)", ["spec", "groups", 0, "rules", 0])]
+    with pytest.raises(ValueError, match="unclosed left parenthesis"):
         promql_parser.parse("time() - max(max_over_time(kai_fn_last_resync_timestamp_seconds[1h]) > 300")

@@ -125,11 +125,13 @@ def test_cluster_role_grants_exactly_what_the_scenarios_call(api, functions, var
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_no_role_uses_a_wildcard(variant):
-    for role in by_kind(render(variant), "ClusterRole"):
-        for rule in role["rules"]:
-            for key in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
-                for value in rule.get(key, []):
-                    assert "*" not in value, (role["metadata"]["name"], key, value)
+    objs = render(variant)
+    roles = by_kind(objs, "ClusterRole") + by_kind(objs, "Role")
+    assert len(roles) == 4 and all(role["rules"] for role in roles), [r["metadata"]["name"] for r in roles]
+    named = [(role["metadata"]["name"], key, value) for role in roles for rule in role["rules"]
+             for key in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs")
+             for value in rule.get(key, [])]
+    assert [n for n in named if "*" in n[2]] == []
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -154,14 +156,17 @@ def test_sources_may_only_get_list_watch_what_they_watch(variant):
 def test_bindings_name_existing_service_accounts(variant):
     objs = render(variant)
     sas = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in by_kind(objs, "ServiceAccount")}
-    for binding in by_kind(objs, "ClusterRoleBinding"):
-        for s in binding["subjects"]:
-            assert (s["namespace"], s["name"]) in sas, binding["metadata"]["name"]
+    subjects = {(b["metadata"]["name"], s["namespace"], s["name"])
+                for b in by_kind(objs, "ClusterRoleBinding") + by_kind(objs, "RoleBinding") for s in b["subjects"]}
+    assert len(subjects) == 4, subjects  # three ClusterRoleBindings and the heartbeat's RoleBinding
+    assert {(ns, name) for _, ns, name in subjects} <= sas, (subjects, sas)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_granted_custom_resource_exists_upstream(variant):
     triples = bound_triples(render(variant), FUNCTION) | bound_triples(render(variant), SOURCE_SA)
+    assert {group for group, _, _ in triples} >= {"", "authentication.k8s.io", "coordination.k8s.io",
+                                                  "jobset.x-k8s.io", "trainer.kubeflow.org"}
     for group, plural, _ in triples:
         if group == "":
             assert plural in ("events", "pods")

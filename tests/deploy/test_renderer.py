@@ -114,19 +114,22 @@ patches:
 
 
 @pytest.mark.parametrize(
-    "kustomization",
+    "kustomization,refusal",
     [
-        "resources: [d.yaml]\ncommonLabels: {a: b}\n",
-        "resources: [https://example.com/x.yaml]\n",
-        "resources: [d.yaml]\npatches:\n  - path: p.yaml\n",  # strategic merge
-        "resources: [d.yaml]\npatches:\n  - target: {kind: Nope}\n    patch: '[]'\n",
-        "resources: [d.yaml, d.yaml]\n",
-        "resources: [d.yaml]\ncomponents: [missing]\n",
+        ("resources: [d.yaml]\ncommonLabels: {a: b}\n", r"unsupported kustomization fields: \['commonLabels'\]"),
+        ("resources: [https://example.com/x.yaml]\n",
+         r"remote resources are not supported: https://example\.com/x\.yaml"),
+        ("resources: [d.yaml]\npatches:\n  - path: p.yaml\n",  # strategic merge
+         r"only JSON 6902 patches \(a list of operations\) are supported"),
+        ("resources: [d.yaml]\npatches:\n  - target: {kind: Nope}\n    patch: '[]'\n",
+         r"patch target matches nothing: \{'kind': 'Nope'\}"),
+        ("resources: [d.yaml, d.yaml]\n", r"duplicate object \('apps', 'Deployment', '', 'd'\)"),
+        ("resources: [d.yaml]\ncomponents: [missing]\n", r"component not found: missing"),
     ],
     ids=["unsupported-field", "remote-resource", "strategic-merge", "target-matches-nothing", "duplicate",
          "missing-component"],
 )
-def test_renderer_refuses_what_it_does_not_support(tmp_path, kustomization):
+def test_renderer_refuses_what_it_does_not_support(tmp_path, kustomization, refusal):
     _write(tmp_path, {"d.yaml": DEPLOY, "p.yaml": "kind: Deployment\n", "kustomization.yaml": kustomization})
-    with pytest.raises(kustomize.KustomizeError):
+    with pytest.raises(kustomize.KustomizeError, match=refusal):
         kustomize.render(tmp_path)

@@ -6,6 +6,7 @@ from collections import Counter
 import pytest
 import yaml
 
+from kai_fn.function import settings
 from tests import kustomize
 from tests.manifests import (
     ADMISSION_KINDS, BASE, BROKER, FUNCTION, IMAGE, KNATIVE, NAMESPACE, RESERVED_ENV, SCHEDULER_PLUGINS, SETTINGS_DEFAULTS, VARIANTS,
@@ -50,6 +51,8 @@ def test_render_has_expected_kinds_and_counts(variant):
 def test_every_namespaced_object_is_in_the_kai_fn_namespace(variant):
     objs = render(variant)
     one(objs, "Namespace", NAMESPACE)
+    kinds = {o["kind"] for o in objs if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding")}
+    assert kinds - ADMISSION_KINDS >= {"ServiceAccount", "Service", "ApiServerSource", "PingSource"}, kinds
     for o in objs:
         if o["kind"] in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert "namespace" not in o["metadata"], o["metadata"]
@@ -92,8 +95,8 @@ def test_service_sets_no_reserved_env_var(svc):
 @pytest.mark.parametrize("svc", list(all_services()))
 def test_service_requests_and_limits_cpu_and_memory(svc):
     resources = container(svc)["resources"]
-    for kind in ("requests", "limits"):
-        assert set(resources.get(kind, {})) >= {"cpu", "memory"}, kind
+    assert set(resources.get("requests", {})) >= {"cpu", "memory"}
+    assert set(resources.get("limits", {})) >= {"cpu", "memory"}
 
 
 @pytest.mark.parametrize("svc", list(all_services()))
@@ -166,22 +169,17 @@ def test_base_sets_every_setting_as_env_with_its_default(name, default):
 # --------------------------------------------------------------------------- settings cross-check
 
 
-def _settings_module():
-    return pytest.importorskip("kai_fn.function.settings")
-
-
 def test_manifest_env_covers_exactly_the_function_settings():
-    settings = _settings_module()
     aliases = {f.alias for f in settings.Settings.model_fields.values()}
     assert aliases == set(SETTINGS_DEFAULTS)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_manifest_env_values_are_accepted_by_the_function(variant, monkeypatch):
-    settings = _settings_module()
     for name in SETTINGS_DEFAULTS:
         monkeypatch.delenv(name, raising=False)
     env = {k: v for k, v in env_of(container(ksvc(render(variant)))).items() if k in SETTINGS_DEFAULTS}
+    assert set(env) == set(SETTINGS_DEFAULTS), "every variant spells out every setting"
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     loaded = settings.load()

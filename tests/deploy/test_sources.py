@@ -8,6 +8,7 @@ import json
 import pytest
 
 from kai_fn.core import keys
+from kai_fn.function import settings
 from tests.manifests import (
     BASE, BROKER, FUNCTION, KNATIVE, NAMESPACE, SCHEDULER_PLUGINS, SOURCE_SA, VARIANTS, by_kind, crd_plurals, one,
     render,
@@ -38,11 +39,12 @@ def test_apiserversource_watches_trainjobs_in_labelled_namespaces(variant, sink)
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_watched_kind_is_a_served_version_of_its_crd(variant):
-    for src in by_kind(render(variant), "ApiServerSource"):
-        for res in src["spec"]["resources"]:
-            group, version = res["apiVersion"].split("/")
-            assert any(g == group and crd["kind"] == res["kind"] and version in crd["versions"]
-                       for (g, _), crd in crd_plurals().items()), res
+    watched = [res for src in by_kind(render(variant), "ApiServerSource") for res in src["spec"]["resources"]]
+    assert sorted(res["kind"] for res in watched) == ["PodGroup", "TrainJob"]
+    for res in watched:
+        group, version = res["apiVersion"].split("/")
+        assert any(g == group and crd["kind"] == res["kind"] and version in crd["versions"]
+                   for (g, _), crd in crd_plurals().items()), res
 
 
 @pytest.mark.parametrize("variant, podgroup_api", [
@@ -137,7 +139,6 @@ def test_manifests_document_the_sender_identities_the_function_sees(path, identi
 
 
 def test_documented_senders_are_a_valid_kai_fn_senders_value():
-    settings = pytest.importorskip("kai_fn.function.settings")
     text = (KNATIVE / BASE / "service.yaml").read_text()
     (line,) = [l.strip().lstrip("#").strip() for l in text.splitlines() if l.strip().startswith(f"#   {SA_PREFIX}")]
     loaded = settings.load(KAI_FN_AUDIENCE=AUDIENCE, KAI_FN_SENDERS=line)

@@ -17,6 +17,16 @@ def until(check, timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class Recorder:
     def __init__(self, gate: threading.Event | None = None, fail: int = 0, error: Exception | None = None) -> None:
         self.seen: list[tuple[str, object, int]] = []
@@ -67,11 +77,12 @@ def test_no_two_passes_of_one_trainjob_overlap_and_an_event_during_a_pass_gets_o
     until(lambda: rec.seen)
     for payload in (2, 3, 4):
         queue.offer("a", payload)
-    time.sleep(0.05)
-    assert rec.seen == [("a", 1, 1)]  # three idle workers, none took "a"
+    queue.offer("b", 1)  # queued after them: a worker takes it only past any "a" that could be taken
+    until(lambda: len(rec.seen) >= 2)
+    assert rec.seen == [("a", 1, 1), ("b", 1, 1)]  # three idle workers, none took "a"
     gate.set()
     until(queue.idle)
-    assert rec.seen == [("a", 1, 1), ("a", 4, 1)] and not rec.overlap
+    assert sorted(rec.seen) == [("a", 1, 1), ("a", 4, 1), ("b", 1, 1)] and not rec.overlap
 
 
 def test_a_failed_pass_is_tried_again_later_with_growing_delays_then_dropped():
@@ -94,15 +105,18 @@ def test_a_pass_that_succeeds_on_a_later_try_is_not_dropped():
 
 
 def test_a_newer_event_replaces_a_waiting_retry():
+    clock = Clock()
     rec = Recorder(fail=1)
-    queue = WorkQueue(rec.work, workers=1, first_delay=0.3, on_drop=rec.drop)
+    queue = WorkQueue(rec.work, workers=1, first_delay=0.3, on_drop=rec.drop, clock=clock)
     queue.offer("a", 1)
     until(lambda: queue.depth() == 1 and rec.seen and not rec.running.get("a"))
     rec.fail = 0
     queue.offer("a", 2)  # while the retry of 1 waits
     until(queue.idle)
-    time.sleep(0.4)  # the cancelled retry's time passes: nothing more runs
-    assert rec.seen == [("a", 1, 1), ("a", 2, 1)]
+    clock.now += 1  # the cancelled retry is due now
+    queue.offer("z", 1)  # wakes the worker, which queues what is due before it takes "z"
+    until(lambda: ("z", 1, 1) in rec.seen and queue.idle())
+    assert rec.seen == [("a", 1, 1), ("a", 2, 1), ("z", 1, 1)]  # nothing ran for the cancelled retry
 
 
 def test_a_full_queue_refuses_the_offer_and_a_known_trainjob_is_still_taken():

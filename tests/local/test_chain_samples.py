@@ -37,9 +37,9 @@ def test_the_staged_runtime_gangs_its_trainer_stage_in_the_scheduler_plugins_fla
 
 
 def test_the_samples_send_their_pods_to_kai():
-    for name in RUNTIMES:
-        jobs = sample(name)["spec"]["template"]["spec"]["replicatedJobs"]
-        assert {rj["template"]["spec"]["template"]["spec"]["schedulerName"] for rj in jobs} == {"kai-scheduler"}
+    schedulers = {name: {rj["template"]["spec"]["template"]["spec"]["schedulerName"]
+                         for rj in sample(name)["spec"]["template"]["spec"]["replicatedJobs"]} for name in RUNTIMES}
+    assert schedulers == {name: {"kai-scheduler"} for name in RUNTIMES} and len(schedulers) == 2, schedulers
 
 
 def _job(rt: dict) -> TrainJob:

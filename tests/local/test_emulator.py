@@ -63,6 +63,11 @@ def jobset(suspend: bool) -> dict[str, Any]:
     }
 
 
+def refused(code: int, reason: str) -> str:
+    """``pytest.raises(ApiException, match=...)`` for an answer of this HTTP status and Status reason."""
+    return rf'(?s)^\({code}\)\n.*"reason": ?"{reason}"'
+
+
 def status_of(exc: pytest.ExceptionInfo[ApiException]) -> tuple[int, str, str]:
     body = json.loads(exc.value.body)
     assert body["kind"] == "Status" and body["code"] == exc.value.status
@@ -120,7 +125,7 @@ def test_create_refusals(api: Emulator, co: CustomObjectsApi, case: str, mutate:
     existing = api.put(podgroup())
     body = podgroup()
     mutate(body)
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(code, reason)) as exc:
         co.create_namespaced_custom_object(*PG[:2], NS, PG[2], body)
     assert status_of(exc)[:2] == (code, reason)
     assert api.list(PG_API, "PodGroup") == [existing]
@@ -132,7 +137,7 @@ def test_get_of_a_missing_object_is_a_404_status_for_every_kind(api: Emulator, a
     scope = f"/namespaces/{NS}" if info.namespaced else ""
     prefix = f"/apis/{api_version}" if info.group else f"/api/{api_version}"
     request = urllib.request.Request(f"{api.url}{prefix}{scope}/{info.plural}/missing")
-    with pytest.raises(urllib.error.HTTPError) as exc:
+    with pytest.raises(urllib.error.HTTPError, match="^HTTP Error 404: Not Found$") as exc:
         urllib.request.urlopen(request, timeout=5)
     body = json.loads(exc.value.read())
     assert (exc.value.code, body["kind"], body["reason"]) == (404, "Status", "NotFound")
@@ -140,7 +145,7 @@ def test_get_of_a_missing_object_is_a_404_status_for_every_kind(api: Emulator, a
 
 
 def test_unknown_resource_is_404(api: Emulator, co: CustomObjectsApi) -> None:
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(404, "NotFound")) as exc:
         co.list_namespaced_custom_object("example.com", "v1", NS, "widgets")
     assert status_of(exc)[:2] == (404, "NotFound")
 
@@ -179,7 +184,7 @@ def test_delete_with_finalizers_waits_for_their_removal(api: Emulator, co: Custo
     assert pending is not None and pending["metadata"]["deletionTimestamp"]
     co.patch_namespaced_custom_object(*PG[:2], NS, PG[2], "pg", {"metadata": {"finalizers": None}})
     assert api.get(PG_API, "PodGroup", NS, "pg") is None
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(404, "NotFound")) as exc:
         co.delete_namespaced_custom_object(*PG[:2], NS, PG[2], "pg")
     assert status_of(exc)[:2] == (404, "NotFound")
 
@@ -189,11 +194,11 @@ def test_put_update_needs_the_current_resource_version(api: Emulator, co: Custom
     replacement = copy.deepcopy(stored)
     replacement["spec"]["minMember"] = 5
     del replacement["metadata"]["resourceVersion"]
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(422, "Invalid")) as exc:
         co.replace_namespaced_custom_object(*PG[:2], NS, PG[2], "pg", replacement)
     assert status_of(exc)[:2] == (422, "Invalid")
     replacement["metadata"]["resourceVersion"] = "0"
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(409, "Conflict")) as exc:
         co.replace_namespaced_custom_object(*PG[:2], NS, PG[2], "pg", replacement)
     assert status_of(exc)[:2] == (409, "Conflict")
     replacement["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
@@ -205,7 +210,7 @@ def test_event_must_live_in_the_namespace_of_its_object(api: Emulator) -> None:
     core = CoreV1Api(api.client())
     event = {"metadata": {"generateName": "pg."}, "reason": "Created", "message": "m", "type": "Normal",
              "involvedObject": {"apiVersion": PG_API, "kind": "PodGroup", "name": "pg", "namespace": "other"}}
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(422, "Invalid")) as exc:
         core.create_namespaced_event(NS, event)
     assert status_of(exc)[:2] == (422, "Invalid")
     event["involvedObject"]["namespace"] = NS
@@ -221,7 +226,7 @@ def test_dry_run_answers_without_storing(api: Emulator, co: CustomObjectsApi) ->
 def test_require_namespaces_and_namespace_deletion_takes_its_objects() -> None:
     with Emulator(require_namespaces=True) as api:
         co, core = CustomObjectsApi(api.client()), CoreV1Api(api.client())
-        with pytest.raises(ApiException) as exc:
+        with pytest.raises(ApiException, match=refused(404, "NotFound")) as exc:
             co.create_namespaced_custom_object(*PG[:2], NS, PG[2], podgroup())
         assert status_of(exc)[:2] == (404, "NotFound") and 'namespaces "team-a" not found' in status_of(exc)[2]
         core.create_namespace({"metadata": {"name": NS}})
@@ -233,7 +238,7 @@ def test_require_namespaces_and_namespace_deletion_takes_its_objects() -> None:
 def test_stop_does_not_wait_for_hung_requests_and_emulators_stop_in_any_order() -> None:
     first, second = Emulator().start(), Emulator().start()
     first.faults = lambda call: Fault(hang=30)
-    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError, match="Read timed out"):
         CustomObjectsApi(first.client()).create_namespaced_custom_object(
             *PG[:2], NS, PG[2], podgroup(), _request_timeout=0.1)
     started = time.monotonic()
@@ -275,7 +280,7 @@ def test_patch_refusals_change_nothing(api: Emulator, case: str, body: Any, cont
 def test_client_sends_a_list_as_merge_patch_unless_told_and_it_is_refused(api: Emulator, co: CustomObjectsApi) -> None:
     """A real API server answers 422 "couldn't get version/kind; json parse error: cannot unmarshal array"."""
     stored = api.put(podgroup())
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(422, "Invalid")) as exc:
         co.patch_namespaced_custom_object(*PG[:2], NS, PG[2], "pg", LABEL_OP)
     code, reason, _ = status_of(exc)
     assert (code, reason) == (422, "Invalid")
@@ -286,7 +291,7 @@ def test_client_sends_a_list_as_merge_patch_unless_told_and_it_is_refused(api: E
 def test_client_rewrites_an_object_declared_as_json_patch_to_strategic_merge(api: Emulator,
                                                                             co: CustomObjectsApi) -> None:
     stored = api.put(podgroup())
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(415, "UnsupportedMediaType")) as exc:
         co.patch_namespaced_custom_object(*PG[:2], NS, PG[2], "pg", {"spec": {"minMember": 3}},
                                           _content_type=JSON_PATCH)
     assert status_of(exc)[:2] == (415, "UnsupportedMediaType")
@@ -327,7 +332,7 @@ def test_json_patch_replacing_resource_version_with_a_stale_one_conflicts(api: E
     stored = api.put(podgroup())
     ops = [{"op": "replace", "path": "/metadata/resourceVersion", "value": "1"},
            {"op": "replace", "path": "/spec/minMember", "value": 4}]
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(409, "Conflict")) as exc:
         co.patch_namespaced_custom_object(*PG[:2], NS, PG[2], "pg", ops, _content_type=JSON_PATCH)
     assert status_of(exc)[:2] == (409, "Conflict")
     assert api.get(PG_API, "PodGroup", NS, "pg") == stored
@@ -387,7 +392,7 @@ def test_jobset_webhook(api: Emulator, co: CustomObjectsApi, case: str, suspende
         patched = co.patch_namespaced_custom_object(*JS[:2], NS, JS[2], "train", ops, _content_type=JSON_PATCH)
         assert patched["metadata"]["resourceVersion"] != stored["metadata"]["resourceVersion"]
         return
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(403, "Forbidden")) as exc:
         co.patch_namespaced_custom_object(*JS[:2], NS, JS[2], "train", ops, _content_type=JSON_PATCH)
     code, reason, message = status_of(exc)
     assert (code, reason) == (403, "Forbidden")
@@ -397,7 +402,7 @@ def test_jobset_webhook(api: Emulator, co: CustomObjectsApi, case: str, suspende
 
 def test_jobset_merge_patch_replaces_the_whole_list_and_is_refused(api: Emulator, co: CustomObjectsApi) -> None:
     stored = api.put(jobset(True))
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(403, "Forbidden")) as exc:
         co.patch_namespaced_custom_object(*JS[:2], NS, JS[2], "train", {"spec": {"replicatedJobs": [
             {"name": "node", "template": {"spec": {"template": {"metadata": {"labels": {"q": "x"}}}}}}]}})
     assert status_of(exc)[0] == 403
@@ -407,14 +412,14 @@ def test_jobset_merge_patch_replaces_the_whole_list_and_is_refused(api: Emulator
 # --- schema validation ---------------------------------------------------------------------------
 
 def test_validate_hook_refuses_crd_invalid_objects(api: Emulator, co: CustomObjectsApi) -> None:
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(422, "Invalid")) as exc:
         co.create_namespaced_custom_object(*PG[:2], NS, PG[2], podgroup(minMember="x"))
     code, reason, message = status_of(exc)
     assert (code, reason) == (422, "Invalid") and "spec.minMember" in message
     assert api.get(PG_API, "PodGroup", NS, "pg") is None
 
     stored = co.create_namespaced_custom_object(*PG[:2], NS, PG[2], podgroup())
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(422, "Invalid")) as exc:
         co.patch_namespaced_custom_object(*PG[:2], NS, PG[2], "pg", {"spec": {"minMember": "x"}})
     assert status_of(exc)[:2] == (422, "Invalid")
     assert api.get(PG_API, "PodGroup", NS, "pg") == stored
@@ -441,7 +446,7 @@ def only(verb: str, fault: Fault) -> Callable[[Call], Fault | None]:
 
 def test_status_fault_answers_a_status_body_and_changes_nothing(api: Emulator, co: CustomObjectsApi) -> None:
     api.faults = only("create", Fault(status=503))
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(503, "ServiceUnavailable")) as exc:
         co.create_namespaced_custom_object(*PG[:2], NS, PG[2], podgroup())
     assert status_of(exc)[:2] == (503, "ServiceUnavailable")
     assert api.get(PG_API, "PodGroup", NS, "pg") is None
@@ -451,7 +456,7 @@ def test_status_fault_answers_a_status_body_and_changes_nothing(api: Emulator, c
 def test_hang_times_the_client_out_and_changes_nothing(api: Emulator, co: CustomObjectsApi) -> None:
     stored = api.put(podgroup())
     api.faults = only("patch", Fault(status=503, hang=1.0))
-    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError, match="Read timed out"):
         co.patch_namespaced_custom_object(*PG[:2], NS, PG[2], "pg", {"spec": {"minMember": 3}}, _request_timeout=0.2)
     assert api.get(PG_API, "PodGroup", NS, "pg") == stored
     assert len(api.writes()) == 1
@@ -460,7 +465,7 @@ def test_hang_times_the_client_out_and_changes_nothing(api: Emulator, co: Custom
 def test_hang_without_status_lands_the_write_after_the_client_gave_up(api: Emulator, co: CustomObjectsApi) -> None:
     api.put(podgroup())
     api.faults = only("patch", Fault(hang=0.4))
-    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError, match="Read timed out"):
         co.patch_namespaced_custom_object(*PG[:2], NS, PG[2], "pg", {"spec": {"minMember": 3}}, _request_timeout=0.1)
     deadline = time.monotonic() + 3
     while api.calls[-1].status is None and time.monotonic() < deadline:
@@ -471,7 +476,7 @@ def test_hang_without_status_lands_the_write_after_the_client_gave_up(api: Emula
 
 def test_after_fault_applies_the_write_but_loses_the_response(api: Emulator, co: CustomObjectsApi) -> None:
     api.faults = only("create", Fault(status=500, after=True))
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(500, "InternalError")) as exc:
         co.create_namespaced_custom_object(*PG[:2], NS, PG[2], podgroup())
     assert status_of(exc)[:2] == (500, "InternalError")
     assert api.get(PG_API, "PodGroup", NS, "pg") is not None
@@ -480,7 +485,7 @@ def test_after_fault_applies_the_write_but_loses_the_response(api: Emulator, co:
 def test_retry_after_header_and_details(api: Emulator, co: CustomObjectsApi) -> None:
     api.put(podgroup())
     api.faults = only("patch", Fault(status=429, retry_after=2))
-    with pytest.raises(ApiException) as exc:
+    with pytest.raises(ApiException, match=refused(429, "TooManyRequests")) as exc:
         co.patch_namespaced_custom_object(*PG[:2], NS, PG[2], "pg", {"spec": {"minMember": 3}})
     assert status_of(exc)[:2] == (429, "TooManyRequests")
     assert exc.value.headers["Retry-After"] == "2"

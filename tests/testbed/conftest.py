@@ -1,8 +1,8 @@
 """The real tier: one testbed (etcd, kube-apiserver, kube-controller-manager, JobSet's controllers and webhooks)
 per test run, started through ``./run.sh cluster up`` or reused when one is running.
 
-Every test under tests/testbed is marked ``testbed``. Without Go the tier is skipped with one line saying why;
-with ``KAI_FN_REQUIRE_TESTBED=1`` (CI) it fails instead.
+Every test under tests/testbed is marked ``testbed``. Without Go the real tiers are collected and reported as
+skipped, saying why (tests/conftest.py); with ``KAI_FN_REQUIRE_TESTBED=1`` (CI) they run, and fail instead.
 """
 from __future__ import annotations
 
@@ -21,14 +21,11 @@ from kubernetes.client.rest import ApiException
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-NO_GO = "real tier skipped: Go is not installed, so the testbed cannot be built"
-SKIPPED = shutil.which("go") is None and os.environ.get("KAI_FN_REQUIRE_TESTBED") != "1"
-collect_ignore_glob = ["test_*.py"] if SKIPPED else []
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    if SKIPPED:
-        terminalreporter.write_line(NO_GO)
+NO_GO = "Go is not installed: the real tiers need testbed/ binaries"
+GO_MISSING = shutil.which("go") is None and os.environ.get("KAI_FN_REQUIRE_TESTBED") != "1"
+# Kept False for tests/chain/conftest.py, whose ``collect_ignore_glob`` still reads it: the real tiers are no longer
+# left out of the collection without Go, but collected and skipped (tests/conftest.py). Delete it with that line.
+SKIPPED = False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -99,7 +96,7 @@ def live_cluster(pytestconfig: pytest.Config, *up_args: str) -> Iterator[LiveClu
     """Start (or reuse) the testbed with `./run.sh cluster up *up_args`; stop it at the end only if this call
     started it. For other tiers' session fixtures, e.g. ``yield from live_cluster(pytestconfig, "--chain")``.
     A testbed of the other kind that this run started is stopped first."""
-    if SKIPPED:
+    if GO_MISSING:
         pytest.skip(NO_GO)
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
     if _ours and _ours["args"] != up_args:

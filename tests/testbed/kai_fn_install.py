@@ -6,7 +6,6 @@ so the real RBAC authorizer judges each of its calls against what knative/base g
 from __future__ import annotations
 
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from kai_fn.local.chain import wait_for_policy
 from kai_fn.local.process import FunctionProcess
 from tests.conftest import sample_object
 from tests.manifests import BASE, render
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 NAMESPACE = "kai-fn"
 AUDIENCE = "kai-fn"
-POLICY = "kai-fn-auto-suspend"
+POLICY = "kai-fn-hold-jobsets"
 ENABLED = {"kai-fn.io/enabled": "true"}
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 # The identity Knative gives the ApiServerSource when authentication-oidc is on (knative/base/apiserversource.yaml).
@@ -76,29 +76,12 @@ def create_trainjob(testbed: LiveCluster, namespace: str, body: dict[str, Any], 
 @contextmanager
 def admission_policy(testbed: LiveCluster) -> Iterator[None]:
     """The policy and its binding from knative/base, loaded (the API server loads policies asynchronously: a
-    dry-run create in a labelled namespace tells when it acts), and removed afterwards: the testbed may be shared.
-    Right after the CRDs are installed the policy answers 503 until the TrainJob schema reaches /openapi/v3
-    (whatever its failurePolicy; users would see the same); that is waited out too."""
+    dry-run create of a held JobSet in a labelled namespace tells when it acts), and removed afterwards: the testbed
+    may be shared."""
     apply(testbed, rendered(_POLICY_KINDS))
     probe_ns = enabled_namespace(testbed, "adm-probe")
-    runtime = sample_object("clustertrainingruntime-torch")  # Trainer's webhook, where it runs, wants one that exists
-    create_ignoring_conflict(lambda: client.CustomObjectsApi(testbed.api).create_cluster_custom_object(
-        *TRAINER, "clustertrainingruntimes", runtime))
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                made = create_trainjob(testbed, probe_ns, trainjob("probe", runtime["metadata"]["name"]),
-                                       dry_run=True)
-            except ApiException as e:  # 503 while the admission chain catches up with a CRD installed just now
-                if e.status != 503:
-                    raise
-                made = {"metadata": {}}
-            if (made["metadata"].get("annotations") or {}).get("kai-fn/auto-suspended") == "true":
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError("the admission policy never took effect")
-            time.sleep(0.5)
+        wait_for_policy(testbed.api, probe_ns, "kai-scheduler")
         yield
     finally:
         client.CoreV1Api(testbed.api).delete_namespace(probe_ns)

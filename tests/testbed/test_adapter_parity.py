@@ -114,37 +114,44 @@ def test_only_labelled_namespaces_and_selected_podgroups_are_sent(run: Run, side
 
 
 def pairs(run: Run) -> list[tuple[Request, Request]]:
-    """Each real event with the stand-in's for the same change."""
-    return [(r, s) for kind in ("TrainJob", "PodGroup") for r, s in zip(of_kind(run.real, kind),
-                                                                       of_kind(run.standin, kind), strict=True)]
+    """Each real event with the stand-in's for the same change: add, update and delete of each kind."""
+    found = [(r, s) for kind in ("TrainJob", "PodGroup") for r, s in zip(of_kind(run.real, kind),
+                                                                        of_kind(run.standin, kind), strict=True)]
+    assert len(found) == 6, [r.key for r, _ in found]
+    return found
 
 
 def test_header_names_match_in_their_case(run: Run):
-    for real, standin in pairs(run):
+    matched = pairs(run)
+    for real, standin in matched:
         assert sorted(k for k, _ in standin.headers) == sorted(k for k, _ in real.headers), real.key
 
 
 def test_header_values_match_except_per_emission_ones(run: Run):
-    for real, standin in pairs(run):
+    matched = pairs(run)
+    for real, standin in matched:
         same = {k: v for k, v in real.headers if k not in PER_EMISSION}
         assert {k: v for k, v in standin.headers if k not in PER_EMISSION} == same, real.key
 
 
 def test_ids_are_uuids_and_times_are_gos_rfc3339nano(run: Run):
-    for real, standin in pairs(run):
+    matched = pairs(run)
+    for real, standin in matched:
         for r in (real, standin):
             uuid.UUID(r.header("Ce-Id"))
             assert GO_TIME.match(r.header("Ce-Time") or ""), (r.key, r.header("Ce-Time"))
 
 
 def test_both_are_binary_mode_with_the_same_body_bytes(run: Run):
-    for real, standin in pairs(run):
+    matched = pairs(run)
+    for real, standin in matched:
         assert real.header("Content-Type") == "application/json"  # binary mode: structured would be cloudevents+json
         assert standin.body == real.body, real.key
 
 
 def test_tokens_are_for_the_audience_and_name_the_sources_oidc_account(run: Run):
-    for real, standin in pairs(run):
+    matched = pairs(run)
+    for real, standin in matched:
         a, b = claims(real.header("Authorization")), claims(standin.header("Authorization"))
         assert a["aud"] == b["aud"] == [AUDIENCE]
         assert a["sub"] == b["sub"]

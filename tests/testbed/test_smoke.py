@@ -43,7 +43,7 @@ def test_jobset_webhook_guards_pod_template_labels_while_running(testbed: LiveCl
     label = [{"op": "add", "path": "/spec/replicatedJobs/0/template/spec/template/metadata/labels/changed",
               "value": "yes"}]
     if refused:
-        with pytest.raises(ApiException) as e:
+        with pytest.raises(ApiException, match=r"vjobset\.kb\.io\W{0,2} denied the request") as e:
             objs.patch_namespaced_custom_object(*JOBSET[:2], namespace, JOBSET[2], "js", label,
                                                 _content_type=JSON_PATCH)
         assert e.value.status in (403, 422)
@@ -75,7 +75,7 @@ def test_forced_server_side_apply_as_trainer_takes_over_a_field(testbed: LiveClu
     resource.server_side_apply(body=body, namespace=namespace, field_manager="kai-fn")
     body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["labels"]["app"] = "trainer"
 
-    with pytest.raises(ApiException) as conflict:
+    with pytest.raises(ApiException, match=r"(?s)^409\n.*Apply failed with 1 conflict") as conflict:
         resource.server_side_apply(body=body, namespace=namespace, field_manager="trainer")
     applied = resource.server_side_apply(body=body, namespace=namespace, field_manager="trainer",
                                          force_conflicts=True)
