@@ -174,7 +174,7 @@ class App:
         session = self.cluster.session()
         started = time.perf_counter()
         fields: dict[str, Any] = {
-            "type": event.type, "id": event.id, "kind": "TrainJob", "namespace": event.namespace, "name": event.name,
+            "type": event.type, "id": event.id, "kind": event.via, "namespace": event.namespace, "name": event.name,
             "uid": event.uid, "mode": event.mode, "attempt": item.attempt,
             "waited_ms": round((time.monotonic() - item.queued_at) * 1000, 1)}
         try:

@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from kai_fn.commands.tables import table
 from kai_fn.core import gang, keys
-from kai_fn.local.chain import PODGROUP_APIS, TRAINER, Chain
+from kai_fn.local.chain import PODGROUP_APIS, Chain
 from kai_fn.local.podwatch import PodSeen, PodWatch
 from kai_fn.local.realchain import ChainError, Cluster, chain_cluster, kai_fn_running
 
@@ -198,11 +198,11 @@ def _status(cluster: Cluster, ns: str) -> None:
 
 
 def _wait_bound_marked(cluster: Cluster, ns: str, deadline_s: float = 30) -> None:
-    """kai_fn marks the TrainJob ``kai-fn/bound`` after its GangBound Event, on the PodGroup's next change or the
-    next resync (every 10 s here); bounded, since ``status`` reads the pods meanwhile and needs no mark."""
+    """kai_fn marks the gang's PodGroup ``kai-fn/bound`` after its GangBound Event, on the PodGroup's next change or
+    the next resync (every 10 s here); bounded, since ``status`` reads the pods meanwhile and needs no mark."""
     objs, end = client.CustomObjectsApi(cluster.api), time.monotonic() + deadline_s
     while time.monotonic() < end:
-        job = objs.get_namespaced_custom_object(*TRAINER, ns, "trainjobs", JOB)
-        if keys.GANG_BOUND_ANNOTATION in (job["metadata"].get("annotations") or {}):
+        groups = objs.list_namespaced_custom_object(*PODGROUP_APIS["kai"], ns, "podgroups")["items"]
+        if any(keys.GANG_BOUND_ANNOTATION in (g["metadata"].get("annotations") or {}) for g in groups):
             return
         time.sleep(0.5)

@@ -39,9 +39,9 @@ from kai_fn.local.realchain import submit, trainjob
 
 QUEUE_API = ("scheduling.run.ai", "v2", "queues")
 BLOCKED = ("QueueNotFound", "GangExceedsQueue")
-ADAPTERS = ("trainjobs", "podgroups")  # knative/base's ApiServerSources, kai-fn-<name>
+ADAPTERS = ("trainjobs", "jobsets", "podgroups")  # knative/base's ApiServerSources, kai-fn-<name>
 _STAGE = re.compile(r"-stage-(\d+)$")
-_RESYNC_DONE = re.compile(r"^resync: \d+ waiting; (?:[^;]*?, )?(\d+) done")
+_RESYNC_DONE = re.compile(r"^resync: \d+ owed a pass; (?:[^;]*?, )?(\d+) (?:done|queued)")
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,7 @@ class Record:
     jobs: list[Job]
     created: dict[str, float] = field(default_factory=dict)  # job key -> time.monotonic() of its create call
     trainjobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # job key -> as at the end
+    jobsets: dict[str, dict[str, Any]] = field(default_factory=dict)  # job key -> its JobSet, as at the end
     warnings: dict[str, set[str]] = field(default_factory=dict)  # job key -> reasons of kai_fn's Warnings
     pods: dict[str, list[PodSeen]] = field(default_factory=dict)  # job key -> its pods as watched
     binds: set[str] = field(default_factory=set)  # namespace/pod with a BindRequest
@@ -105,15 +106,18 @@ class Record:
 
     # -- the checks -------------------------------------------------------------------------------------------
     def unsettled(self) -> list[str]:
-        """Every TrainJob ends bound whole (released, every pod on a node) or blocked (suspended, unmarked, with
-        kai_fn's Warning saying why)."""
+        """Every TrainJob ends bound whole (its JobSet decided and running, every pod on a node) or blocked (its JobSet
+        held, undecided, with kai_fn's Warning saying why); the TrainJob itself is never suspended."""
         return [f"{job.key}: {why}" for job in self.jobs if (why := self._unsettled(job))]
 
     def _unsettled(self, job: Job) -> str | None:
         tj = self.trainjobs.get(job.key)
         if tj is None:
             return "not found"
-        notes, suspended = tj["metadata"].get("annotations") or {}, tj["spec"].get("suspend") is True
+        if tj["spec"].get("suspend") is True:
+            return "the TrainJob was suspended"
+        js = self.jobsets.get(job.key) or {"metadata": {}, "spec": {}}
+        notes, suspended = js["metadata"].get("annotations") or {}, js["spec"].get("suspend") is not False
         if job.refusal:
             if not suspended or keys.MARKER_PODGROUP in notes:
                 return f"released, though it must be refused with {job.refusal}"
@@ -180,13 +184,14 @@ class Record:
         return {j.key for j in self.jobs if not j.refusal}
 
     def _released(self) -> set[str]:
-        return {key for key, tj in self.trainjobs.items() if keys.MARKER_PODGROUP in (tj["metadata"].get("annotations")
-                                                                                       or {})}
+        return {key for key, js in self.jobsets.items() if keys.MARKER_PODGROUP in (js["metadata"].get("annotations")
+                                                                                     or {})}
 
     def _released_by_event(self) -> set[str]:
         """TrainJobs whose release the function logged as the outcome of one of their events."""
         return {f"{e.get('namespace')}/{e.get('name')}" for e in self.log
-                if e.get("kind") == "TrainJob" and e.get("outcome") == "done" and e.get("podgroup")
+                if e.get("kind") in ("TrainJob", "JobSet") and e.get("type") != "resync" and e.get("outcome") == "done"
+                and e.get("podgroup")
                 and "released" in str(e.get("reason"))}
 
     def released_by(self) -> Counter[str]:
@@ -358,6 +363,9 @@ def _read_end(record: Record, objs: client.CustomObjectsApi, core: client.CoreV1
         for ns in namespaces:
             for tj in objs.list_namespaced_custom_object(*TRAINER, ns, "trainjobs", _request_timeout=10)["items"]:
                 record.trainjobs[f"{ns}/{tj['metadata']['name']}"] = tj
+            for js in objs.list_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets",
+                                                         _request_timeout=10)["items"]:
+                record.jobsets[f"{ns}/{js['metadata']['name']}"] = js
             for e in core.list_namespaced_event(ns, _request_timeout=10).items:
                 if e.type == "Warning" and e.reporting_component == keys.MANAGED_BY:
                     record.warnings.setdefault(f"{ns}/{e.involved_object.name}", set()).add(e.reason)

@@ -14,6 +14,7 @@ TRAINJOB = "jobset.sigs.k8s.io/jobset-name"  # Trainer names the JobSet after th
 SP_LABEL = "scheduling.x-k8s.io/pod-group"
 KAI_ANNOTATION = "pod-group-name"
 QUEUE_API = ("scheduling.run.ai", "v2", "queues")
+JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 
 
 def pods(chain: Chain, ns: str, trainjob: str, replicated_job: str = "node") -> list[client.V1Pod]:
@@ -52,17 +53,38 @@ def group_of(p: client.V1Pod) -> str | None:
     return (p.metadata.annotations or {}).get(KAI_ANNOTATION) or (p.metadata.labels or {}).get(SP_LABEL)
 
 
-def podgroup(chain: Chain, ns: str, trainjob: str) -> dict | None:
-    """The PodGroup kai_fn made for the TrainJob (named on it once released), in the chain's flavor."""
+def jobset(chain: Chain, ns: str, trainjob: str) -> dict | None:
+    """The JobSet Trainer made for the TrainJob (same name), or None."""
     try:
-        job = client.CustomObjectsApi(chain.api).get_namespaced_custom_object(*TRAINER, ns, "trainjobs", trainjob)
-        name = (job["metadata"].get("annotations") or {}).get(keys.MARKER_PODGROUP)
+        return client.CustomObjectsApi(chain.api).get_namespaced_custom_object(*JOBSET, ns, "jobsets", trainjob)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def decision(chain: Chain, ns: str, trainjob: str) -> dict[str, str]:
+    """kai_fn's marks on the TrainJob's JobSet (its decision), and the hold's label while it stands."""
+    js = jobset(chain, ns, trainjob) or {"metadata": {}}
+    marks = {**(js["metadata"].get("labels") or {}), **(js["metadata"].get("annotations") or {})}
+    return {k: v for k, v in marks.items() if k.startswith("kai-fn/")}
+
+
+def podgroup(chain: Chain, ns: str, trainjob: str) -> dict | None:
+    """The PodGroup kai_fn made for the TrainJob (named on its JobSet once decided), in the chain's flavor."""
+    name = decision(chain, ns, trainjob).get(keys.MARKER_PODGROUP)
+    try:
         return name and client.CustomObjectsApi(chain.api).get_namespaced_custom_object(
             *PODGROUP_APIS[chain.flavor], ns, "podgroups", name)
     except ApiException as e:
         if e.status == 404:
             return None
         raise
+
+
+def podgroup_annotations(chain: Chain, ns: str, trainjob: str) -> dict[str, str]:
+    """The gang's marks (``kai-fn/bound``, ``kai-fn/timed-out``) on its main PodGroup."""
+    return ((podgroup(chain, ns, trainjob) or {}).get("metadata") or {}).get("annotations") or {}
 
 
 def kai_reasons(group: dict) -> list[str]:

@@ -1,70 +1,97 @@
-"""On the chain testbed (Trainer's own controllers and webhooks in-process): a TrainJob submitted the ordinary way,
-with no ``spec.suspend``, is suspended by the admission policy, gets its JobSet from Trainer still suspended, and is
-released by the function with its gang; Trainer then resumes the JobSet with the PodGroup on every pod template.
-Nothing is TooLate."""
+"""On the chain (Trainer, JobSet and KAI as installed, kai_fn deployed with its admission policy and Knative's own
+adapters): a TrainJob submitted the ordinary way is never suspended, from its create to its gang bound. Trainer makes
+its JobSet, the policy holds it (``spec.suspend: true``, ``kai-fn/held``) while Trainer's re-applies are turned back
+without a write, kai_fn makes the PodGroup and decides the JobSet in one patch, and every pod exists after its
+PodGroup and binds whole. Nothing is TooLate, and kai_fn writes no TrainJob on the way."""
 from __future__ import annotations
 
-import shutil
-from typing import TYPE_CHECKING, Any
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
-import pytest
-from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes import client, watch
 
-from tests.ce import ping, send
-from tests.conftest import sample_object
-from tests.testbed.conftest import wait_for
-from tests.testbed.kai_fn_install import (
-    TRAINER, admission_policy, create_ignoring_conflict, create_trainjob, enabled_namespace, function_process,
-)
+from kai_fn.core import keys
+from kai_fn.local.chain import TRAINER, Chain
+from kai_fn.local.podwatch import PodWatch
+from tests.chain.conftest import REPORT, wait_for
+from tests.chain.gangs import JOBSET, bound, decision, podgroup, pods, table, trainjob_events
 
-if TYPE_CHECKING:
-    from tests.testbed.conftest import LiveCluster
-
-pytestmark = [pytest.mark.chain,
-              pytest.mark.skipif(shutil.which("go") is None, reason="chain tier: Go is not installed")]
-JOBSET = ("jobset.x-k8s.io", "v1alpha2")
+NODES = 2
 
 
-@pytest.fixture(scope="module")
-def chain(chain_testbed: LiveCluster) -> LiveCluster:
-    """The session's chain testbed (tests/chain/conftest.py), without kai_fn's chain process: this test runs its own."""
-    return chain_testbed
+class Versions:
+    """Every version of the objects of one kind in one namespace, as a watch delivers them."""
+
+    def __init__(self, api: client.ApiClient, resource: tuple[str, str, str], namespace: str) -> None:
+        self.objs, self.resource, self.namespace = client.CustomObjectsApi(api), resource, namespace
+        self.seen: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        group, version, plural = self.resource
+        listed = self.objs.list_namespaced_custom_object(group, version, self.namespace, plural)
+        self._ready.set()
+        while not self._stop.is_set():
+            for event in watch.Watch().stream(self.objs.list_namespaced_custom_object, group, version,
+                                              self.namespace, plural, timeout_seconds=2,
+                                              resource_version=listed["metadata"]["resourceVersion"]):
+                self.seen.append(event["object"])
+                listed["metadata"]["resourceVersion"] = event["object"]["metadata"]["resourceVersion"]
+                if self._stop.is_set():
+                    break
+
+    @contextmanager
+    def running(self) -> Iterator[Versions]:
+        self._thread.start()
+        self._ready.wait(10)
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join(timeout=10)
+
+    def of(self, name: str) -> list[dict[str, Any]]:
+        return [o for o in self.seen if o["metadata"]["name"] == name]
 
 
+def test_a_plainly_submitted_trainjob_is_never_suspended_and_binds_whole(chain: Chain, pool, namespaces):
+    nodes = pool("plain-sub")
+    nodes.ensure(f"{NODES}x8")
+    ns = namespaces("plain-sub")
+    chain.runtime(ns, pool=nodes.name)
+    seen = lambda: table(chain, ns)  # noqa: E731
+    with (Versions(chain.api, (*TRAINER, "trainjobs"), ns).running() as trainjobs,
+          Versions(chain.api, (*JOBSET, "jobsets"), ns).running() as jobsets,
+          PodWatch(chain.api, ns, check_groups=True) as watched):
+        made = chain.trainjob(ns, "plain", num_nodes=NODES)
+        assert made["spec"].get("suspend") is False
+        trainers = wait_for("the gang binds whole", lambda: len(bound(ps := pods(chain, ns, "plain"))) == NODES
+                            and ps, deadline_s=90, explain=seen)
+        wait_for("kai_fn tells the TrainJob GangBound", lambda: "GangBound" in trainjob_events(chain, ns, "plain"),
+                 deadline_s=60)
 
-def test_a_plainly_submitted_trainjob_is_released_with_its_gang_and_never_too_late(chain: LiveCluster):
-    objs = client.CustomObjectsApi(chain.api)
-    runtime = sample_object("clustertrainingruntime-torch-kai")
-    create_ignoring_conflict(lambda: objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime))
-    for name in ("queue-default-parent", "queue-team-a"):  # the queue pre-check needs the gang's leaf Queue
-        queue = sample_object(name)
-        create_ignoring_conflict(lambda: objs.create_cluster_custom_object("scheduling.run.ai", "v2", "queues", queue))
-    with admission_policy(chain):
-        ns = enabled_namespace(chain, "chain-plain")
-        submitted = sample_object("trainjob-llama-finetune")
-        del submitted["spec"]["suspend"], submitted["metadata"]["uid"]
-        submitted["metadata"]["namespace"] = ns
-        job = create_trainjob(chain, ns, submitted)
-        assert job["spec"]["suspend"] is True
+    versions = trainjobs.of("plain")
+    assert versions, "the watch saw the TrainJob"
+    assert [v["spec"].get("suspend") for v in versions if v["spec"].get("suspend")] == [], \
+        "the TrainJob was suspended on its way to a bound gang"
+    writers = {entry["manager"] for v in versions for entry in v["metadata"].get("managedFields") or []}
+    assert keys.FIELD_MANAGER not in writers, f"kai_fn wrote the TrainJob: managers {sorted(writers)}"
+    assert not any(k.startswith("kai-fn/") for k in versions[-1]["metadata"].get("annotations") or {})
 
-        def jobset() -> dict[str, Any] | None:
-            try:
-                return objs.get_namespaced_custom_object(*JOBSET, ns, "jobsets", "llama-finetune")
-            except ApiException:
-                return None
-
-        assert wait_for("Trainer's JobSet", jobset)["spec"]["suspend"] is True
-        with function_process(chain) as fn:  # the resync finds it: no ApiServerSource here
-            answer = send(fn.url, ping())
-        assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "done")
-        podgroup = f"pg-llama-finetune-{job['metadata']['uid']}"
-        live = objs.get_namespaced_custom_object(*TRAINER, ns, "trainjobs", "llama-finetune")
-        assert live["spec"]["suspend"] is False and live["metadata"]["annotations"]["kai-fn/podgroup"] == podgroup
-        resumed = wait_for("Trainer resumes the JobSet", lambda: (js := jobset()) and js["spec"]["suspend"] is False
-                           and js)
-        templates = [rj["template"]["spec"]["template"]["metadata"] for rj in resumed["spec"]["replicatedJobs"]]
-        assert all(t["annotations"]["pod-group-name"] == podgroup for t in templates)
-        objs.get_namespaced_custom_object("scheduling.run.ai", "v2alpha2", ns, "podgroups", podgroup)
-        reasons = {e.reason for e in client.CoreV1Api(chain.api).list_namespaced_event(ns).items}
-        assert "GangCreated" in reasons and "TooLate" not in reasons
+    held = [v for v in jobsets.of("plain") if (v["metadata"].get("labels") or {}).get(keys.HELD_LABEL) == "true"]
+    assert held and all(v["spec"]["suspend"] is True for v in held), "the JobSet was held, suspended, until decided"
+    assert held[0] is jobsets.of("plain")[0], "the JobSet was held from its create"
+    decided = decision(chain, ns, "plain")
+    group = podgroup(chain, ns, "plain")
+    assert group is not None and decided == {keys.MARKER_PODGROUP: group["metadata"]["name"],
+                                             keys.RELEASED_AT_ANNOTATION: decided[keys.RELEASED_AT_ANNOTATION]}
+    assert watched.violations == [], "a pod existed before its PodGroup"
+    assert len(watched.snapshot()) == NODES and all(p.group == group["metadata"]["name"] for p in watched.snapshot())
+    assert {p.metadata.annotations["pod-group-name"] for p in trainers} == {group["metadata"]["name"]}
+    assert "TooLate" not in trainjob_events(chain, ns, "plain")
+    REPORT.append(f"plain submission: the JobSet went through {len({v['metadata']['resourceVersion'] for v in held})}"
+                  f" resourceVersions while held, the TrainJob through {len(versions)} (Trainer's status writes)")

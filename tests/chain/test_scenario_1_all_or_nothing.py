@@ -9,8 +9,8 @@ import pytest
 
 from kai_fn.core import keys
 from tests.chain.conftest import REPORT, wait_for
-from tests.chain.gangs import (SP_LABEL, bound, group_of, kai_reasons, podgroup, pods, spread, table,
-                               trainjob_annotations, trainjob_events, tried)
+from tests.chain.gangs import (SP_LABEL, bound, group_of, kai_reasons, podgroup, podgroup_annotations, pods, spread,
+                               table, trainjob_events, tried)
 
 FLAVORS = [pytest.param("kai", id="kai"),
            pytest.param("scheduler-plugins", id="scheduler-plugins", marks=pytest.mark.flavor("scheduler-plugins"))]
@@ -44,7 +44,7 @@ def test_a_gang_binds_whole_only_once_the_fourth_node_is_there(flavor, chain, po
     wait_for("kai_fn tells the TrainJob GangBound", lambda: "GangBound" in trainjob_events(chain, ns, "tj"),
              deadline_s=90, explain=lambda: f"events: {trainjob_events(chain, ns, 'tj')}")
     assert trainjob_events(chain, ns, "tj").count("GangBound") == 1
-    assert keys.GANG_BOUND_ANNOTATION in trainjob_annotations(chain, ns, "tj")
+    assert keys.GANG_BOUND_ANNOTATION in podgroup_annotations(chain, ns, "tj")
     REPORT.append(f"all-or-nothing ({flavor}): the 4 pods bound within {spread(trainers):.0f} s of each other "
                   "(PodScheduled timestamps, whole seconds)")
 

@@ -25,7 +25,7 @@ from kai_fn.local.chain import TRAINER
 from kai_fn.local.shapes import (COMPLETE_AFTER, INITIALIZERS, JOBSET_LABEL, SHAPES, Shape, initializer, node,
                                  submit, trainer_pods, watch_fare)
 from tests.chain.conftest import REPORT, Pool, wait_for
-from tests.chain.gangs import kai_reasons, table
+from tests.chain.gangs import decision, kai_reasons, table
 
 DEADLINE_S = 90.0
 
@@ -36,8 +36,8 @@ def podgroups(chain, ns: str) -> list[dict]:
 
 
 def main_podgroup(chain, ns: str, trainjob: str) -> dict | None:
-    job = client.CustomObjectsApi(chain.api).get_namespaced_custom_object(*TRAINER, ns, "trainjobs", trainjob)
-    name = (job["metadata"].get("annotations") or {}).get(keys.MARKER_PODGROUP)
+    """The gang kai_fn named on the TrainJob's JobSet when it decided it."""
+    name = decision(chain, ns, trainjob).get(keys.MARKER_PODGROUP)
     return next((pg for pg in podgroups(chain, ns) if pg["metadata"]["name"] == name), None)
 
 

@@ -28,6 +28,7 @@ from kai_fn.local.objwatch import BIND_REQUESTS, ObjectWatch, split_gangs
 from kai_fn.local.podwatch import PodWatch
 from kai_fn.local.realchain import submit, trainjob
 from tests.chain.conftest import REPORT, wait_for
+from tests.chain.gangs import JOBSET
 
 BURST, PODS = 20, 2
 FAULT_BURST = int(os.environ.get("KAI_FN_FAULT_BURST", "20"))
@@ -53,8 +54,8 @@ def kill_and_restart_kai_scheduler(chain: Chain, ns: str) -> None:
 
 
 def released(chain: Chain, ns: str) -> set[str]:
-    """TrainJobs kai_fn finished: marked with their PodGroup and resumed."""
-    items = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(*TRAINER, ns, "trainjobs")["items"]
+    """TrainJobs kai_fn finished: their JobSet decided with its PodGroup and resumed."""
+    items = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(*JOBSET, ns, "jobsets")["items"]
     return {j["metadata"]["name"] for j in items
             if not j["spec"].get("suspend") and "kai-fn/podgroup" in (j["metadata"].get("annotations") or {})}
 

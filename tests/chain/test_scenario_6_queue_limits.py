@@ -2,14 +2,15 @@
 and holds the queue's 16; a second one, over what the queue has left though the nodes have room, waits whole with
 KAI's reason ``OverLimit``, told to its TrainJob once (Event ``GangUnschedulable``); it binds whole when the holder
 is deleted. A gang that can never fit the queue (3 x 8 > 16) is refused by kai_fn's pre-check, ``GangExceedsQueue``,
-before any PodGroup or pod exists: it stays suspended."""
+before any PodGroup or pod exists: its JobSet stays held (the TrainJob itself is never suspended)."""
 from __future__ import annotations
 
 from kubernetes import client
 
+from kai_fn.core import keys
 from kai_fn.local.chain import TRAINER
 from tests.chain.conftest import REPORT, wait_for
-from tests.chain.gangs import (bound, kai_reasons, podgroup, pods, queue, table, trainjob, trainjob_events,
+from tests.chain.gangs import (bound, decision, kai_reasons, podgroup, pods, queue, table, trainjob, trainjob_events,
                                trainjob_warnings, tried)
 
 QUEUE_LABEL = "kai.scheduler/queue"
@@ -60,7 +61,8 @@ def test_a_gang_that_can_never_fit_its_queue_is_refused_before_any_pod_exists(ch
                        lambda: trainjob_warnings(chain, ns, "too-big", "GangExceedsQueue"),
                        explain=lambda: str(trainjob_events(chain, ns, "too-big")))
     assert leaf in refused[0] and "24" in refused[0] and "16" in refused[0], refused
-    assert trainjob(chain, ns, "too-big")["spec"]["suspend"] is True
+    assert trainjob(chain, ns, "too-big")["spec"].get("suspend") is False, "the TrainJob is never suspended"
+    assert decision(chain, ns, "too-big") == {keys.HELD_LABEL: "true"}, "its JobSet stays held"
     assert pods(chain, ns, "too-big") == [] and podgroup(chain, ns, "too-big") is None
     kai_groups = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(
         "scheduling.run.ai", "v2alpha2", ns, "podgroups")["items"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from kai_fn.core import keys
 from tests.chain.conftest import REPORT, wait_for
-from tests.chain.gangs import bound, pods, table, trainjob, trainjob_events, trainjob_warnings, tried
+from tests.chain.gangs import (bound, podgroup_annotations, pods, table, trainjob, trainjob_events, trainjob_warnings,
+                               tried)
 
 
 def test_a_gang_that_cannot_bind_times_out_and_is_suspended_and_its_pods_go(chain, pool, namespaces):
@@ -23,8 +24,8 @@ def test_a_gang_that_cannot_bind_times_out_and_is_suspended_and_its_pods_go(chai
                                                                                       "ScheduleTimeout"),
                          deadline_s=90, explain=lambda: str(trainjob_events(chain, ns, "stuck")))
     assert "PodSchedulingErrors" in timed_out[0] or "Resources were found" in timed_out[0], timed_out
-    job = trainjob(chain, ns, "stuck")
-    assert job["spec"]["suspend"] is True and keys.TIMED_OUT_ANNOTATION in job["metadata"]["annotations"]
+    assert trainjob(chain, ns, "stuck")["spec"]["suspend"] is True  # KAI_FN_ON_TIMEOUT=suspend: the one TrainJob write
+    assert keys.TIMED_OUT_ANNOTATION in podgroup_annotations(chain, ns, "stuck")
     wait_for("its pods go away", lambda: pods(chain, ns, "stuck") == [], explain=seen)
 
     chain.trainjob(ns, "fits", num_nodes=1)

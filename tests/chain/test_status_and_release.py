@@ -3,9 +3,9 @@ kubeconfig), against what kai_fn and KAI really did.
 
 1. Every state the chain can produce, one TrainJob each: ``blocked`` (the queue pre-check), ``timed-out`` (the
    schedule timeout, suspended again), ``waiting`` (with KAI's own reason), ``suspended`` (``kai-fn/hold``),
-   ``running-without-gang`` (out of scope), ``bound``, in that order; ``held`` in 2.
-2. An outage: the function killed (SIGKILL, as a crash); TrainJobs submitted plainly meanwhile are held by the
-   admission policy; ``status --held-for 10s`` exits 1 naming them once they are held that long; ``release --held``
+   ``bound``, in that order; ``held`` in 2. A TrainJob whose pods never ask for KAI is neither held nor listed.
+2. An outage: the function killed (SIGKILL, as a crash); the JobSets of TrainJobs submitted plainly meanwhile are
+   held by the admission policy; ``status --held-for 10s`` exits 1 naming them once they are held that long; ``release --held``
    frees them without a gang; the function restarted does its work again (a new TrainJob gets its gang) and makes no
    gang for the released ones.
 
@@ -32,7 +32,8 @@ from kai_fn.function import settings as settings_mod
 from kai_fn.local.chain import NAMESPACE, PODGROUP_APIS, TRAINER, Chain, for_scheduler, sample
 from kai_fn.local.process import REPO
 from tests.chain.conftest import REPORT, wait_for
-from tests.chain.gangs import (bound, kai_reasons, podgroup, pods, queue, table, trainjob, trainjob_warnings)
+from tests.chain.gangs import (bound, decision, jobset, kai_reasons, podgroup, pods, queue, table, trainjob,
+                               trainjob_warnings)
 
 QUEUE_LABEL = "kai.scheduler/queue"
 LEASE = "kai-fn-resync"
@@ -65,9 +66,12 @@ def out_of_scope_runtime(chain: Chain, ns: str, pool: str) -> None:
     client.CustomObjectsApi(chain.api).create_namespaced_custom_object(*TRAINER, ns, "trainingruntimes", rt)
 
 
-def kai_fn_podgroups(chain: Chain, ns: str) -> list[str]:
+def kai_fn_podgroups(chain: Chain, ns: str, trainjob_name: str | None = None) -> list[str]:
+    selector = f"{keys.MANAGED_BY_LABEL}={keys.MANAGED_BY}"
+    if trainjob_name:
+        selector += f",{keys.TRAINJOB_NAME_LABEL}={trainjob_name}"
     found = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(
-        *PODGROUP_APIS["kai"], ns, "podgroups", label_selector=f"{keys.MANAGED_BY_LABEL}={keys.MANAGED_BY}")
+        *PODGROUP_APIS["kai"], ns, "podgroups", label_selector=selector)
     return [pg["metadata"]["name"] for pg in found["items"]]
 
 
@@ -97,22 +101,22 @@ def test_status_reads_every_state_kai_fn_and_kai_leave_a_trainjob_in(chain, pool
              "ScheduleTimeout") and trainjob(chain, ns, "late")["spec"]["suspend"], deadline_s=90)
     wait_for("the pre-check refuses the gang its queue can never hold",
              lambda: trainjob_warnings(chain, ns, "too-big", "GangExceedsQueue"))
-    wait_for("the held gang is made, its TrainJob kept suspended", lambda: podgroup(chain, ns, "kept"))
-    wait_for("the out-of-scope TrainJob is released without a gang", lambda: not trainjob(chain, ns, "plain")["spec"]
-             ["suspend"])
+    wait_for("the kept gang is made, its JobSet kept held", lambda: kai_fn_podgroups(chain, ns, "kept")
+             and decision(chain, ns, "kept") == {keys.HELD_LABEL: "true"})
+    plain = wait_for("the out-of-scope TrainJob's JobSet", lambda: jobset(chain, ns, "plain"))
+    assert plain["spec"]["suspend"] is False and decision(chain, ns, "plain") == {}, "never held, never touched"
 
     code, items = states(chain, ns)
     assert code == 0  # nothing held
     assert [(i["name"], i["state"]) for i in items] == [
         ("too-big", "blocked"), ("late", "timed-out"), ("waiting", "waiting"), ("kept", "suspended"),
-        ("plain", "running-without-gang"), ("bound", "bound")]  # what needs attention first
+        ("bound", "bound")]  # what needs attention first; "plain" never asked for KAI
     by = {i["name"]: i for i in items}
     assert by["too-big"]["reason"].startswith("GangExceedsQueue: ") and small in by["too-big"]["reason"]
     assert by["late"]["reason"].startswith("not bound within its schedule timeout; suspended again")
     assert re.match(r"KAI: PodSchedulingErrors: Resources were found for \d pods while 4 are required for gang "
                     r"scheduling\.", by["waiting"]["reason"]), by["waiting"]["reason"]
-    assert by["kept"]["reason"] == f"gang made, left suspended: held by {keys.HOLD_ANNOTATION}"
-    assert by["plain"]["reason"] == "released without a gang: it does not ask for KAI"
+    assert by["kept"]["reason"] == f"{keys.HOLD_ANNOTATION} is true"
     assert (by["bound"]["queue"], by["bound"]["minMember"], by["bound"]["gpus"]) == ("default-queue", 1, "8")
     text = kai_fn(chain, "status", "-n", ns)
     assert text.returncode == 0
@@ -157,14 +161,15 @@ def test_with_the_function_down_status_names_the_held_release_frees_them_and_a_r
         dry = kai_fn(chain, "release", "--held", "-n", ns)
         assert dry.returncode == 1 and "would release, without a gang:" in dry.stdout
         assert all(name in dry.stdout for name in held)
-        assert all(trainjob(chain, ns, name)["spec"]["suspend"] for name in held), "nothing written without --yes"
+        assert all(decision(chain, ns, name) == {keys.HELD_LABEL: "true"} for name in held), \
+            "nothing written without --yes"
         done = kai_fn(chain, "release", "--held", "-n", ns, "--yes", "--reason", "kai-fn down, chain test")
         assert done.returncode == 0, done.stdout + done.stderr
         assert sorted(done.stdout.splitlines()) == [f"released {ns}/{name} without a gang" for name in held]
         for name in held:
-            job = trainjob(chain, ns, name)
-            assert job["spec"]["suspend"] is False
-            assert job["metadata"]["annotations"][keys.MARKER_SKIPPED] == keys.SKIPPED_BY_OPERATOR
+            assert trainjob(chain, ns, name)["spec"].get("suspend") is False, "the TrainJob is never suspended"
+            assert jobset(chain, ns, name)["spec"]["suspend"] is False
+            assert decision(chain, ns, name) == {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}
             (event,) = [e for e in client.CoreV1Api(chain.api).list_namespaced_event(
                 ns, field_selector=f"involvedObject.name={name}").items if e.reason == "ReleasedByOperator"]
             assert event.type == "Normal" and "released without a gang by admin: kai-fn down, chain test" in event.message
@@ -183,8 +188,7 @@ def test_with_the_function_down_status_names_the_held_release_frees_them_and_a_r
 
     assert kai_fn_podgroups(chain, ns) == [podgroup(chain, ns, "after")["metadata"]["name"]], "a gang for a released one"
     for name in held:
-        notes = trainjob(chain, ns, name)["metadata"]["annotations"]
-        assert keys.MARKER_PODGROUP not in notes and notes[keys.MARKER_SKIPPED] == keys.SKIPPED_BY_OPERATOR
+        assert decision(chain, ns, name) == {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}
     code, items = states(chain, ns)
     assert code == 0
     assert {i["name"]: i["state"] for i in items} == {**dict.fromkeys(held, "running-without-gang"), "after": "bound"}

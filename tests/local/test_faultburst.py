@@ -9,9 +9,16 @@ BURST = Burst(jobs=2, namespaces=1, pods=2, blocked_every=2)  # burst-000 binds,
 GANG, REFUSED = Job("ns", "burst-000", None), Job("ns", "burst-001", "GangExceedsQueue")
 
 
-def trainjob(name: str, *, released: bool) -> dict:
+def trainjob(name: str) -> dict:
+    """As submitted: never suspended, never marked."""
+    return {"metadata": {"name": name}, "spec": {}}
+
+
+def jobset(name: str, *, released: bool) -> dict:
+    """Decided and running, or still held."""
     notes = {"kai-fn/podgroup": f"pg-{name}-u"} if released else {}
-    return {"metadata": {"name": name, "annotations": notes}, "spec": {"suspend": not released}}
+    labels = {} if released else {"kai-fn/held": "true"}
+    return {"metadata": {"name": name, "annotations": notes, "labels": labels}, "spec": {"suspend": not released}}
 
 
 def pod(name: str, *, node: str | None = "n1", gone: bool = False, group: str = "pg-burst-000-u") -> PodSeen:
@@ -27,8 +34,8 @@ def podgroup(name: str, min_member: int = 2, owner: str = "burst-000", kind: str
 def settled_record(**changes) -> Record:
     """A burst that went right: the gang bound whole through KAI, the other refused with its Warning."""
     record = Record(BURST, [GANG, REFUSED])
-    record.trainjobs = {GANG.key: trainjob("burst-000", released=True),
-                        REFUSED.key: trainjob("burst-001", released=False)}
+    record.trainjobs = {GANG.key: trainjob("burst-000"), REFUSED.key: trainjob("burst-001")}
+    record.jobsets = {GANG.key: jobset("burst-000", released=True), REFUSED.key: jobset("burst-001", released=False)}
     record.warnings = {REFUSED.key: {"GangExceedsQueue"}}
     record.pods = {GANG.key: [pod("p0"), pod("p1")]}
     record.binds = {"ns/p0", "ns/p1"}
@@ -98,8 +105,11 @@ def test_a_podgroup_for_a_refused_trainjob_is_reported():
 
 
 def test_releases_are_the_events_when_the_function_logged_one_and_the_resyncs_otherwise():
-    log = [{"kind": "TrainJob", "namespace": "ns", "name": "burst-000", "outcome": "done", "podgroup": "pg",
+    log = [{"kind": "JobSet", "namespace": "ns", "name": "burst-000", "outcome": "done", "podgroup": "pg",
             "reason": "PodGroup pg created: minMember 2; released"},
-           {"reason": "resync: 3 waiting; 1 blocked, 12 done; timeouts: none"}]
+           {"reason": "resync: 13 owed a pass; 1 blocked, 12 done; timeouts: none"}]
     assert settled_record(log=log).released_by() == {"events": 1, "resync": 0, "resync says": 12}
     assert settled_record(log=log[1:]).released_by() == {"events": 0, "resync": 1, "resync says": 12}
+    # A pass the resync handed to the work queue is the resync's, though its line looks like an event's.
+    queued = [{**log[0], "type": "resync"}, {"reason": "resync: 1 owed a pass; 1 queued; timeouts: none"}]
+    assert settled_record(log=queued).released_by() == {"events": 0, "resync": 1, "resync says": 1}
