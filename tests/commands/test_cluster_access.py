@@ -49,7 +49,8 @@ def test_flags_before_or_after_the_command_reach_it(api, tmp_path, capsys, two_n
 
 
 def test_all_namespaces_before_the_command(api, tmp_path, capsys, two_namespaces):
-    code = cli.main(["-A", "--kubeconfig", two_contexts(api, tmp_path), "--context", "emulator", "status", "-o", "json"])
+    kubeconfig = two_contexts(api, tmp_path)
+    code = cli.main(["-A", "--kubeconfig", kubeconfig, "--context", "emulator", "status", "-o", "json"])
     out = capsys.readouterr()
     assert code in (0, 1), out.err
     assert sorted(names(out.out)) == [("team-a", NAME), ("team-b", "other")]

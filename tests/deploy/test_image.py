@@ -198,8 +198,8 @@ def test_dockerfile_builds_the_package_wheel_and_installs_it_with_the_constraint
     dist, source = wheel.groups()
     assert any(shlex.split(c.args)[-1].rstrip("/") == source.rstrip("/") for c in builder.all("COPY")
                if "pyproject.toml" in c.args), "the wheel is built from where pyproject.toml was copied"
-    assert re.search(rf"/opt/venv/bin/pip install\b[^&;]*{re.escape(dist)}/kai_fn-\*\.whl[^&;]*-c\s+\S*constraints\.txt",
-                     runs), runs
+    install = rf"/opt/venv/bin/pip install\b[^&;]*{re.escape(dist)}/kai_fn-\*\.whl[^&;]*-c\s+\S*constraints\.txt"
+    assert re.search(install, runs), runs
 
 
 BUILD_TOOLS = ("gcc", "g++", "build-essential", "make", "clang", "python3-dev", "libc6-dev")
