@@ -13,7 +13,7 @@
 # Both stages must use the same image: the venv links to its interpreter.
 ARG PYTHON_IMAGE=python:3.11-slim
 
-# ---- builder: a virtualenv with the pinned runtime requirements -------------
+# ---- builder: the kai-fn wheel, installed with its pinned dependencies ------
 FROM ${PYTHON_IMAGE} AS builder
 
 ENV PIP_NO_CACHE_DIR=1 \
@@ -22,11 +22,18 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 # Every requirement ships manylinux wheels for CPython 3.11, so no compiler is
 # needed. Should one ever need building, install build tools in THIS stage only.
+# The dependencies first, in their own layer (cached while only kai_fn/ changes);
+# then the package as `pip install .` would: a wheel built with the backend
+# pinned in pyproject.toml, without kai_fn/local (tests and demos only).
 RUN python -m venv /opt/venv
-COPY requirements.txt constraints.txt /tmp/
-RUN /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt -c /tmp/constraints.txt
+COPY requirements.txt constraints.txt /src/
+RUN /opt/venv/bin/pip install --no-cache-dir -r /src/requirements.txt -c /src/constraints.txt
+COPY pyproject.toml README.md /src/
+COPY kai_fn/ /src/kai_fn/
+RUN /opt/venv/bin/pip wheel --no-cache-dir --no-deps -w /tmp/dist /src \
+    && /opt/venv/bin/pip install --no-cache-dir /tmp/dist/kai_fn-*.whl -c /src/constraints.txt
 
-# ---- final: the venv and the app, nothing else -------------------------------
+# ---- final: the venv (with kai_fn in it) and main.py, nothing else -----------
 FROM ${PYTHON_IMAGE}
 
 # PYTHONDONTWRITEBYTECODE: the root filesystem is read-only at run time (the
@@ -43,7 +50,6 @@ COPY --from=builder /opt/venv /opt/venv
 
 WORKDIR /app
 COPY main.py /app/main.py
-COPY kai_fn/ /app/kai_fn/
 RUN python -m compileall -q /app
 
 # Numeric, non-root (nobody-style 65532); matches runAsUser in the Service.

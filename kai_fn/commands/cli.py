@@ -1,7 +1,8 @@
-"""``python -m kai_fn``: plan from files; status, explain and release of live TrainJobs; invoke a running function.
+"""kai-fn: gang scheduling for Kubeflow Trainer TrainJobs on KAI Scheduler, from the operator's side.
 
-Commands of the workstation harness (the demo) are added by whoever composes the entry point (``kai_fn/__main__``), so
-this package never imports :mod:`kai_fn.local`."""
+See which TrainJobs kai_fn holds, blocks or waits on and why (``status``, ``explain``), release held ones without a
+gang (``release``), plan a TrainJob from files (``plan``), and post a sample event to a running function
+(``invoke``). Installed, it is also the kubectl plugin ``kubectl kai-fn``."""
 from __future__ import annotations
 
 import argparse
@@ -96,15 +97,62 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 AddCommand = Callable[[argparse._SubParsersAction], None]
 
+DESCRIPTION = """\
+Gang scheduling for Kubeflow Trainer TrainJobs on KAI Scheduler, by the kai_fn function:
+see which TrainJobs it holds, blocks or waits on and why, and release held ones."""
+EPILOG = """\
+cluster access is kubectl's: --kubeconfig, --context, -n/--namespace and -A/--all-namespaces,
+before or after the command. As a kubectl plugin they follow the plugin's name:
+  kubectl kai-fn status -A --context prod
+  kubectl kai-fn explain -n team-a llama-finetune
+  kubectl kai-fn release --held -n team-a --yes --reason 'kai-fn is down (INC-42)'"""
 
-def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m kai_fn", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="print the PodGroup, pod-template changes and JobSet patch for a TrainJob")
+
+def build_parser(extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    _cluster_access(parser, top=True, namespace="for status, explain and release (see their --help)",
+                    everywhere="for status and release --held")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("status", help="every TrainJob in kai_fn's scope, one line each: held, blocked, waiting, ...",
+                       description="Every TrainJob in kai_fn's scope, one line each, what needs attention first. "
+                                   "Exit 1 when one has been held longer than --held-for.")
+    _cluster_access(s, namespace="one namespace (default: all)", everywhere="every namespace (the default)")
+    s.add_argument("--held-for", default="2m", metavar="DURATION",
+                   help="exit 1 when a TrainJob has been held longer than this (default: %(default)s)")
+    s.add_argument("-o", "--output", choices=["text", "wide", "json"], default="text")
+    _flavor(s)
+    s.add_argument("--heartbeat", metavar="NAMESPACE/NAME",
+                   help="the function's heartbeat Lease (default: KAI_FN_HEARTBEAT_LEASE or kai-fn/kai-fn-resync)")
+    s.set_defaults(func=cmd_status)
+
+    e = sub.add_parser("explain", help="why one TrainJob's gang waits, read-only from the live cluster",
+                       description="Why one TrainJob's gang waits: its plan, what exists, what KAI says, what to do. "
+                                   "Exit 0 bound or progressing, 1 blocked.")
+    e.add_argument("trainjob", metavar="NAMESPACE/NAME", help="or NAME with -n NAMESPACE")
+    _cluster_access(e, namespace="the TrainJob's namespace, when it is named NAME alone", everywhere=None)
+    _flavor(e)
+    e.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    e.set_defaults(func=cmd_explain)
+
+    r = sub.add_parser("release", help="release held TrainJobs without a gang (an operator's way out; --yes to act)",
+                       description="Release held TrainJobs without a gang, recording who and why in an Event on "
+                                   "each. Without --yes, print what would be released and exit 1.")
+    r.add_argument("trainjobs", nargs="*", metavar="NAMESPACE/NAME", help="held or blocked TrainJobs, by name")
+    r.add_argument("--held", action="store_true", help="every held TrainJob of -n NAMESPACE or -A")
+    r.add_argument("--yes", action="store_true", help="do it; without, print what would be released and exit 1")
+    r.add_argument("--reason", metavar="TEXT", help="why, recorded in the Event on each TrainJob (needed with --yes)")
+    _cluster_access(r, namespace="with --held: its namespace", everywhere="with --held: every namespace")
+    _flavor(r)
+    r.set_defaults(func=cmd_release)
+
+    p = sub.add_parser("plan", help="print the PodGroup, pod-template changes and JobSet patch for a TrainJob, "
+                                    "from files")
     p.add_argument("--trainjob", required=True, metavar="FILE")
     p.add_argument("--runtime", required=True, metavar="FILE", help="its TrainingRuntime or ClusterTrainingRuntime")
     p.add_argument("--jobset", metavar="FILE", help="the live JobSet, to print the JSON Patch for it")
-    p.add_argument("--flavor", choices=["kai", "scheduler-plugins"], help="default: KAI_PODGROUP_FLAVOR or kai")
+    _flavor(p)
     p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
     p.set_defaults(func=cmd_plan)
 
@@ -113,45 +161,29 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     i.add_argument("--url", default="http://127.0.0.1:8080", help="default: %(default)s")
     i.set_defaults(func=cmd_invoke)
 
-    e = sub.add_parser("explain", help="read-only diagnosis of one TrainJob's gang from the live cluster")
-    e.add_argument("trainjob", metavar="NAMESPACE/NAME")
-    e.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG, ~/.kube/config or in-cluster")
-    e.add_argument("--flavor", choices=["kai", "scheduler-plugins"], help="default: KAI_PODGROUP_FLAVOR or kai")
-    e.add_argument("-o", "--output", choices=["text", "json"], default="text")
-    e.set_defaults(func=cmd_explain)
-
-    s = sub.add_parser("status", help="every TrainJob in kai_fn's scope, one line each: held, blocked, waiting, ...")
-    where = s.add_mutually_exclusive_group()
-    where.add_argument("-n", "--namespace", metavar="NAMESPACE", help="one namespace (default: all)")
-    where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (the default)")
-    s.add_argument("--held-for", default="2m", metavar="DURATION",
-                   help="exit 1 when a TrainJob has been held longer than this (default: %(default)s)")
-    s.add_argument("-o", "--output", choices=["text", "wide", "json"], default="text")
-    _cluster_args(s)
-    s.set_defaults(func=cmd_status)
-
-    r = sub.add_parser("release", help="release held TrainJobs without a gang (an operator's way out; --yes to act)")
-    r.add_argument("trainjobs", nargs="*", metavar="NAMESPACE/NAME", help="held or blocked TrainJobs, by name")
-    r.add_argument("--held", action="store_true", help="every held TrainJob of -n NAMESPACE or -A")
-    where = r.add_mutually_exclusive_group()
-    where.add_argument("-n", "--namespace", metavar="NAMESPACE")
-    where.add_argument("-A", "--all-namespaces", action="store_true")
-    r.add_argument("--yes", action="store_true", help="do it; without, print what would be released and exit 1")
-    r.add_argument("--reason", metavar="TEXT", help="why, recorded in the Event on each TrainJob (needed with --yes)")
-    _cluster_args(r, heartbeat=False)
-    r.set_defaults(func=cmd_release)
-
     for add in extra:
         add(sub)
     return parser
 
 
-def _cluster_args(p: argparse.ArgumentParser, heartbeat: bool = True) -> None:
-    p.add_argument("--kubeconfig", metavar="PATH", help="default: KUBECONFIG, ~/.kube/config or in-cluster")
+def _cluster_access(p: argparse.ArgumentParser, top: bool = False, namespace: str | None = None,
+                    everywhere: str | None = "every namespace") -> None:
+    """kubectl's flags, on the top parser and again on each command that talks to a cluster, so they may come before
+    or after it. A command's copies default to SUPPRESS: given only before it, the top parser's value stands."""
+    unset = None if top else argparse.SUPPRESS
+    g = p.add_argument_group("cluster access (as kubectl)")
+    g.add_argument("--kubeconfig", metavar="PATH", default=unset,
+                   help="default: KUBECONFIG, ~/.kube/config, or in a cluster its service account")
+    g.add_argument("--context", metavar="NAME", default=unset, help="a context of the kubeconfig (default: its "
+                                                                     "current-context)")
+    g.add_argument("-n", "--namespace", metavar="NAMESPACE", default=unset, help=namespace)
+    if top or everywhere:
+        g.add_argument("-A", "--all-namespaces", action="store_true", default=False if top else argparse.SUPPRESS,
+                       help=everywhere)
+
+
+def _flavor(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flavor", choices=["kai", "scheduler-plugins"], help="default: KAI_PODGROUP_FLAVOR or kai")
-    if heartbeat:
-        p.add_argument("--heartbeat", metavar="NAMESPACE/NAME",
-                       help="the function's heartbeat Lease (default: KAI_FN_HEARTBEAT_LEASE or kai-fn/kai-fn-resync)")
 
 
 def _settings(args: argparse.Namespace) -> settings_mod.Settings:
@@ -164,8 +196,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from kai_fn.commands.status import Unusable, run
 
     try:
-        code, out, err = run(args.namespace, args.kubeconfig, args.output, args.held_for, args.heartbeat,
-                             _settings(args))
+        code, out, err = run(None if args.all_namespaces else args.namespace, args.kubeconfig, args.output,
+                             args.held_for, args.heartbeat, _settings(args), context=args.context)
     except Unusable as error:
         raise UsageError(str(error)) from None
     print(out)
@@ -181,7 +213,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
     try:
         code, out = run(args.trainjobs, args.held, args.namespace, args.all_namespaces, args.yes, args.reason,
-                        args.kubeconfig, _settings(args))
+                        args.kubeconfig, _settings(args), context=args.context)
     except Unusable as error:
         raise UsageError(str(error)) from None
     print(out)
@@ -192,9 +224,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     """Exit 0 bound or progressing, 1 blocked, 2 no such TrainJob or no cluster (one line, no traceback)."""
     from kai_fn.commands.explain import Unusable, run
 
-    overrides = {"KAI_PODGROUP_FLAVOR": args.flavor} if args.flavor else {}
+    if args.all_namespaces:
+        raise UsageError("explain reads one TrainJob: -A does not apply")
+    ref = args.trainjob
+    if args.namespace and "/" not in ref:
+        ref = f"{args.namespace}/{ref}"
+    elif args.namespace and ref.partition("/")[0] != args.namespace:
+        raise UsageError(f"{ref!r} is not in namespace {args.namespace} (-n)")
     try:
-        code, text = run(args.trainjob, args.kubeconfig, args.output, settings_mod.load(**overrides))
+        code, text = run(ref, args.kubeconfig, args.output, _settings(args), context=args.context)
     except Unusable as error:
         raise UsageError(str(error)) from None
     print(text)
@@ -221,8 +259,11 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     return EXIT_OK if answer.status < 300 else EXIT_BLOCKED
 
 
-def main(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = ()) -> int:
-    args = build_parser(extra).parse_args(argv)
+def main(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> int:
+    parser = build_parser(extra, prog)
+    args = parser.parse_args(argv)
+    if args.namespace and args.all_namespaces:
+        parser.error("give -n NAMESPACE or -A, not both")
     try:
         return args.func(args)
     except UsageError as error:
@@ -231,3 +272,8 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = ()) ->
     except settings_mod.SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT
+
+
+def kubectl_plugin() -> int:
+    """``kubectl kai-fn ...``: kubectl runs ``kubectl-kai_fn`` from the PATH with the arguments after ``kai-fn``."""
+    return main(prog="kubectl kai-fn")

@@ -288,13 +288,14 @@ def render(report: Report) -> str:
     return "\n".join(out)
 
 
-def run(target_ref: str, kubeconfig: str | None, output: str, settings: Settings) -> tuple[int, str]:
-    """(exit code, what to print); Unusable for exit 2."""
+def run(target_ref: str, kubeconfig: str | None, output: str, settings: Settings,
+        context: str | None = None) -> tuple[int, str]:
+    """(exit code, what to print); Unusable for exit 2. ``context``: of the kubeconfig (default its current one)."""
     namespace, sep, name = target_ref.partition("/")
     if not sep or not namespace or not name or "/" in name:
         raise Unusable(f"{target_ref!r}: expected NAMESPACE/NAME")
     try:
-        cluster = Cluster.from_settings(settings, kubeconfig)
+        cluster = Cluster.from_settings(settings, kubeconfig, context)
     except NoClusterConfig as error:
         raise Unusable(str(error)) from None
     try:

@@ -111,8 +111,9 @@ def release_one(session: Session, candidate: Candidate, user: str, reason: str) 
 
 
 def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool, yes: bool, reason: str | None,
-        kubeconfig: str | None, settings: Settings, now: datetime.datetime | None = None) -> tuple[int, str]:
-    """(exit code, what to print); Unusable for exit 2."""
+        kubeconfig: str | None, settings: Settings, now: datetime.datetime | None = None,
+        context: str | None = None) -> tuple[int, str]:
+    """(exit code, what to print); Unusable for exit 2. ``context``: of the kubeconfig (default its current one)."""
     if all_held == bool(refs):
         raise Unusable("name TrainJobs as NAMESPACE/NAME, or give --held with -n NAMESPACE or -A")
     if all_held and not (namespace or everywhere):
@@ -121,7 +122,7 @@ def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool
         raise Unusable("-n and -A go with --held; name TrainJobs as NAMESPACE/NAME")
     if yes and not (reason or "").strip():
         raise Unusable("--yes needs --reason TEXT: it is recorded in the Event on each TrainJob")
-    session = connect(settings, kubeconfig)
+    session = connect(settings, kubeconfig, context)
     now = now or datetime.datetime.now(datetime.UTC)
     try:
         if all_held:

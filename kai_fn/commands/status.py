@@ -46,9 +46,9 @@ def age(seconds: float) -> str:
     return f"{seconds}s"
 
 
-def connect(settings: Settings, kubeconfig: str | None) -> Session:
+def connect(settings: Settings, kubeconfig: str | None, context: str | None = None) -> Session:
     try:
-        return Cluster.from_settings(settings, kubeconfig).session()
+        return Cluster.from_settings(settings, kubeconfig, context).session()
     except NoClusterConfig as error:
         raise Unusable(str(error)) from None
 
@@ -82,12 +82,12 @@ def rows(readings: list[state.Reading], now: datetime.datetime, stranded: set[st
 
 
 def run(namespace: str | None, kubeconfig: str | None, output: str, held_for: str, lease: str | None,
-        settings: Settings, now: datetime.datetime | None = None) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr); Unusable for exit 2."""
+        settings: Settings, now: datetime.datetime | None = None, context: str | None = None) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr); Unusable for exit 2. ``context``: of the kubeconfig (default its current one)."""
     threshold = duration(held_for)
     if lease is not None and (lease.count("/") != 1 or not all(lease.split("/"))):
         raise Unusable(f"{lease!r}: expected NAMESPACE/NAME of the heartbeat Lease")
-    session = connect(settings, kubeconfig)
+    session = connect(settings, kubeconfig, context)
     now = now or datetime.datetime.now(datetime.UTC)
     try:
         readings = state.order(survey.survey(session, settings.flavor, namespace), now)

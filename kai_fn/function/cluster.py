@@ -57,17 +57,18 @@ class NoClusterConfig(SystemExit):
     """Neither in a cluster nor given a kubeconfig: stops the process at start-up."""
 
 
-def api_client(kubeconfig: str | None = None) -> ApiClient:
-    """The standard chain: in-cluster service account, else ``KUBECONFIG`` / ``~/.kube/config``."""
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> ApiClient:
+    """In a cluster, its service account; otherwise, or given either argument, the kubeconfig as kubectl reads it
+    (``kubeconfig``, else ``KUBECONFIG``, else ``~/.kube/config``) in ``context``, else its current-context."""
     config = Configuration()
     try:
-        if kubeconfig is None:
+        if kubeconfig is None and context is None:
             try:
                 kubernetes.config.load_incluster_config(client_configuration=config)
             except kubernetes.config.ConfigException:
                 kubernetes.config.load_kube_config(client_configuration=config)
         else:
-            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=config)
+            kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=config)
     except (kubernetes.config.ConfigException, OSError, yaml.YAMLError) as error:
         why = " ".join(str(error).split())  # YAML errors span lines; this is one
         raise NoClusterConfig(f"no Kubernetes API to talk to: not in a cluster, and KUBECONFIG: {why}") from None
@@ -122,8 +123,8 @@ class Cluster:
     recent: Recent = field(default_factory=Recent)  # what this process did lately (kai_fn.function.recent)
 
     @classmethod
-    def from_settings(cls, settings: Settings, kubeconfig: str | None = None) -> Cluster:
-        return cls(api_client(kubeconfig), settings.api_timeout_seconds, settings.runtime_cache_seconds)
+    def from_settings(cls, settings: Settings, kubeconfig: str | None = None, context: str | None = None) -> Cluster:
+        return cls(api_client(kubeconfig, context), settings.api_timeout_seconds, settings.runtime_cache_seconds)
 
     def session(self) -> Session:
         return Session(self)

@@ -1,4 +1,5 @@
-"""The Dockerfile builds a slim, non-root, read-only-root image of main.py and kai_fn/ with the pinned requirements."""
+"""The Dockerfile builds a slim, non-root, read-only-root image of main.py and the kai-fn package (the wheel of
+pyproject.toml, as ``pip install .`` builds it) with the pinned requirements."""
 from __future__ import annotations
 
 import json
@@ -186,6 +187,21 @@ def test_dockerfile_installs_the_pinned_requirements_in_the_builder():
     assert reqs and all(re.fullmatch(r"[A-Za-z0-9_.\[\]-]+==[\w.]+", r) for r in reqs), reqs
 
 
+def test_dockerfile_builds_the_package_wheel_and_installs_it_with_the_constraints():
+    """The image runs what ``pip install .`` installs: the wheel of pyproject.toml (without kai_fn/local)."""
+    builder = dockerfile()[0]
+    copied = {w for c in builder.all("COPY") for w in shlex.split(c.args)[:-1]}
+    assert {"pyproject.toml", "kai_fn/"} <= copied, copied
+    runs = " && ".join(i.args for i in builder.all("RUN"))
+    wheel = re.search(r"pip wheel\b(?=[^&;]*--no-deps)[^&;]*-w\s+(\S+)\s+(\S+)", runs)
+    assert wheel, runs
+    dist, source = wheel.groups()
+    assert any(shlex.split(c.args)[-1].rstrip("/") == source.rstrip("/") for c in builder.all("COPY")
+               if "pyproject.toml" in c.args), "the wheel is built from where pyproject.toml was copied"
+    install = rf"/opt/venv/bin/pip install\b[^&;]*{re.escape(dist)}/kai_fn-\*\.whl[^&;]*-c\s+\S*constraints\.txt"
+    assert re.search(install, runs), runs
+
+
 BUILD_TOOLS = ("gcc", "g++", "build-essential", "make", "clang", "python3-dev", "libc6-dev")
 
 
@@ -212,9 +228,7 @@ def test_dockerfile_final_stage_copies_only_the_venv_and_the_app():
         flags = [w for w in words if w.startswith("--")]
         paths = [w for w in words if not w.startswith("--")]
         copies.append((tuple(flags), tuple(p.rstrip("/") for p in paths[:-1])))
-    assert sorted(copies) == sorted(
-        [(("--from=builder",), ("/opt/venv",)), ((), ("main.py",)), ((), ("kai_fn",))]
-    ), copies
+    assert sorted(copies) == sorted([(("--from=builder",), ("/opt/venv",)), ((), ("main.py",))]), copies
 
 
 def test_dockerfile_works_with_a_read_only_root_filesystem():
@@ -242,3 +256,4 @@ def test_dockerignore_admits_only_what_the_dockerfile_copies():
             sources = [w for w in words if not w.startswith("--")][:-1]
             from_context |= {w.rstrip("/") for w in sources}
     assert included == from_context
+    assert "kai_fn/local" in lines, "the wheel leaves kai_fn/local out; so does the build context"
