@@ -40,7 +40,7 @@ def test_apiserversource_watches_trainjobs_in_labelled_namespaces(variant, sink)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_watched_kind_is_a_served_version_of_its_crd(variant):
     watched = [res for src in by_kind(render(variant), "ApiServerSource") for res in src["spec"]["resources"]]
-    assert sorted(res["kind"] for res in watched) == ["PodGroup", "TrainJob"]
+    assert sorted(res["kind"] for res in watched) == ["JobSet", "PodGroup", "TrainJob"]
     for res in watched:
         group, version = res["apiVersion"].split("/")
         assert any(g == group and crd["kind"] == res["kind"] and version in crd["versions"]
