@@ -89,7 +89,7 @@ def owner_of_pod(name: str) -> str:
     return name.split("-node-")[0]
 
 
-STAGES = ("JobSet created", "PodGroup written", "TrainJob released", "JobSet resumed", "pods created",
+STAGES = ("JobSet created", "PodGroup written", "released", "JobSet resumed", "pods created",
           "first pod bound", "last pod bound")
 
 
@@ -109,8 +109,9 @@ class Marks:
 
 def stages(found: list[Write], pods_created: dict[str, float]) -> dict[str, Marks]:
     """Per TrainJob: created, its JobSet created (Trainer's first write of it), its PodGroup written (by kai_fn or KAI's
-    podgrouper), released by kai_fn (its first patch of the TrainJob), its JobSet resumed (Trainer's first write of it
-    after the release), its last pod created (``pods_created``: a pod's name to when a watch first saw it; the audit
+    podgrouper), released by kai_fn (its patch of the held JobSet, which resumes it too; before the gate moved, its
+    first patch of the TrainJob, and the JobSet resumed at Trainer's first write of it after that), its last pod
+    created (``pods_created``: a pod's name to when a watch first saw it; the audit
     log names no pod on create), its first and last pod bound."""
     marks: dict[str, Marks] = {}
     ok = sorted((w for w in found if 200 <= w.code < 300), key=lambda w: w.at)
@@ -119,15 +120,18 @@ def stages(found: list[Write], pods_created: dict[str, float]) -> dict[str, Mark
             marks[w.name] = Marks(w.at)
     for w in ok:
         if w.resource == "jobsets" and w.component == TRAINER and (m := marks.get(w.name)):
-            released = m.at.get("TrainJob released")
+            released = m.at.get("released")
             if "JobSet created" not in m.at:
                 m.first("JobSet created", w.at)
             elif released is not None and w.at >= released:
                 m.first("JobSet resumed", w.at)
         elif w.resource == "podgroups" and w.verb == "create" and (m := marks.get(owner_of_podgroup(w.name))):
             m.first("PodGroup written", w.at)
+        elif w.resource == "jobsets" and w.verb == "patch" and w.component == KAI_FN and (m := marks.get(w.name)):
+            m.first("released", w.at)
+            m.first("JobSet resumed", w.at)
         elif w.resource == "trainjobs" and w.verb == "patch" and w.component == KAI_FN and (m := marks.get(w.name)):
-            m.first("TrainJob released", w.at)
+            m.first("released", w.at)
         elif w.resource == "pods/binding" and (m := marks.get(owner_of_pod(w.name))):
             m.first("first pod bound", w.at)
             m.last("last pod bound", w.at)

@@ -4,9 +4,10 @@ chain testbed, in one run.
 - **podgrouper** (the anchor): what a user gets by installing KAI alone. TrainJobs submitted plainly in a namespace
   kai_fn does not take (no ``kai-fn.io/enabled``: no admission policy, no events); Trainer makes the JobSet, the
   Jobs make the pods, and KAI's podgrouper makes the PodGroup from them, as KAI does.
-- **kai-fn**: the same TrainJobs in an enabled namespace: the admission policy suspends each, Knative's own adapters
-  deliver the events (with OIDC tokens), the function with knative/base's settings as they are (runtime and Queue
-  caches on) makes the PodGroup, patches the suspended JobSet and releases the TrainJob; Trainer resumes the JobSet.
+- **kai-fn**: the same TrainJobs in an enabled namespace: the admission policy holds each JobSet Trainer makes,
+  Knative's own adapters deliver the events (with OIDC tokens; the held JobSet's event is the one that acts), the
+  function with knative/base's settings as they are (runtime and Queue caches on) makes the PodGroup and decides the
+  JobSet in one patch that resumes it; the TrainJob is never suspended nor written.
 
 Both on one runtime (pods on ``kai-scheduler``, 1 GPU each, on a simnodes pool of the benchmark's own, large enough
 for the largest burst), bound by the same KAI Scheduler. Bursts of each size run path after path; between bursts
