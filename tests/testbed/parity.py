@@ -159,6 +159,7 @@ def stored(backend: Any, namespace: str, name: str) -> dict[str, Any]:
         "jobset": None if js is None else {
             "suspend": js["spec"].get("suspend"),
             "annotations": js["metadata"].get("annotations") or {},
+            "labels": {k: v for k, v in (js["metadata"].get("labels") or {}).items() if k.startswith("kai-fn/")},
             "pods": {rj["name"]: {"labels": (rj["template"]["spec"]["template"].get("metadata") or {}).get(
                 "labels") or {}, "annotations": (rj["template"]["spec"]["template"].get("metadata") or {}).get(
                 "annotations") or {}} for rj in js["spec"]["replicatedJobs"]}},
@@ -181,7 +182,8 @@ def versions(backend: Any, namespace: str, name: str) -> dict[str, Any]:
     """resourceVersions of everything the function might write: equal before and after means no write."""
     tj = backend.get(TRAINER, "TrainJob", namespace, name)
     js = backend.get(JOBSET, "JobSet", namespace, name)
-    return {"trainjob": tj and tj["metadata"]["resourceVersion"], "jobset": js and js["metadata"]["resourceVersion"],
+    # The JobSet's generation, not its resourceVersion: JobSet's controller writes its status all along on the testbed.
+    return {"trainjob": tj and tj["metadata"]["resourceVersion"], "jobset": js and js["metadata"].get("generation"),
             "podgroups": sorted(p["metadata"]["resourceVersion"] for p in
                                 backend.list(KAI_PG, "PodGroup", namespace) + backend.list(SP_PG, "PodGroup",
                                                                                             namespace)),

@@ -2,9 +2,9 @@
 same outcomes and the same stored objects (normalized: no uids, resourceVersions, timestamps or managedFields).
 
 Each scenario seeds the same objects on both sides from the shipped samples (a ClusterTrainingRuntime, a Queue, the
-TrainJob, and the suspended JobSet Trainer would make, owned by it), sends CloudEvents as the ApiServerSource
-adapter does, checks its expected outcome, and records the normalized stored objects; the parity test then
-requires the two records to be equal.
+TrainJob as submitted, and the JobSet Trainer would make, owned by it, as the admission policy holds it: suspended,
+labelled ``kai-fn/held``), sends CloudEvents as the ApiServerSource adapters do, checks its expected outcome, and
+records the normalized stored objects; the parity test then requires the two records to be equal.
 """
 from __future__ import annotations
 
@@ -32,10 +32,15 @@ class World:
     ns: str
     tag: str
     trainjob: dict[str, Any] | None = None
+    jobset: dict[str, Any] | None = None
 
 
-def seed(backend: Any, ns: str, tag: str, *, runtime: bool = True, running: bool = False,
-         labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> World:
+def seed(backend: Any, ns: str, tag: str, *, runtime: bool = True, running: bool = False, suspended: bool = False,
+         legacy: bool = False, labels: dict[str, str] | None = None,
+         annotations: dict[str, str] | None = None) -> World:
+    """``running``: a JobSet never held (no policy); ``suspended``: a TrainJob its owner (Kueue) suspended;
+    ``legacy``: a TrainJob the earlier policy suspended (before the gate moved to the JobSet), its JobSet suspended
+    with it and not held."""
     world = World(backend, ns, tag)
     if runtime:
         rt = sample_object("clustertrainingruntime-torch-kai")
@@ -50,7 +55,9 @@ def seed(backend: Any, ns: str, tag: str, *, runtime: bool = True, running: bool
     if annotations:
         tj["metadata"]["annotations"] = annotations
     tj["spec"]["runtimeRef"]["name"] = f"torch-kai-{tag}"
-    tj["spec"]["suspend"] = not running
+    tj["spec"]["suspend"] = suspended or legacy
+    if legacy:
+        tj["metadata"]["annotations"] = {"kai-fn/auto-suspended": "true"}
     world.trainjob = backend.create(tj)
     js = sample_object("jobset-llama-finetune")
     js["metadata"] = {"name": NAME, "namespace": ns, "labels": js["metadata"]["labels"] | {
@@ -58,12 +65,19 @@ def seed(backend: Any, ns: str, tag: str, *, runtime: bool = True, running: bool
             "apiVersion": TRAINER, "kind": "TrainJob", "name": NAME, "uid": world.trainjob["metadata"]["uid"],
             "controller": True, "blockOwnerDeletion": True}]}
     js["spec"]["suspend"] = not running
-    backend.create(js)
+    if running or legacy:
+        js["metadata"]["labels"].pop("kai-fn/held")
+    world.jobset = backend.create(js)
     return world
 
 
 def add(world: World, url: str) -> list[int]:
     return [send(url, resource(world.trainjob)).status]
+
+
+def jobset_add(world: World, url: str) -> list[int]:
+    """The held JobSet's own event (knative/base/apiserversource-jobsets.yaml): the pass of its TrainJob."""
+    return [send(url, resource(world.jobset)).status]
 
 
 def ref_add(world: World, url: str) -> list[int]:
@@ -113,6 +127,7 @@ class Scenario:
     statuses: list[int]
     podgroups: list[str]  # apiVersions of the PodGroups left
     suspend: bool | None  # the TrainJob's spec.suspend afterwards; None: no TrainJob
+    held: bool | None  # the JobSet still suspended afterwards; None: no JobSet
     reasons: list[str]  # kai-fn's Event reasons
     seeding: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)
@@ -120,22 +135,26 @@ class Scenario:
 
 
 SCENARIOS = {
-    "resource-mode add (kai flavor) is done": Scenario(add, [200], [KAI_PG], False, ["GangCreated"]),
-    "ref-mode add is done": Scenario(ref_add, [200], [KAI_PG], False, ["GangCreated"]),
+    "resource-mode add (kai flavor) is done": Scenario(add, [200], [KAI_PG], False, False, ["GangCreated"]),
+    "the held JobSet's event is done": Scenario(jobset_add, [200], [KAI_PG], False, False, ["GangCreated"]),
+    "ref-mode add is done": Scenario(ref_add, [200], [KAI_PG], False, False, ["GangCreated"]),
     "a duplicate of a done event is skipped with no writes": Scenario(
-        duplicate_of_done, [200, 200], [KAI_PG], False, ["GangCreated"]),
-    "a missing runtime is RuntimeNotFound": Scenario(add, [200], [], True, ["RuntimeNotFound"],
+        duplicate_of_done, [200, 200], [KAI_PG], False, False, ["GangCreated"]),
+    "a missing runtime is RuntimeNotFound": Scenario(add, [200], [], False, True, ["RuntimeNotFound"],
                                                      seeding={"runtime": False}),
-    "a Kueue-labelled TrainJob gets its gang and stays suspended": Scenario(
-        add, [200], [KAI_PG], True, ["GangCreated"], seeding={"labels": {"kueue.x-k8s.io/queue-name": "lq"}}),
-    "kai-fn/hold gets its gang and stays suspended": Scenario(
-        add, [200], [KAI_PG], True, ["GangCreated"], seeding={"annotations": {"kai-fn/hold": "true"}}),
-    "a stale add of a deleted TrainJob is 200 and ignored": Scenario(stale_add, [200], [], None, []),
-    "a running JobSet is TooLate": Scenario(add, [200], [], False, ["TooLate"], seeding={"running": True}),
-    "a resync ping releases a suspended TrainJob": Scenario(resync, [200], [KAI_PG], False, ["GangCreated"]),
-    "20 concurrent deliveries make one PodGroup": Scenario(concurrent, [200] * 20, [KAI_PG], False,
+    "a Kueue-suspended TrainJob gets its gang and stays suspended": Scenario(
+        add, [200], [KAI_PG], True, True, ["GangCreated"],
+        seeding={"labels": {"kueue.x-k8s.io/queue-name": "lq"}, "suspended": True}),
+    "kai-fn/hold gets its gang and its JobSet stays held": Scenario(
+        add, [200], [KAI_PG], False, True, ["GangCreated"], seeding={"annotations": {"kai-fn/hold": "true"}}),
+    "a stale add of a deleted TrainJob is 200 and ignored": Scenario(stale_add, [200], [], None, None, []),
+    "a running JobSet is TooLate": Scenario(add, [200], [], False, False, ["TooLate"], seeding={"running": True}),
+    "a resync ping decides a held JobSet": Scenario(resync, [200], [KAI_PG], False, False, ["GangCreated"]),
+    "a TrainJob the earlier policy suspended is released after an upgrade": Scenario(
+        resync, [200], [KAI_PG], False, True, ["GangCreated"], seeding={"legacy": True}),
+    "20 concurrent deliveries make one PodGroup": Scenario(concurrent, [200] * 20, [KAI_PG], False, False,
                                                            ["GangCreated"], racing=True),
-    "scheduler-plugins flavor add is done": Scenario(add, [200], [SP_PG], False, ["GangCreated"],
+    "scheduler-plugins flavor add is done": Scenario(add, [200], [SP_PG], False, False, ["GangCreated"],
                                                      settings={"KAI_PODGROUP_FLAVOR": "scheduler-plugins"}),
 }
 
@@ -183,12 +202,13 @@ def run(request: pytest.FixtureRequest, scenario_id: str, backend_name: str) -> 
 
 def expected_outcome(scenario: Scenario) -> dict[str, Any]:
     return {"statuses": scenario.statuses, "podgroups": scenario.podgroups, "suspend": scenario.suspend,
-            "reasons": scenario.reasons}
+            "held": scenario.held, "reasons": scenario.reasons}
 
 
 def outcome(record: dict[str, Any]) -> dict[str, Any]:
     return {"statuses": record["statuses"], "podgroups": [p["apiVersion"] for p in record["podgroups"]],
             "suspend": record["trainjob"] and record["trainjob"]["suspend"],
+            "held": record["jobset"] and record["jobset"]["suspend"],
             "reasons": [reason for reason, _, _ in record["events"]]}
 
 
