@@ -18,7 +18,7 @@ from kubernetes import client
 
 from kai_fn.local.process import REPO, FunctionProcess
 from tests.ce import resource, send
-from tests.testbed.conftest import LiveCluster
+from tests.testbed.conftest import LiveCluster, wait_for
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 KAI = ("scheduling.run.ai", "v2alpha2")
@@ -32,7 +32,8 @@ def sample(name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def gang(testbed: LiveCluster) -> Iterator[dict[str, Any]]:
-    """llama-finetune in a fresh namespace, made into a gang and released by the real function server."""
+    """llama-finetune in a fresh namespace, its JobSet as the admission policy holds it, made into a gang and released
+    by the real function server."""
     ns = f"gang-{uuid.uuid4().hex[:8]}"
     testbed.ensure_namespace(ns)
     objs = client.CustomObjectsApi(testbed.api)
@@ -51,7 +52,7 @@ def gang(testbed: LiveCluster) -> Iterator[dict[str, Any]]:
     tj["metadata"] = {"name": tj["metadata"]["name"], "namespace": ns, "labels": tj["metadata"]["labels"]}
     tj = objs.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", tj)
     js = sample("jobset-llama-finetune")
-    js["metadata"] = {"name": "llama-finetune", "namespace": ns, "ownerReferences": [
+    js["metadata"] = {"name": "llama-finetune", "namespace": ns, "labels": {"kai-fn/held": "true"}, "ownerReferences": [
         {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "llama-finetune",
          "uid": tj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]}
     objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", js)
@@ -70,16 +71,21 @@ def kai_says(g: dict[str, Any], *reasons: dict[str, Any]) -> dict[str, Any]:
     return g["objs"].replace_namespaced_custom_object_status(*KAI, g["ns"], "podgroups", g["pg"], pg)
 
 
-def make_pods(g: dict[str, Any], bound: bool) -> None:
+def trainer_pods(g: dict[str, Any]) -> list[client.V1Pod]:
+    """The JobSet's pods, made by JobSet's and the Job controller once kai_fn resumed it (no scheduler runs here)."""
     core = client.CoreV1Api(g["testbed"].api)
-    for i in range(4):
-        core.create_namespaced_pod(g["ns"], {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"llama-finetune-node-0-{i}", "annotations": {"pod-group-name": g["pg"]},
-                         "labels": {"jobset.sigs.k8s.io/jobset-name": "llama-finetune",
-                                    "jobset.sigs.k8s.io/replicatedjob-name": "node"}},
-            "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "node", "image": "busybox"}],
-                     **({"nodeName": f"gpu-node-{i}"} if bound else {})}})
+    return wait_for("the Job controller makes the gang's 4 pods", lambda: len(
+        ps := core.list_namespaced_pod(g["ns"], label_selector="jobset.sigs.k8s.io/jobset-name=llama-finetune")
+        .items) == 4 and ps)
+
+
+def bind(g: dict[str, Any], pods: list[client.V1Pod]) -> None:
+    """As a scheduler binds: the binding subresource of each pod."""
+    core = client.CoreV1Api(g["testbed"].api)
+    for i, pod in enumerate(pods):
+        core.create_namespaced_pod_binding(pod.metadata.name, g["ns"], client.V1Binding(
+            metadata=client.V1ObjectMeta(name=pod.metadata.name),
+            target=client.V1ObjectReference(kind="Node", name=f"gpu-node-{i}")), _preload_content=False)
 
 
 def reasons_posted(g: dict[str, Any]) -> list[str]:
@@ -101,7 +107,8 @@ def test_kais_reasons_then_bound_pods_give_one_event_each_and_explain_follows(ga
     assert report["state"]["jobSet"].startswith("carries the plan")
 
     pg = kai_says(gang, OVER_LIMIT)  # accepted by the real CRD's status schema
-    make_pods(gang, bound=False)
+    pods = trainer_pods(gang)
+    assert {p.metadata.annotations["pod-group-name"] for p in pods} == {gang["pg"]}
     for _ in range(2):
         assert send(gang["url"], resource(copy.deepcopy(pg), "update")).status == 200
     assert reasons_posted(gang) == ["GangUnschedulable"]
@@ -109,14 +116,15 @@ def test_kais_reasons_then_bound_pods_give_one_event_each_and_explain_follows(ga
     assert (code, report["status"]) == (1, "blocked") and report["next"].startswith("OverLimit")
     assert report["kai"]["pods"] == {"node": {"bound": 0, "waiting": 4}}
 
-    client.CoreV1Api(gang["testbed"].api).delete_collection_namespaced_pod(gang["ns"], grace_period_seconds=0)
     cleared = kai_says(gang)
-    make_pods(gang, bound=True)
+    bind(gang, pods)
     for update in (cleared, pg):  # the bound update, then the old unschedulable one arriving late
         assert send(gang["url"], resource(copy.deepcopy(update), "update")).status == 200
     assert reasons_posted(gang) == ["GangBound", "GangUnschedulable"]
+    group = gang["objs"].get_namespaced_custom_object(*KAI, gang["ns"], "podgroups", gang["pg"])
+    assert "kai-fn/bound" in group["metadata"]["annotations"]
     tj = gang["objs"].get_namespaced_custom_object(*TRAINER, gang["ns"], "trainjobs", "llama-finetune")
-    assert "kai-fn/bound" in tj["metadata"]["annotations"]
+    assert not any(k.startswith("kai-fn/") for k in tj["metadata"].get("annotations") or {})
     code, report = explain(gang)
     assert (code, report["status"]) == (0, "bound")
 
