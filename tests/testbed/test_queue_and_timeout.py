@@ -18,16 +18,17 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kai_fn.core import keys
+from kai_fn.core import keys, triage
 from kai_fn.function.cluster import Cluster, Stale
 from kai_fn.function.settings import load
 from kai_fn.local.process import REPO, FunctionProcess
 from tests.ce import ping, resource, send
 from tests.manifests import BASE, FUNCTION, NAMESPACE, by_kind, render
-from tests.testbed.conftest import LiveCluster
+from tests.testbed.conftest import LiveCluster, wait_for
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 KAI = ("scheduling.run.ai", "v2")
+JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 
 
 def sample(name: str) -> dict[str, Any]:
@@ -84,8 +85,9 @@ def make_queue(testbed: LiveCluster, name: str, gpu_limit: float) -> None:
         objs.replace_cluster_custom_object(*KAI, "queues", name, live)
 
 
-def submit(testbed: LiveCluster, world: dict[str, str]) -> dict[str, Any]:
-    """The sample TrainJob (8 GPUs) in the world's queue, its runtime, and the suspended JobSet Trainer would make."""
+def submit(testbed: LiveCluster, world: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """The sample TrainJob (8 GPUs) in the world's queue, its runtime, and the JobSet Trainer would make, as the
+    admission policy holds it."""
     objs = client.CustomObjectsApi(testbed.api)
     ns = world["ns"]
     rt = sample("clustertrainingruntime-torch-kai")
@@ -96,11 +98,12 @@ def submit(testbed: LiveCluster, world: dict[str, str]) -> dict[str, Any]:
         if e.status != 409:
             raise
     tj = sample("trainjob-llama-finetune")
-    tj["metadata"] = {"name": "llama", "namespace": ns, "labels": {keys.KAI_QUEUE_LABEL: world["queue"]}}
+    tj["metadata"] = {"name": "llama", "namespace": ns, "labels": {keys.KAI_QUEUE_LABEL: world["queue"]},
+                      "annotations": annotations or {}}
     tj["spec"]["runtimeRef"]["name"] = world["runtime"]
     tj = objs.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", tj)
     js = sample("jobset-llama-finetune")
-    js["metadata"] = {"name": "llama", "namespace": ns, "ownerReferences": [{
+    js["metadata"] = {"name": "llama", "namespace": ns, "labels": {keys.HELD_LABEL: "true"}, "ownerReferences": [{
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "llama",
         "uid": tj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]}
     objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", js)
@@ -109,6 +112,25 @@ def submit(testbed: LiveCluster, world: dict[str, str]) -> dict[str, Any]:
 
 def live_trainjob(testbed: LiveCluster, ns: str) -> dict[str, Any]:
     return client.CustomObjectsApi(testbed.api).get_namespaced_custom_object(*TRAINER, ns, "trainjobs", "llama")
+
+
+def live_jobset(testbed: LiveCluster, ns: str) -> dict[str, Any]:
+    return client.CustomObjectsApi(testbed.api).get_namespaced_custom_object(*JOBSET, ns, "jobsets", "llama")
+
+
+def timed_out(testbed: LiveCluster, fn_url: str, ns: str) -> list[str]:
+    """Resync pings until the schedule timeout (1 s here) reports the gang; its ScheduleTimeout messages."""
+    def reported() -> list[str]:
+        assert send(fn_url, ping()).status == 200
+        return [m for r, m in reasons(testbed, ns) if r == "ScheduleTimeout"]
+    return wait_for("the resync times the gang out", reported, deadline_s=30)
+
+
+def as_trainer_follows(testbed: LiveCluster, ns: str, suspend: bool) -> None:
+    """What Trainer does when the TrainJob's suspension changes (Trainer does not run on this testbed): its JobSet
+    plugin applies ``suspend`` from the TrainJob."""
+    client.CustomObjectsApi(testbed.api).patch_namespaced_custom_object(
+        *JOBSET, ns, "jobsets", "llama", {"spec": {"suspend": suspend}})
 
 
 def reasons(testbed: LiveCluster, ns: str) -> list[tuple[str, str]]:
@@ -132,41 +154,48 @@ def test_real_queues_refuse_a_gang_over_the_limit_and_a_fixed_queue_lets_it_proc
     assert send(fn.url, resource(tj, "update")).status == 200
     over = [m for r, m in reasons(testbed, ns) if r == "GangExceedsQueue"]
     assert len(over) == 1 and f"request gpu 8 GPUs, over the limit 4 GPUs of Queue {world['queue']}" in over[0]
-    assert live_trainjob(testbed, ns)["spec"]["suspend"] is True and podgroups(testbed, ns) == []
+    assert live_jobset(testbed, ns)["metadata"]["labels"][keys.HELD_LABEL] == "true"
+    assert live_jobset(testbed, ns)["spec"]["suspend"] is True and podgroups(testbed, ns) == []
+    assert live_trainjob(testbed, ns)["spec"].get("suspend") is False
 
     make_queue(testbed, world["queue"], gpu_limit=8)
-    assert send(fn.url, ping()).status == 200  # the resync finds it: suspended, without a marker
-    live = live_trainjob(testbed, ns)
-    assert live["spec"]["suspend"] is False
+    assert send(fn.url, ping()).status == 200  # the resync finds it: its JobSet still held
+    live = live_jobset(testbed, ns)
+    assert live["spec"]["suspend"] is False and keys.HELD_LABEL not in (live["metadata"].get("labels") or {})
     assert keys.RELEASED_AT_ANNOTATION in live["metadata"]["annotations"]
     (pg,) = podgroups(testbed, ns)
     assert pg["spec"]["queue"] == world["queue"]
 
 
-def test_a_timed_out_gang_is_suspended_through_a_real_guarded_patch_and_resumes_into_a_new_wait(
+def test_a_timed_out_gang_is_suspended_through_a_real_guarded_patch_and_a_resume_starts_a_new_wait(
         testbed, world, function_on):
-    fn = function_on(KAI_FN_ON_TIMEOUT="suspend", KAI_FN_SCHEDULE_TIMEOUT_SECONDS="60")
+    fn = function_on(KAI_FN_ON_TIMEOUT="suspend")
     ns = world["ns"]
     make_queue(testbed, world["queue"], gpu_limit=-1)
-    tj = submit(testbed, world)
+    tj = submit(testbed, world, {keys.SCHEDULE_TIMEOUT_ANNOTATION: "1"})
     assert send(fn.url, resource(tj)).status == 200
-    objs = client.CustomObjectsApi(testbed.api)
-    long_ago = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    objs.patch_namespaced_custom_object(*TRAINER, ns, "trainjobs", "llama",
-                                        {"metadata": {"annotations": {keys.RELEASED_AT_ANNOTATION: long_ago}}})
-    assert send(fn.url, ping()).status == 200  # no pods on nodes here (no scheduler runs): not bound
-    live = live_trainjob(testbed, ns)
-    assert live["spec"]["suspend"] is True
-    assert keys.TIMED_OUT_ANNOTATION in live["metadata"]["annotations"]
-    assert keys.RELEASED_AT_ANNOTATION not in live["metadata"]["annotations"]
-    (message,) = [m for r, m in reasons(testbed, ns) if r == "ScheduleTimeout"]
+    (message,) = timed_out(testbed, fn.url, ns)  # no pods on nodes here (no scheduler runs): not bound
     assert "suspended again" in message and "KAI says: no reason" in message
+    assert live_trainjob(testbed, ns)["spec"]["suspend"] is True  # KAI_FN_ON_TIMEOUT=suspend: the one TrainJob write
+    (pg,) = podgroups(testbed, ns)
+    assert keys.TIMED_OUT_ANNOTATION in pg["metadata"]["annotations"]
+    as_trainer_follows(testbed, ns, suspend=True)
+    mark = triage.parse_time(pg["metadata"]["annotations"][keys.TIMED_OUT_ANNOTATION])
+    # Marks have whole seconds: a resume within the timeout's own second cannot be told from the wait that ended.
+    wait_for("a second past the timeout's mark", lambda: datetime.datetime.now(datetime.UTC) >= mark
+             + datetime.timedelta(seconds=1))
 
-    live["spec"]["suspend"] = False  # the user resumes it
+    live = live_trainjob(testbed, ns)
+    live["spec"]["suspend"] = False  # the user resumes it, and Trainer resumes its JobSet
+    objs = client.CustomObjectsApi(testbed.api)
     resumed = objs.replace_namespaced_custom_object(*TRAINER, ns, "trainjobs", "llama", live)
-    assert send(fn.url, resource(resumed, "update")).status == 200
-    notes = live_trainjob(testbed, ns)["metadata"]["annotations"]
-    assert notes[keys.RELEASED_AT_ANNOTATION] > notes[keys.TIMED_OUT_ANNOTATION]
+    as_trainer_follows(testbed, ns, suspend=False)
+    marks = wait_for("JobSet's controller records the resume (its Suspended condition turns False again)",
+                     lambda: (m := triage.marks(live_trainjob(testbed, ns), live_jobset(testbed, ns),
+                                                podgroups(testbed, ns)[0])).wait_started and m)
+    assert marks.wait_started > marks.timed_out, "a new wait, never mistaken for the one that timed out"
+    assert send(fn.url, resource(resumed, "update")).status == 200  # and the event costs no write
+    assert live_trainjob(testbed, ns)["metadata"]["resourceVersion"] == resumed["metadata"]["resourceVersion"]
 
 
 def test_the_real_server_refuses_a_merge_patch_naming_an_old_resource_version(testbed, world):
@@ -211,13 +240,9 @@ def test_the_function_service_account_may_make_every_call_of_the_precheck_and_th
                      KAI_FN_SCHEDULE_TIMEOUT_SECONDS="60")
     ns = world["ns"]
     make_queue(testbed, world["queue"], gpu_limit=-1)
-    tj = submit(testbed, world)
+    tj = submit(testbed, world, {keys.SCHEDULE_TIMEOUT_ANNOTATION: "1"})
     assert send(fn.url, resource(tj)).status == 200  # runtime get, queue list, jobset get/patch, podgroup create...
-    assert live_trainjob(testbed, ns)["spec"]["suspend"] is False
-    long_ago = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    client.CustomObjectsApi(testbed.api).patch_namespaced_custom_object(
-        *TRAINER, ns, "trainjobs", "llama", {"metadata": {"annotations": {keys.RELEASED_AT_ANNOTATION: long_ago}}})
-    answer = send(fn.url, ping())  # trainjob list, podgroup list, pod list, guarded patch, event
-    assert answer.status == 200, answer.body
+    assert live_jobset(testbed, ns)["spec"]["suspend"] is False
+    # trainjob, jobset and podgroup lists, pod list, podgroup mark, guarded trainjob patch, event
+    assert len(timed_out(testbed, fn.url, ns)) == 1
     assert live_trainjob(testbed, ns)["spec"]["suspend"] is True
-    assert [r for r, _ in reasons(testbed, ns)].count("ScheduleTimeout") == 1
