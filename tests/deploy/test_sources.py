@@ -125,8 +125,11 @@ def test_behind_the_broker_the_trainjob_source_takes_the_brokers_own_audience():
     "path,identity",
     [
         (BASE + "/service.yaml", oidc_identity("kai-fn-trainjobs", "sources.knative.dev", "ApiServerSource")),
+        (BASE + "/service.yaml", oidc_identity("kai-fn-jobsets", "sources.knative.dev", "ApiServerSource")),
         (BASE + "/service.yaml", oidc_identity("kai-fn-podgroups", "sources.knative.dev", "ApiServerSource")),
         (BASE + "/service.yaml", oidc_identity("kai-fn-resync", "sources.knative.dev", "PingSource")),
+        (BASE + "/apiserversource-jobsets.yaml",
+         oidc_identity("kai-fn-jobsets", "sources.knative.dev", "ApiServerSource")),
         (BASE + "/apiserversource-podgroups.yaml",
          oidc_identity("kai-fn-podgroups", "sources.knative.dev", "ApiServerSource")),
         (BASE + "/apiserversource.yaml", oidc_identity("kai-fn-trainjobs", "sources.knative.dev", "ApiServerSource")),
@@ -144,6 +147,7 @@ def test_documented_senders_are_a_valid_kai_fn_senders_value():
     loaded = settings.load(KAI_FN_AUDIENCE=AUDIENCE, KAI_FN_SENDERS=line)
     assert set(loaded.senders) == {
         oidc_identity("kai-fn-trainjobs", "sources.knative.dev", "ApiServerSource"),
+        oidc_identity("kai-fn-jobsets", "sources.knative.dev", "ApiServerSource"),
         oidc_identity("kai-fn-podgroups", "sources.knative.dev", "ApiServerSource"),
         oidc_identity("kai-fn-resync", "sources.knative.dev", "PingSource"),
     }
