@@ -8,6 +8,9 @@ chain testbed, in one run.
   Knative's own adapters deliver the events (with OIDC tokens; the held JobSet's event is the one that acts), the
   function with knative/base's settings as they are (runtime and Queue caches on) makes the PodGroup and decides the
   JobSet in one patch that resumes it; the TrainJob is never suspended nor written.
+  The events reach the function through Knative Serving's queue-proxy, as in a Knative Service's pod.
+- **kai-fn-direct**: the same, with the adapters delivering straight to the function (no queue-proxy): the hop's
+  cost is kai-fn's time minus this one's, in the same run (kai_fn and its sources restarted between the two).
 
 Both on one runtime (pods on ``kai-scheduler``, 1 GPU each, on a simnodes pool of the benchmark's own, large enough
 for the largest burst), bound by the same KAI Scheduler. Bursts of each size run path after path; between bursts
@@ -28,6 +31,7 @@ import platform
 import subprocess
 import time
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +43,8 @@ from kai_fn.local.chain import POOL_LABEL, TRAINER, Chain, sample
 from kai_fn.local.podwatch import PodWatch
 from kai_fn.local.realchain import ChainError, chain_cluster, kai_fn_running, submit, trainjob
 
-PATHS = ("podgrouper", "kai-fn")
+PATHS = ("podgrouper", "kai-fn", "kai-fn-direct")
+QUEUE_PROXY = {"kai-fn": True, "kai-fn-direct": False}  # the podgrouper's path runs beside either
 RUNTIME = "bench-gang"
 POOL = "bench"
 GPUS_PER_NODE = 8
@@ -181,6 +186,13 @@ def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elap
                          f"{nearest_rank(lat, 95):.2f} | {max(lat, default=math.nan):.2f} | "
                          f"{'1 (anchor)' if path == 'podgrouper' else f'**{ratio:.2f}**'} | "
                          f"{sum(b.writes.values()) / b.jobs:.1f} | {b.load[0]:.1f} → {b.load[1]:.1f} |")
+    for size in sizes:
+        via, direct = results.get((size, "kai-fn")), results.get((size, "kai-fn-direct"))
+        if via and direct:
+            lines.append("")
+            lines.append(f"queue-proxy's hop ({size} TrainJobs): p50 {nearest_rank(via.latencies(), 50) - nearest_rank(direct.latencies(), 50):+.2f} s, "
+                         f"p95 {nearest_rank(via.latencies(), 95) - nearest_rank(direct.latencies(), 95):+.2f} s "
+                         "(kai-fn through queue-proxy minus kai-fn-direct)")
     lines += ["", "Target: kai-fn's p95 ≤ 1.2 × the podgrouper's at each size.", "",
               "Where the time goes: seconds after the TrainJob's create, p50 / p95 (audit log; pods created: a pod "
               "watch, the last pod of the TrainJob). Released and resumed are kai_fn's path only.", "",
@@ -246,15 +258,25 @@ def main(argv: list[str] | None = None) -> int:
             if not audit_log.exists():
                 raise ChainError(f"no audit log at {audit_log}: a testbed started without it is running there; "
                                  "./run.sh cluster down first")
-            with kai_fn_running(cluster, ping_seconds=60, production=True) as chain:
+            switch = ExitStack()
+            chain = switch.enter_context(kai_fn_running(cluster, ping_seconds=60, production=True,
+                                                        queue_proxy="kai-fn-direct" not in paths or "kai-fn" in paths))
+            with switch:
                 objs = client.CustomObjectsApi(chain.api)
                 objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime())
                 chain.nodes(f"{args.nodes}x{GPUS_PER_NODE}", POOL)
-                spaces = {(size, path): chain.namespace(f"bench-{path}-{size}", enabled=path == "kai-fn")
+                spaces = {(size, path): chain.namespace(f"bench-{path}-{size}", enabled=path != "podgrouper")
                           for size in sizes for path in paths}
                 try:
                     for size in sizes:
                         for path in paths:
+                            wanted = QUEUE_PROXY.get(path)
+                            if wanted is not None and (chain.queue_proxy is not None) != wanted:
+                                print(f"bench chain: kai_fn restarted {'with' if wanted else 'without'} queue-proxy",
+                                      flush=True)
+                                switch.close()
+                                chain = switch.enter_context(kai_fn_running(cluster, ping_seconds=60, production=True,
+                                                                            queue_proxy=wanted))
                             settle(args.quiet_load, args.quiet_wait)
                             ns = spaces[(size, path)]
                             print(f"bench chain: {path}: {size} TrainJobs in {ns} (load {os.getloadavg()[0]:.1f})",

@@ -13,6 +13,9 @@
 #     kwok:      kwok (sigs.k8s.io/kwok/cmd/kwok) and simnodes (testbed/kwok)
 #     eventing:  Knative's apiserver_receive_adapter (ApiServerSource) and mtping (PingSource), knative.dev/eventing
 #                (testbed/eventing: upstream's mains without the :8080 probe server)
+#     serving:   Knative Serving's queue-proxy, knative.dev/serving/cmd/queue as <dir>/queue (testbed/serving: upstream's
+#                main, built vendored with testbed/serving/queue-ports.patch applied: its fixed admin and metrics
+#                ports :8022 and :9090 from QUEUE_ADMIN_PORT and QUEUE_METRICS_PORT)
 #     kai:       KAI Scheduler's scheduler, binder, podgroupcontroller, queuecontroller, podgrouper, with its CRDs in
 #                <dir>/crds, its default queues and PriorityClasses in <dir>/*.yaml (testbed/kai)
 set -euo pipefail
@@ -55,6 +58,11 @@ module_of() {
       local ev
       ev=$(awk '$1 == "knative.dev/eventing" {print $2}' "$here/eventing/go.mod")
       echo "$here/eventing ./cmd/apiserver_receive_adapter,./cmd/mtping $ev yes" ;;
+    serving)
+      local sv
+      sv=$(awk '$1 == "knative.dev/serving" {print $2} $1 == "require" && $2 == "knative.dev/serving" {print $3}' \
+        "$here/serving/go.mod")
+      echo "$here/serving knative.dev/serving/cmd/queue $sv no" ;;
     kai)
       local kv p pkgs=""
       kv=$(awk -v m="$KAI_MODULE" '$1 == m {print $2} $1 == "require" && $2 == m {print $3}' "$here/kai/go.mod")
@@ -146,16 +154,29 @@ copy_eventing_manifests() {
   chmod -R u+w "$out/manifests"
 }
 
+# queue-proxy's two fixed ports made settable (testbed/serving/queue-ports.patch): the module is vendored into a
+# scratch copy of testbed/serving and the patch applied to the vendored knative.dev/serving (`go build -overlay`
+# refuses files of the module cache), then built with -mod=vendor. Everything else is as the proxy served it.
+serving_src() {
+  local dir=$1 src=$2
+  mkdir -p "$src"
+  cp "$dir/go.mod" "$dir/go.sum" "$src/"
+  (cd "$src" && go mod vendor) >&2 || { log "serving: go mod vendor failed"; exit 1; }
+  patch -s -p1 -d "$src/vendor/knative.dev/serving" <"$dir/queue-ports.patch" >&2 \
+    || { log "serving: testbed/serving/queue-ports.patch does not apply"; exit 1; }
+}
+
 build_one() {
   local c=$1 dir pkg version sources key out
   read -r dir pkg version sources <<<"$(module_of "$c")"
   local extra=""
   [ "$c" = kai ] && extra=$(ldflags_of kai)
+  [ "$c" = serving ] && extra=$(cat "$dir/queue-ports.patch")
   key=$(key_of "$dir" "$version" "$sources" "$extra")
   out=$bin_root/$c-$key
   local pkgs=() bins=() p built=true result=$out/$c
   IFS=, read -r -a pkgs <<<"$pkg"
-  if [ ${#pkgs[@]} -gt 1 ]; then
+  if [ ${#pkgs[@]} -gt 1 ] || [ "$c" = serving ]; then
     result=$out
     for p in "${pkgs[@]}"; do bins+=("${p##*/}"); done
   else
@@ -177,9 +198,13 @@ build_one() {
   tmp=$(mktemp -d "$bin_root/.$c.XXXXXX")
   start=$SECONDS
   log "$c: building $version from testbed/${dir#"$here"/} (cold builds take minutes; log: $tmp/build.log)"
-  local target=$tmp/$c
-  [ ${#pkgs[@]} -gt 1 ] && target=$tmp/
-  (cd "$dir" && env "${goenv[@]}" CGO_ENABLED=0 nice -n "$nice_level" go build -mod=readonly -trimpath -v \
+  local target=$tmp/$c src=$dir mod=readonly
+  [ "$result" = "$out" ] && target=$tmp/
+  if [ "$c" = serving ]; then
+    src=$tmp/.src mod=vendor
+    serving_src "$dir" "$src"
+  fi
+  (cd "$src" && env "${goenv[@]}" CGO_ENABLED=0 nice -n "$nice_level" go build -mod=$mod -trimpath -v \
       -ldflags "$(ldflags_of "$c")" -o "$target" "${pkgs[@]}") >"$tmp/build.log" 2>&1 &
   pid=$!
   next=$((start + 30))
@@ -199,7 +224,7 @@ build_one() {
   [ "$c" = launcher ] && copy_launcher_manifests "$dir" "$tmp"
   [ "$c" = eventing ] && copy_eventing_manifests "$dir" "$tmp"
   [ "$c" = kai ] && copy_kai_manifests "$dir" "$tmp" "${goenv[@]}"
-  rm -f "$tmp/build.log"
+  rm -rf "$tmp/build.log" "$tmp/.src"
   rm -rf "$out"
   mv "$tmp" "$out"
   log "$c: built in $((SECONDS - start))s"

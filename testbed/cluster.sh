@@ -100,7 +100,7 @@ up() {
   mkdir -p "$state"
   local paths
   local build=(etcd kube-apiserver kube-controller-manager kubectl launcher)
-  $chain && build+=(scheduler kwok kai eventing)
+  $chain && build+=(scheduler kwok kai eventing serving)
   paths=$("$here/build.sh" "${build[@]}") \
     || { say "FAILED: build (see the build.sh lines above)"; exit 1; }
   echo "$paths" >"$state/bin.env"
@@ -218,7 +218,7 @@ start_kai_fn() {
   p=$(sed -n 's/^function //p' "$ready")
   grep -q "^kai-fn-function $p " "$state/chain.pids" ||
     echo "kai-fn-function $p $(cat "/proc/$p/comm")" >>"$state/chain.pids"
-  say "kai_fn: the function at $(sed -n 's/^url //p' "$ready") (log $state/function.log), its sources, the policy"
+  say "kai_fn: the function at $(sed -n 's/^url //p' "$ready"), the sources' sink $(sed -n 's/^sink //p' "$ready") (log $state/function.log), the policy"
 }
 
 stop_chain() {

@@ -38,6 +38,7 @@ from kubernetes.client.rest import ApiException
 from kai_fn.local.adapter import RealApiServerSource, source_spec
 from kai_fn.local.ping import RealPingSource
 from kai_fn.local.process import REPO, FunctionProcess
+from kai_fn.local.queue_proxy import QueueProxy, service_settings
 from kai_fn.local.source import HELD_JOBSETS, PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
 
 MANIFESTS = {"kai": REPO / "knative" / "base", "scheduler-plugins": REPO / "knative" / "overlays" / "scheduler-plugins"}
@@ -61,6 +62,7 @@ RUNTIMES = ("clustertrainingruntime-chain.yaml", "clustertrainingruntime-chain-s
 _FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease"}
 KNATIVE_SOURCES = os.environ.get("KAI_FN_CHAIN_SOURCES", "knative") != "stand-in"
 _POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+QUEUE_PROXY = os.environ.get("KAI_FN_CHAIN_QUEUE_PROXY", "1") != "0"  # Knative Serving's queue-proxy in front
 
 
 def _bin_env(kubeconfig: Path) -> dict[str, str]:
@@ -172,6 +174,11 @@ class Chain(Testbed):
     function: FunctionProcess
     sources: list[RealApiServerSource | RealPingSource | ApiServerSource | PingSource] = field(default_factory=list)
     log_dir: Path | None = None
+    queue_proxy: QueueProxy | None = None  # in front of the function: the sources' sink (kai_fn/local/queue_proxy.py)
+
+    @property
+    def sink(self) -> str:
+        return self.queue_proxy.url if self.queue_proxy else self.function.url
 
     def namespace(self, prefix: str, *, enabled: bool = True) -> str:
         """As the testbed's; with Knative's adapters, once they watch it: a newly labelled namespace redeploys them
@@ -272,7 +279,8 @@ def _service_env(objs: list[dict[str, Any]]) -> dict[str, str]:
 def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None = "kai-fn",
             ping_seconds: float = 30.0, policy: bool = True, log_dir: str | Path | None = None,
             settings: dict[str, str] | None = None, token_seconds: int = 6 * 3600,
-            knative_sources: bool = KNATIVE_SOURCES, production: bool = False) -> Iterator[Chain]:
+            knative_sources: bool = KNATIVE_SOURCES, production: bool = False,
+            queue_proxy: bool = QUEUE_PROXY) -> Iterator[Chain]:
     """The chain around a running ``cluster up --chain`` testbed; see the module docstring.
 
     ``flavor``: ``kai`` (KAI's PodGroups, for KAI Scheduler) or ``scheduler-plugins`` (for Coscheduling).
@@ -280,7 +288,10 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
     (and each adapter's log) goes (default: the testbed's state dir, next to the kubeconfig). ``settings``: more
     KAI_* variables, over the Service's (runtimes and Queues are not cached: scenarios make them and use them at
     once; ``production`` keeps the Service's caches, as the benchmarks need). ``knative_sources``: Knative's own adapters (default; ``KAI_FN_CHAIN_SOURCES=stand-in`` picks the
-    stand-ins of kai_fn/local/source.py); their ping runs ``@every <ping_seconds>s``.
+    stand-ins of kai_fn/local/source.py); their ping runs ``@every <ping_seconds>s``. ``queue_proxy``: the
+    sources deliver to Knative Serving's queue-proxy, which proxies to the function with the Service's
+    containerConcurrency, timeoutSeconds and readinessProbe (default; ``KAI_FN_CHAIN_QUEUE_PROXY=0``: straight to the
+    function); its log is ``queue-proxy.log``.
     """
     kubeconfig = Path(kubeconfig)
     logs = Path(log_dir) if log_dir else kubeconfig.parent
@@ -324,8 +335,12 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
         log = stack.enter_context((logs / "function.log").open("ab"))
         function = stack.enter_context(FunctionProcess({**env, **(settings or {})}, log=log))
         chain = Chain(kubeconfig, api, kubectl, function, log_dir=logs, flavor=flavor)
-        sources = (knative_event_sources(api, objs, function.url, logs, audience is not None, ping_seconds)
-                   if knative_sources else event_sources(api, flavor, function.url, tokens, ping_seconds))
+        if queue_proxy:
+            qp_log = stack.enter_context((logs / "queue-proxy.log").open("ab"))
+            chain.queue_proxy = stack.enter_context(QueueProxy(service_settings(objs), function.port, log=qp_log))
+            stack.callback(lambda: [p.kill() for p in (chain.queue_proxy, chain.function) if p])  # a scale-down's
+        sources = (knative_event_sources(api, objs, chain.sink, logs, audience is not None, ping_seconds)
+                   if knative_sources else event_sources(api, flavor, chain.sink, tokens, ping_seconds))
         chain.sources = [stack.enter_context(source) for source in sources]
         yield chain
 
@@ -352,7 +367,8 @@ def serve(argv: list[str] | None = None) -> int:
             assert chain.function.proc is not None
             if args.ready_file:
                 partial = args.ready_file.with_suffix(".partial")
-                partial.write_text(f"url {chain.function.url}\nfunction {chain.function.proc.pid}\n")
+                partial.write_text(f"url {chain.function.url}\nfunction {chain.function.proc.pid}\n"
+                                   f"sink {chain.sink}\n")
                 os.replace(partial, args.ready_file)
             logging.info("kai_fn (%s flavor) serving at %s; sources: %s", args.flavor, chain.function.url,
                          ", ".join(type(s).__name__ for s in chain.sources))

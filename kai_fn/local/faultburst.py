@@ -262,9 +262,11 @@ def small_queue_body(name: str) -> dict[str, Any]:
                 "gpu": {"quota": 0, "limit": 1, "overQuotaWeight": 1}, "cpu": unlimited, "memory": unlimited}}}
 
 
-def run(chain: Chain, burst: Burst, namespaces: list[str], pool: str) -> Record:
+def run(chain: Chain, burst: Burst, namespaces: list[str], pool: str,
+        during: Callable[[Chain, Burst, Record, str], None] | None = None) -> Record:
     """The burst in ``namespaces`` (kai_fn-enabled, made by the caller, who deletes them), on the simnodes pool
-    ``pool`` (``burst.nodes`` of it, made by the caller)."""
+    ``pool`` (``burst.nodes`` of it, made by the caller). ``during``: what submits the TrainJobs and makes the
+    faults (``record.jobs``, the small Queue's name), instead of this module's faults (e.g. a scale-down)."""
     jobs = [Job(namespaces[i % len(namespaces)], f"burst-{i:03d}", burst.refusal(i)) for i in range(burst.jobs)]
     record = Record(burst, jobs)
     objs, core = client.CustomObjectsApi(chain.api), client.CoreV1Api(chain.api)
@@ -280,7 +282,7 @@ def run(chain: Chain, burst: Burst, namespaces: list[str], pool: str) -> Record:
             pods = [stack.enter_context(PodWatch(chain.api, ns, check_groups=True)) for ns in namespaces]
             binds = [stack.enter_context(ObjectWatch(chain.api, BIND_REQUESTS, ns)) for ns in namespaces]
             groups = [stack.enter_context(ObjectWatch(chain.api, KAI_PODGROUPS, ns)) for ns in namespaces]
-            _burst_with_faults(chain, burst, record, small)
+            (during or _burst_with_faults)(chain, burst, record, small)
             end = record.faults_over + burst.settle
             while time.monotonic() < end:
                 if _read_end(record, objs, core, pods, namespaces):

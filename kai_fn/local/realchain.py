@@ -90,8 +90,11 @@ def submit(api: client.ApiClient, ns: str, body: dict[str, Any], attempts: int =
 
 @contextmanager
 def kai_fn_running(cluster: Cluster, log_dir: Path | None = None, ping_seconds: float = 10.0,
-                   production: bool = False) -> Iterator[Chain]:
+                   production: bool = False, queue_proxy: bool | None = None) -> Iterator[Chain]:
     """kai_fn on the chain (kai_fn.local.chain.running): function, sources, admission policy; stopped at the end.
-    ``production``: the Service's settings as they are (see :func:`running`)."""
-    with running(cluster.kubeconfig, ping_seconds=ping_seconds, log_dir=log_dir, production=production) as chain:
+    ``production``: the Service's settings as they are (see :func:`running`); ``queue_proxy``: as there (None: its
+    default)."""
+    more = {} if queue_proxy is None else {"queue_proxy": queue_proxy}
+    with running(cluster.kubeconfig, ping_seconds=ping_seconds, log_dir=log_dir, production=production,
+                 **more) as chain:
         yield chain
