@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +84,12 @@ def trainjob(*, name: str = "job", namespace: str = "ns", uid: str = UID, labels
 
 
 def jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool = True,
-               uid: str = "99999999-8888-4777-8666-555555555555") -> dict[str, Any]:
-    """The JobSet Trainer would make: the runtime's template, named like the TrainJob, owned by it."""
+               uid: str = "99999999-8888-4777-8666-555555555555", held: bool = False) -> dict[str, Any]:
+    """The JobSet Trainer would make: the runtime's template, named like the TrainJob, owned by it. ``held``: as
+    kai_fn's admission policy leaves it, labelled ``kai-fn/held: "true"`` (pass ``suspend=True`` with it)."""
     spec = copy.deepcopy(rt["spec"]["template"]["spec"])
     spec["suspend"] = suspend
-    return {
+    out = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
         "metadata": {
@@ -101,6 +103,9 @@ def jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool = True,
         },
         "spec": spec,
     }
+    if held:
+        out["metadata"]["labels"] = {"kai-fn/held": "true"}
+    return out
 
 
 def typed(job: dict[str, Any], rt: dict[str, Any]) -> tuple[TrainJob, Runtime]:
@@ -115,3 +120,18 @@ def unreachable_kubeconfig(directory: Path) -> Path:
         "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], "users": [{"name": "u", "user": {}}]}))
     return config
+
+
+def owned_by(obj: dict[str, Any], uid: str) -> dict[str, Any]:
+    """A sample TrainJob given ``uid``, or a sample JobSet made the one the TrainJob of ``uid`` controls (its own uid
+    derived from it): each test its own uids, since a function process remembers by uid the TrainJobs whose JobSet
+    it decided (kai_fn/function/recent.py), and a sample's uid reused by a later test would cost it nothing."""
+    out = copy.deepcopy(obj)
+    if out["kind"] == "JobSet":
+        out["metadata"]["uid"] = str(uuid.uuid5(uuid.UUID(uid), "jobset"))
+        for ref in out["metadata"].get("ownerReferences") or []:
+            if ref.get("kind") == "TrainJob":
+                ref["uid"] = uid
+    else:
+        out["metadata"]["uid"] = uid
+    return out

@@ -83,7 +83,7 @@ class Job:
     name: str
     uid: str
     shape: str  # "flat" (ClusterTrainingRuntime, one replicatedJob) or "staged" (initializers, three)
-    mode: str  # the event mode: "resource" or "ref"
+    mode: str  # the event mode: "resource" or "ref" (the TrainJob's), or "jobset" (its held JobSet's, Resource mode)
     trainjob: dict[str, Any]
     jobset: dict[str, Any]
     podgroup: dict[str, Any] | None = None  # a PodGroup of kai_fn's name that was there before kai_fn
@@ -95,6 +95,8 @@ class Job:
     def event(self, action: str = "add", event_id: str | None = None) -> Sample:
         if self.mode == "ref":
             return ref(self.namespace, self.name, action, event_id=event_id)
+        if self.mode == "jobset":
+            return resource(self.jobset, action, event_id=event_id)
         return resource(self.trainjob, action, event_id=event_id)
 
 
@@ -238,6 +240,64 @@ def state_of(api: Emulator, job: Job) -> tuple[str, list[str]]:
     if not tj_diff and carries:
         return JS_PATCHED, []
     return INCONSISTENT, [f"TrainJob changes {tj_diff}; JobSet names {named_podgroups(js) if js else 'n/a (gone)'}; "
+                          f"PodGroup {'exists' if pg else 'missing'}"]
+
+
+HELD = "kai-fn/held"
+# The JobSet gate (the admission policy holds the JobSet; kai_fn's one patch decides it): the states a TrainJob may be
+# left in when its deliveries ran out of tries. The decision is one JSON Patch of the JobSet (templates, decision,
+# label removed, resumed), so there is no state between "PodGroup made" and "done": a held JobSet is still held
+# (labelled, suspended, undecided), which the resync finds, and no pod exists yet.
+GATE_RETRYABLE_STATES = (UNTOUCHED, PG_ONLY)
+
+
+def kai_fn_decision_key(path: tuple[Any, ...], old: Any, new: Any) -> bool:
+    """What kai_fn's decision may change on a held JobSet besides :func:`kai_fn_jobset_key`: the decision and the
+    release time added, the hold's label removed, ``spec.suspend`` turned false."""
+    if path in (("metadata", "annotations", MARKER), ("metadata", "annotations", RELEASED_AT)):
+        return old is MISSING
+    if path == ("metadata", "labels", HELD):
+        return (old, new) == ("true", MISSING)
+    if path == ("spec", "suspend"):
+        return (old, new) == (True, False)
+    return False
+
+
+def gate_state_of(api: Emulator, job: Job) -> tuple[str, list[str]]:
+    """:func:`state_of` for the JobSet gate: the TrainJob is never written; its held JobSet ends decided
+    (``kai-fn/podgroup`` naming the gang, the label removed, resumed, ``kai-fn/released-at``) in the same write that
+    makes its pod templates name the gang. Returns DONE, UNTOUCHED or PG_ONLY, else INCONSISTENT with the problems."""
+    ns, name = job.namespace, job.name
+    tj = api.get(TRAINER, "TrainJob", ns, name)
+    js = api.get(JOBSET, "JobSet", ns, name)
+    pg = api.get(KAI_PG, "PodGroup", ns, job.pg_name)
+    problems = []
+    js_diff = diff(job.jobset, js)
+    for path, (old, new) in sorted(js_diff.items(), key=str):
+        if old is not MISSING and not kai_fn_decision_key(path, old, new) or (
+                old is MISSING and not kai_fn_jobset_key(path) and not kai_fn_decision_key(path, old, new)):
+            problems.append(f"JobSet {'/'.join(map(str, path))}: {old!r} -> {new!r}")
+    if tj_diff := diff(job.trainjob, tj):
+        problems.append(f"the TrainJob was written: {tj_diff}")
+    if job.podgroup is not None and pg != job.podgroup:
+        problems.append("the PodGroup that was there before kai_fn was changed")
+    if pg is not None and job.podgroup is None:
+        owner = pg["metadata"].get("ownerReferences") or [{}]
+        if owner[0].get("uid") != job.uid or not owner[0].get("controller"):
+            problems.append("kai_fn's PodGroup is not owned by its TrainJob")
+    if problems:
+        return INCONSISTENT, problems
+    if js is not None and not js_diff:
+        return (UNTOUCHED if pg is None or job.podgroup is not None else PG_ONLY), []
+    notes = (js or {}).get("metadata", {}).get("annotations") or {}
+    decided = (pg is not None and notes.get(SKIP) == "true" and notes.get(MARKER) == job.pg_name
+               and RELEASED_AT in notes and HELD not in (js["metadata"].get("labels") or {})
+               and js["spec"].get("suspend") is False
+               and all(_names_its_gang(m.get("annotations", {}).get(POD_GROUP), job.pg_name)
+                       and QUEUE in m.get("labels", {}) for m in pod_templates(js)))
+    if decided:
+        return DONE, []
+    return INCONSISTENT, [f"JobSet changes {js_diff}; JobSet names {named_podgroups(js) if js else 'n/a (gone)'}; "
                           f"PodGroup {'exists' if pg else 'missing'}"]
 
 

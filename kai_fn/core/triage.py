@@ -42,7 +42,8 @@ def deleting(obj: dict[str, Any] | None) -> bool:
 
 
 def suspended(obj: dict[str, Any] | None) -> bool:
-    return ((obj or {}).get("spec") or {}).get("suspend") is True
+    spec = (obj or {}).get("spec")  # an event's body, not yet parsed: any JSON
+    return isinstance(spec, dict) and spec.get("suspend") is True
 
 
 def controlled_by(jobset: dict[str, Any], uid: str | None) -> bool:

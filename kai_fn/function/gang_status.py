@@ -52,7 +52,7 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
             recent.bound(event.uid)
         return Outcome("skipped", why, ns, owner["name"], owner.get("uid"), pg_name)
     outcome = report_on(session, trainjob, podgroup, marks.podgroup or "", fresh=False)
-    if outcome.result == "done" and outcome.reason.startswith(report.GANG_BOUND):
+    if outcome.result == "done" and outcome.reason.startswith(report.GANG_BOUND) or outcome.reason == "already bound":
         recent.bound(event.uid)
     return outcome
 
@@ -93,6 +93,16 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
     if counted.bound and not main:
         return Outcome("skipped", f"stage bound ({counted.summary()}); GangBound waits for the main gang",
                        ns, name, uid, pg_name)
+    if counted.bound and not fresh:
+        # The event's copy may be from before the mark (a replica that did not see it bound, a late redelivery): the
+        # mark is on this PodGroup now, so read it rather than post and mark again.
+        now = session.podgroup(podgroup["apiVersion"], ns, pg_name)
+        owner = owning_trainjob(now or {})
+        if now is None or owner is None or owner.get("uid") != uid:
+            return Outcome("ignored", "the PodGroup no longer exists", ns, name, uid, pg_name)
+        if keys.GANG_BOUND_ANNOTATION in triage.notes(now):
+            return Outcome("skipped", "already bound", ns, name, uid, pg_name)
+        podgroup = now
     if counted.bound:
         message = f"PodGroup {pg_name}: every pod of the gang is on a node ({counted.summary()})"
         body = report.event_body(trainjob, report.GANG_BOUND, message, warning=False, key=pg_name)

@@ -1,12 +1,13 @@
 """KAI_FN_BACKGROUND_WORKERS (knative/base sets it): TrainJob events answered 202 before any API call, reconciled
 right after by the function's work queue, with the guarantees of the per-delivery contract: one gang per
-TrainJob however many deliveries, nothing ever naming a PodGroup that does not exist, every TrainJob done once the
-queue is idle or after the resync, under API faults too. Real function server, kmock emulator; every wait bounded.
+TrainJob however many deliveries, nothing ever naming a PodGroup that does not exist, every held JobSet decided (and
+the TrainJob never written) once the queue is idle or after the resync, under API faults too. The events are the
+TrainJob's and its held JobSet's; the resync offers every held JobSet to the queue, and a started process queues
+them on its first request (its catch-up). Real function server, kmock emulator; every wait bounded.
 """
 from __future__ import annotations
 
 import collections
-import copy
 import json
 import math
 import random
@@ -22,12 +23,14 @@ from kai_fn.local.delivery import Adapter, Delivery
 from kai_fn.local.emulator import Fault
 from kai_fn.local.process import FunctionProcess
 from tests.ce import ping, resource, send
-from tests.conftest import JOBSET, KAI_PG, sample_object, seed
+from tests.builders import owned_by
+from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
 from tests.function.test_api_faults import RandomFaults
-from tests.function.test_function import assert_done, seed_llama, verbs
+from tests.function.test_function import NAME, NS, verbs
+from tests.function.test_gang_status import fresh, seed_held_llama
 from tests.reliability import (
-    DONE, PERIOD, SEED, check_answers, deliver_all, gang_events, make_job, plant, publish, safety_violations, settle,
-    state_of, uids, versions_since,
+    DONE, PERIOD, SEED, check_answers, deliver_all, gang_events, gate_state_of, make_job, plant, publish,
+    safety_violations, settle, uids, versions_since,
 )
 
 WORKERS = {"KAI_FN_BACKGROUND_WORKERS": "4"}
@@ -58,45 +61,64 @@ def idle(url: str, timeout: float = 60.0) -> None:
         time.sleep(0.02)
 
 
-def test_a_new_trainjob_is_answered_202_before_any_api_call_and_reconciled_right_after(api, worked):
-    seed_llama(api)
-    tj = api.get("trainer.kubeflow.org/v1alpha1", "TrainJob", "team-a", "llama-finetune")
+def assert_decided(api, uid: str) -> None:
+    """The llama's held JobSet decided and released with its gang; its TrainJob never written."""
+    pg = f"pg-{NAME}-{uid}"
+    js = api.get(JOBSET, "JobSet", NS, NAME)
+    assert [p["metadata"]["name"] for p in api.list(KAI_PG, "PodGroup", NS)] == [pg]
+    assert js["metadata"]["annotations"]["kai-fn/podgroup"] == pg and "kai-fn/held" not in js["metadata"]["labels"]
+    assert js["spec"]["suspend"] is False
+    tj = api.get(TRAINER, "TrainJob", NS, NAME)
+    assert "kai-fn/podgroup" not in (tj["metadata"].get("annotations") or {})
+    assert not [c for c in api.writes() if c.resource == "trainjobs"]
+
+
+def held_jobset(api) -> dict:
+    return api.get(JOBSET, "JobSet", NS, NAME)
+
+
+@pytest.mark.parametrize("trigger", ["TrainJob", "JobSet"])
+def test_a_new_trainjob_is_answered_202_before_any_api_call_and_reconciled_right_after(api, worked, trigger):
+    uid = fresh()
+    tj = seed_held_llama(api, uid)
     api.reset_calls()
-    answer = send(worked.url, resource(tj))
+    answer = send(worked.url, resource(tj if trigger == "TrainJob" else held_jobset(api)))
     assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome"), answer.body) == (202, "accepted", "")
     idle(worked.url)
-    assert ("create", "podgroups") in verbs(api) and ("patch", "trainjobs") in verbs(api)
-    assert_done(api)
+    assert ("create", "podgroups") in verbs(api) and ("patch", "jobsets") in verbs(api)
+    assert_decided(api, uid)
 
 
-def test_an_event_the_body_answers_costs_no_call_and_is_not_queued(api, worked):
-    tj = seed_llama(api)
+def test_an_event_of_a_trainjob_this_process_decided_costs_no_call_and_is_not_queued(api, worked):
+    tj = seed_held_llama(api, fresh())
+    held = held_jobset(api)
     send(worked.url, resource(tj))
     idle(worked.url)
-    marked = api.get("trainer.kubeflow.org/v1alpha1", "TrainJob", "team-a", "llama-finetune")
+    before = work_metrics(worked.url)
     api.reset_calls()
-    for body in (marked, tj):  # carrying the marker; the copy from before this process released it
-        answer = send(worked.url, resource(body, "update"))
-        assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "skipped")
+    answers = [send(worked.url, resource(body, "update")) for body in (tj, held)]  # the copies before the decision
+    assert [(a.status, a.headers.get("X-Kai-Fn-Outcome")) for a in answers] == [(200, "skipped")] * 2
     assert api.calls == []
+    assert work_metrics(worked.url) == before
 
 
-def test_an_add_before_its_jobset_waits_and_the_update_after_it_does_the_work(api, worked):
-    tj = seed_llama(api, jobset=False)
+def test_an_add_before_its_jobset_waits_and_the_held_jobsets_event_does_the_work(api, worked):
+    uid = fresh()
+    tj = seed_held_llama(api, uid)
+    api.delete(JOBSET, "JobSet", NS, NAME)  # Trainer has not made it yet
+    api.reset_calls()
     before = work_metrics(worked.url)
     assert send(worked.url, resource(tj)).status == 202
     idle(worked.url)
     assert api.writes() == []
     assert work_metrics(worked.url).get("waiting", 0) == before.get("waiting", 0) + 1
-    seed(api, sample_object("jobset-llama-finetune"))
-    update = copy.deepcopy(tj)
-    update["status"] = {"conditions": [{"type": "Suspended", "status": "True", "reason": "Suspended"}]}
-    assert send(worked.url, resource(update, "update")).status == 202
+    (js,) = seed(api, owned_by(sample_object("jobset-llama-finetune"), uid))  # the policy holds it as it is made
+    assert send(worked.url, resource(js)).status == 202  # the JobSet source's event
     idle(worked.url)
-    assert_done(api)
+    assert_decided(api, uid)
 
 
-@pytest.mark.parametrize("mode", ["resource", "ref"])
+@pytest.mark.parametrize("mode", ["resource", "ref", "jobset"])
 def test_fifty_simultaneous_deliveries_make_one_podgroup_one_jobset_write_and_one_event(api, worked, mode):
     job = make_job("bg-concurrent-" + mode, "burst", str(uuid.uuid5(uuid.NAMESPACE_URL, "bg" + mode)), mode=mode,
                    extras=True)
@@ -117,7 +139,7 @@ def test_fifty_simultaneous_deliveries_make_one_podgroup_one_jobset_write_and_on
     assert not any(t.is_alive() for t in threads), "wall-clock guard: deliveries still running after 60 s"
     idle(worked.url)
     assert check_answers(answers) == [] and {d.status for d in answers} <= {200, 202}
-    assert state_of(api, job) == (DONE, [])
+    assert gate_state_of(api, job) == (DONE, [])
     assert [p["metadata"]["name"] for p in api.list(KAI_PG, "PodGroup", job.namespace)] == [job.pg_name]
     assert safety_violations(api, job, since) == []
     assert len(versions_since(api, JOBSET, "JobSet", job.namespace, job.name, since)) == 2  # seeded + one patch
@@ -127,7 +149,8 @@ def test_fifty_simultaneous_deliveries_make_one_podgroup_one_jobset_write_and_on
 
 
 def test_a_failed_pass_is_tried_again_by_the_function_without_a_redelivery(api, worked):
-    tj = seed_llama(api)
+    uid = fresh()
+    tj = seed_held_llama(api, uid)
     failures = {"left": 2}
 
     def faults(call):
@@ -141,7 +164,7 @@ def test_a_failed_pass_is_tried_again_by_the_function_without_a_redelivery(api, 
     assert send(worked.url, resource(tj)).status == 202
     idle(worked.url, timeout=30)
     api.faults = None
-    assert_done(api)
+    assert_decided(api, uid)
     after = work_metrics(worked.url)
     assert after.get("retry", 0) - before.get("retry", 0) == 2
     assert after.get("done", 0) - before.get("done", 0) == 1
@@ -172,15 +195,16 @@ def test_under_30_percent_api_faults_every_trainjob_ends_done_once_idle_or_after
     assert check_answers(deliveries) == []
     after_faults = collections.Counter()
     for job in jobs:
-        state, problems = state_of(api, job)
+        state, problems = gate_state_of(api, job)
         assert problems == [], (job.name, problems)
         after_faults[state] += 1
+    assert sum(after_faults.values()) == BG_JOBS
     counts = work_metrics(worked.url)
 
     pings = [adapter.send(ping()) for _ in range(math.ceil(BG_JOBS / 50) + 1)]
     idle(worked.url)
     assert check_answers(pings) == [] and all(p.acked for p in pings)
-    assert collections.Counter(state_of(api, j)[0] for j in jobs) == {DONE: BG_JOBS}
+    assert collections.Counter(gate_state_of(api, j)[0] for j in jobs) == {DONE: BG_JOBS}
     assert [v for j in jobs for v in safety_violations(api, j, since)] == []
     events = gang_events(api, ns)
     assert max(events.values()) == 1
@@ -204,7 +228,8 @@ def test_under_30_percent_api_faults_every_trainjob_ends_done_once_idle_or_after
 def test_the_answer_and_the_work_after_it_each_log_one_json_line(api, emulator, tmp_path):
     path = tmp_path / "log"
     with path.open("wb") as log, FunctionProcess({"KUBECONFIG": emulator.kubeconfig, **WORKERS}, log=log) as fn:
-        tj = seed_llama(api)
+        idle(fn.url)  # its catch-up, on an empty cluster: nothing queued
+        tj = seed_held_llama(api, fresh())
         assert send(fn.url, resource(tj, event_id="id-1")).status == 202
         idle(fn.url)
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
@@ -216,7 +241,8 @@ def test_the_answer_and_the_work_after_it_each_log_one_json_line(api, emulator, 
 
 
 def test_a_graceful_stop_finishes_the_passes_already_answered_202(api, emulator, tmp_path):
-    tj = seed_llama(api)
+    uid = fresh()
+    tj = seed_held_llama(api, uid)
     api.faults = lambda call: Fault(hang=1.5) if (call.verb, call.resource) == ("get", "jobsets") else None
     path = tmp_path / "log"
     with path.open("wb") as log:
@@ -227,6 +253,32 @@ def test_a_graceful_stop_finishes_the_passes_already_answered_202(api, emulator,
         finally:
             fn.kill()
     api.faults = None
-    assert_done(api)
+    assert_decided(api, uid)
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
     assert [(e["queued"], e["left"]) for e in lines if e.get("msg") == "drained"] == [(1, 0)]
+
+
+def test_the_resync_offers_every_held_jobset_to_the_queue_at_once(api, worked):
+    """More held JobSets than KAI_FN_RESYNC_LIMIT (no event brought them): one ping queues them all."""
+    rng = uuid.UUID(int=SEED).int
+    jobs = [make_job("bg-resync", f"held-{i}", str(uuid.UUID(int=rng + i, version=4))) for i in range(12)]
+    since = plant(api, jobs)
+    answer = send(worked.url, ping())
+    assert answer.status == 200
+    idle(worked.url)
+    assert collections.Counter(gate_state_of(api, j)[0] for j in jobs) == {DONE: len(jobs)}
+    assert [v for j in jobs for v in safety_violations(api, j, since)] == []
+
+
+def test_a_started_process_queues_the_held_jobsets_owed_on_its_first_request(api, emulator):
+    """Its catch-up: work owed while no function ran starts at once, not at the next ping. The readiness probe is
+    the first request (FunctionProcess.start polls /healthz)."""
+    uid = fresh()
+    seed_held_llama(api, uid)
+    with FunctionProcess({"KUBECONFIG": emulator.kubeconfig, **WORKERS}) as fn:
+        end = time.monotonic() + 30
+        while (held_jobset(api)["metadata"].get("annotations") or {}).get("kai-fn/podgroup") is None:
+            assert time.monotonic() < end, "wall-clock guard: the catch-up did not decide the held JobSet in 30 s"
+            time.sleep(0.05)
+        idle(fn.url)
+    assert_decided(api, uid)

@@ -1,4 +1,9 @@
-"""Bad input (fuzzed headers, bodies, identities, sizes and specs) gets its 4xx and never an API write but a warning."""
+"""Bad input (fuzzed headers, bodies, identities, sizes and specs) gets its 4xx and never an API write but a warning.
+
+The events are the TrainJob's and, in the JobSet gate, the held JobSet's (Resource mode: the pass of the TrainJob
+that controls it). A valid event for a TrainJob the fuzzed process has decided costs no API call: the process
+remembers it by uid, from the first delivery (kai_fn/function/recent.py).
+"""
 from __future__ import annotations
 
 import collections
@@ -20,20 +25,34 @@ from tests.reliability import MARKER, MISSING, QUEUE, publish, shape
 FUZZ_LIMIT = 65536  # KAI_FN_MAX_BODY_BYTES of the fuzzed server, so "just under the limit" stays cheap
 FUZZ_NS = "rel-fuzz"
 FUZZ_UID = "0f0f0f0f-1111-4222-8333-444455556666"
+UNDECIDED_UID = "0f0f0f0f-7777-4888-9999-aaaabbbbcccc"
 
 
 def fuzz_trainjob(marked: bool) -> dict[str, Any]:
-    """The base TrainJob: ``marked`` ones are done already, so a valid event for them costs no API call."""
+    """The base TrainJob: a ``marked`` one is decided already (a marker written before the gate moved, still read),
+    and the fuzzed process remembers so from its first delivery: a valid event for it costs no API call after that.
+    An unmarked one (another uid) needs a pass."""
     tj = sample_object("trainjob-llama-finetune")
-    tj["metadata"].update(namespace=FUZZ_NS, name="fuzz", uid=FUZZ_UID, resourceVersion="7")
+    tj["metadata"].update(namespace=FUZZ_NS, name="fuzz", uid=FUZZ_UID if marked else UNDECIDED_UID,
+                          resourceVersion="7")
     if marked:
         tj["metadata"]["annotations"] = {MARKER: f"pg-fuzz-{FUZZ_UID}"}
     return tj
 
 
+def fuzz_jobset() -> dict[str, Any]:
+    """The held JobSet of the marked TrainJob, as its event brings it."""
+    js = sample_object("jobset-llama-finetune")
+    js["metadata"].update(namespace=FUZZ_NS, name="fuzz", uid="0f0f0f0f-dddd-4eee-8fff-000011112222",
+                          resourceVersion="8")
+    js["metadata"]["ownerReferences"][0].update(name="fuzz", uid=FUZZ_UID)
+    return js
+
+
 MARKED_ADD = resource(fuzz_trainjob(True), event_id="fuzz-1")
 UNMARKED_ADD = resource(fuzz_trainjob(False), event_id="fuzz-2")
 REF_ADD = ref(FUZZ_NS, "fuzz", event_id="fuzz-3")
+JOBSET_ADD = resource(fuzz_jobset(), event_id="fuzz-4")
 
 
 VALID = "the run's valid token"  # Case.authorization: send the token of the fuzzed server's own source
@@ -119,6 +138,68 @@ def broken_identities(draw) -> Case:
     return Case("broken identity", what, dict(sample.headers), body_of(data), frozenset({400}))
 
 
+def _owner(data: dict[str, Any]) -> dict[str, Any]:
+    return data["metadata"]["ownerReferences"][0]
+
+
+JOBSET_MANGLINGS: dict[str, tuple[Any, frozenset[int]]] = {
+    # what: (change to the held JobSet's data, statuses): unusable -> 400, owned by no TrainJob or deleted -> 2xx
+    "kind Job": (lambda d: d.update(kind="Job"), frozenset({400})),
+    "apiVersion jobset.x-k8s.io/v1alpha1": (lambda d: d.update(apiVersion="jobset.x-k8s.io/v1alpha1"),
+                                            frozenset({400})),
+    "metadata a string": (lambda d: d.update(metadata="metadata"), frozenset({400})),
+    "ownerReferences an object": (lambda d: d["metadata"].update(ownerReferences={"kind": "TrainJob"}),
+                                  frozenset({400})),
+    "ownerReferences a list of strings": (lambda d: d["metadata"].update(ownerReferences=["fuzz"]), frozenset({400})),
+    "owner name removed": (lambda d: _owner(d).pop("name"), frozenset({400})),
+    "owner name not a DNS name": (lambda d: _owner(d).update(name="Not_A-Name"), frozenset({400})),
+    "owner uid removed": (lambda d: _owner(d).pop("uid"), frozenset({400})),
+    "owner uid a number": (lambda d: _owner(d).update(uid=7), frozenset({400})),
+    "namespace not a DNS label": (lambda d: d["metadata"].update(namespace="a.b"), frozenset({400})),
+    "labels not a map of strings": (lambda d: d["metadata"].update(labels={"kai-fn/held": True}), frozenset({400})),
+    "no ownerReferences": (lambda d: d["metadata"].pop("ownerReferences"), frozenset({200})),
+    "owner not the controller": (lambda d: _owner(d).update(controller=False), frozenset({200})),
+    "owner a Deployment": (lambda d: _owner(d).update(kind="Deployment", apiVersion="apps/v1"), frozenset({200})),
+    "a delete": (None, frozenset({200})),
+    "unchanged (its TrainJob decided)": (lambda d: None, frozenset({200})),
+}
+
+
+@st.composite
+def jobset_events(draw) -> Case:
+    """The held JobSet's event with one field broken: 400 when unusable, 2xx (ignored) when no TrainJob controls
+    it or it is a delete, 2xx (skipped) when valid; never an API call (its TrainJob is decided)."""
+    what = draw(st.sampled_from(sorted(JOBSET_MANGLINGS)))
+    change, statuses = JOBSET_MANGLINGS[what]
+    headers, data = dict(JOBSET_ADD.headers), json.loads(JOBSET_ADD.body)
+    if change is None:
+        headers["Ce-Type"] = headers["Ce-Type"].rsplit(".", 1)[0] + ".delete"
+    else:
+        change(data)
+    return Case("held JobSet event", what, headers, body_of(data), statuses)
+
+
+@pytest.mark.parametrize("what", sorted(JOBSET_MANGLINGS), ids=sorted(JOBSET_MANGLINGS))
+def test_each_broken_held_jobset_event_gets_its_status_and_no_write(api, function, what):
+    """Every row of the table above, each once (the fuzz draws from it too): no call before the answer, but for a
+    usable event the read of its TrainJob (absent here: ignored)."""
+    change, statuses = JOBSET_MANGLINGS[what]
+    headers, data = dict(JOBSET_ADD.headers), json.loads(JOBSET_ADD.body)
+    if change is None:
+        headers["Ce-Type"] = headers["Ce-Type"].rsplit(".", 1)[0] + ".delete"
+    else:
+        change(data)
+    api.reset_calls()
+    answer = requests.post(function.url, data=body_of(data), headers=headers, timeout=10)
+    assert answer.status_code in statuses, answer.text[:200]
+    usable = what.startswith("unchanged")
+    assert [(c.verb, c.resource) for c in api.calls] == ([("get", "trainjobs")] if usable else [])
+    if 400 in statuses:  # one line saying why
+        assert len(answer.text.strip().splitlines()) == 1, answer.text
+    else:
+        assert answer.headers.get("X-Kai-Fn-Outcome") == "ignored"
+
+
 REQUIRED = ("Ce-Specversion", "Ce-Id", "Ce-Source", "Ce-Type")
 OPTIONAL = ("Ce-Subject", "Ce-Time", "Ce-Kind", "Ce-Apiversion", "Ce-Name", "Ce-Namespace", "Content-Type")
 NEAR_MISS_TYPES = ["dev.knative.apiserver.resource.patch", "dev.knative.apiserver.pod.add",
@@ -176,8 +257,8 @@ def ignorable(draw) -> Case:
         headers["Ce-Type"] = headers["Ce-Type"].rsplit(".", 1)[0] + ".delete"
         what = headers["Ce-Type"]
     elif which == "kind":
-        kind = draw(st.sampled_from(["Pod", "JobSet", "TrainingRuntime", "trainjob"]) | HEADER_TEXT.filter(
-            lambda k: k != "TrainJob"))
+        kind = draw(st.sampled_from(["Pod", "TrainingRuntime", "trainjob", "jobset"]) | HEADER_TEXT.filter(
+            lambda k: k not in ("TrainJob", "JobSet", "PodGroup")))
         headers["Ce-Kind"] = data["kind"] = kind
         what = f"kind {kind!r}"
     else:
@@ -316,14 +397,15 @@ FUZZ_CASES = 1200
 FUZZ_AUDIENCE = "kai-fn"
 FUZZ_SENDER = ("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource")
 CASES = st.one_of(garbage_bodies(), broken_identities(), mangled_headers(), ignorable(), sizes(), mangled_specs(),
-                  odd_authorizations())
+                  odd_authorizations(), jobset_events())
 
 
 @pytest.mark.slow
 def test_fuzzed_headers_and_bodies_get_their_status_and_only_a_warning_event_is_ever_written(api, functions):
     """1,200 hypothesis cases (derandomized) against the real server with a 64 KiB body limit and authenticated
     delivery (so bodies are acted on), on a cluster holding only the runtime (no TrainJob, no JobSet): each case's
-    family fixes the statuses it may get."""
+    family fixes the statuses it may get. The first delivery (the marked TrainJob's) is decided from its marker
+    and remembered, so every valid event of it after that costs no call."""
     fn = functions(KAI_FN_MAX_BODY_BYTES=str(FUZZ_LIMIT), KAI_FN_AUDIENCE=FUZZ_AUDIENCE,
                    KAI_FN_SENDERS="system:serviceaccount:{}:{}".format(*FUZZ_SENDER))
     seed(api, sample_object("clustertrainingruntime-torch-kai"))
@@ -332,8 +414,13 @@ def test_fuzzed_headers_and_bodies_get_their_status_and_only_a_warning_event_is_
               "other-sender": api.issue_token("rel-fuzz", "default", [FUZZ_AUDIENCE])}
     tally: collections.Counter[tuple[str, int]] = collections.Counter()
     session = requests.Session()
-    assert session.post(fn.url, data=MARKED_ADD.body, headers={**MARKED_ADD.headers, "Authorization": "Bearer "
-                        + tokens["valid"]}, timeout=10).status_code == 200  # the valid token is reviewed once, here
+    first = session.post(fn.url, data=MARKED_ADD.body, headers={**MARKED_ADD.headers, "Authorization": "Bearer "
+                         + tokens["valid"]}, timeout=10)  # the valid token is reviewed once, here
+    assert (first.status_code, first.headers.get("X-Kai-Fn-Outcome")) == (200, "skipped")
+    api.reset_calls()
+    again = session.post(fn.url, data=JOBSET_ADD.body, headers={**JOBSET_ADD.headers, "Authorization": "Bearer "
+                         + tokens["valid"]}, timeout=10)
+    assert (again.status_code, again.headers.get("X-Kai-Fn-Outcome"), api.calls) == (200, "skipped", [])
     started = time.perf_counter()
 
     @settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None,

@@ -1,4 +1,5 @@
-"""Concurrent deliveries of one event, and another writer between read and patch: one gang, nothing lost."""
+"""Concurrent deliveries of one event, and another writer between read and patch: one gang, one decision of the held
+JobSet, nothing lost, the TrainJob never written."""
 from __future__ import annotations
 
 import collections
@@ -12,14 +13,14 @@ from kai_fn.local.emulator import Call, Fault
 from kai_fn.local.delivery import Adapter, Delivery
 from tests.conftest import JOBSET, KAI_PG
 from tests.reliability import (
-    DONE, PERIOD, check_answers, gang_events, make_job, plant, pod_templates, publish, safety_violations, state_of,
-    versions_since,
+    DONE, PERIOD, check_answers, gang_events, gate_state_of, make_job, plant, pod_templates, publish,
+    safety_violations, versions_since,
 )
 
 
-@pytest.mark.parametrize("mode", ["resource", "ref"])
+@pytest.mark.parametrize("mode", ["resource", "ref", "jobset"], ids=["TrainJob resource", "TrainJob ref", "held JobSet"])
 def test_fifty_simultaneous_deliveries_of_one_event_make_one_podgroup_and_one_jobset_write(api, function, mode):
-    job = make_job("rel-concurrent-" + mode, "burst", str(uuid.uuid5(uuid.NAMESPACE_URL, mode)), mode=mode,
+    job = make_job("rel-concurrent-" + mode, "burst", str(uuid.uuid5(uuid.NAMESPACE_URL, "concurrent-" + mode)), mode=mode,
                    extras=True)
     since = plant(api, [job])
     sample = job.event()
@@ -41,12 +42,13 @@ def test_fifty_simultaneous_deliveries_of_one_event_make_one_podgroup_and_one_jo
     elapsed = time.perf_counter() - started
 
     assert check_answers(answers) == [] and [d.status for d in answers] == [200] * 50
-    assert state_of(api, job) == (DONE, [])
+    assert gate_state_of(api, job) == (DONE, [])
     assert [p["metadata"]["name"] for p in api.list(KAI_PG, "PodGroup", job.namespace)] == [job.pg_name]
     assert safety_violations(api, job, since) == []
     created = [c for c in api.calls if c.verb == "create" and c.resource == "podgroups"]
     assert sum(c.status == 201 for c in created) == 1
     assert len(versions_since(api, JOBSET, "JobSet", job.namespace, job.name, since)) == 2  # seeded + one patch
+    assert not any(c.resource == "trainjobs" and c.verb not in ("get", "list") for c in api.calls)
     assert gang_events(api, job.namespace) == {job.uid: 1}
     calls = collections.Counter(f"{c.verb} {c.resource} {c.status}" for c in api.calls)
     publish(f"50 simultaneous deliveries of one {mode}-mode event", [
@@ -77,3 +79,5 @@ def test_keys_another_writer_adds_between_kai_fns_read_and_its_patch_survive(api
     assert safety_violations(api, job, since, jobset_writes=2) == []  # the other writer's and kai_fn's
     assert js["metadata"]["annotations"].get("example.com/late") == "kept?"
     assert pod_templates(js)[0].get("labels", {}).get("example.com/late") == "kept?"
+    assert js["metadata"]["annotations"]["kai-fn/podgroup"] == job.pg_name and js["spec"]["suspend"] is False
+    assert "kai-fn/held" not in js["metadata"]["labels"]

@@ -14,8 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kai_fn.local.emulator import Fault
 from kai_fn.commands.invoke import Sample
 from tests.ce import resource, send
-from tests.function.test_function import seed_llama
-from tests.function.test_gang_status import kai_says, place, released
+from tests.function.test_gang_status import fresh, kai_says, place, released, seed_held_llama
 
 Key = tuple[str, frozenset]
 
@@ -50,10 +49,10 @@ def test_every_series_is_named_kai_fn_and_documented(function):
 
 
 def test_a_new_trainjob_a_duplicate_and_a_bad_event_are_counted_by_type_kind_and_outcome(api, function):
-    tj = seed_llama(api)
+    tj = seed_held_llama(api, fresh())
     before = scrape(function.url)
     assert send(function.url, resource(tj)).status == 200
-    assert send(function.url, resource(tj)).status == 200  # redelivered: a copy older than the release, no call
+    assert send(function.url, resource(tj)).status == 200  # redelivered: this process decided its JobSet, no call
     assert send(function.url, Sample("bad", "", {"Content-Type": "application/json"}, b"{}")).status == 400
     changed = delta(before, scrape(function.url))
     assert changed == {
@@ -66,18 +65,30 @@ def test_a_new_trainjob_a_duplicate_and_a_bad_event_are_counted_by_type_kind_and
         key("kai_fn_api_calls_total", verb="get", resource="jobsets", code="200"): 1,
         key("kai_fn_api_calls_total", verb="list", resource="queues", code="200"): 1,  # the pre-check, once
         key("kai_fn_api_calls_total", verb="create", resource="podgroups", code="201"): 1,
-        key("kai_fn_api_calls_total", verb="patch", resource="jobsets", code="200"): 1,
-        key("kai_fn_api_calls_total", verb="patch", resource="trainjobs", code="200"): 1,
+        key("kai_fn_api_calls_total", verb="patch", resource="jobsets", code="200"): 1,  # the one decision
         key("kai_fn_api_calls_total", verb="create", resource="events", code="201"): 1,
         # Unauthenticated delivery: the first pass reads the TrainJob before acting on the event.
         key("kai_fn_api_calls_total", verb="get", resource="trainjobs", code="200"): 1,
     }
 
 
+def test_the_held_jobsets_event_is_counted_under_its_kind(api, function):
+    seed_held_llama(api, fresh())
+    js = api.get("jobset.x-k8s.io/v1alpha2", "JobSet", "team-a", "llama-finetune")
+    before = scrape(function.url)
+    assert send(function.url, resource(js)).status == 200
+    assert send(function.url, resource(js, "delete")).status == 200  # the decision took it out of the selector
+    changed = delta(before, scrape(function.url))
+    assert changed[key("kai_fn_events_total", type="resource.add", kind="JobSet", outcome="done")] == 1
+    assert changed[key("kai_fn_events_total", type="resource.delete", kind="none", outcome="ignored")] == 1
+    assert changed[key("kai_fn_reconcile_seconds_count", work="trainjob")] == 1
+    assert changed[key("kai_fn_gangs_created_total")] == 1
+
+
 @pytest.mark.parametrize("fault, code", [(Fault(status=503), "503"), (Fault(status=429), "429"),
                                          (Fault(hang=1.5), "error")], ids=["503", "429", "timeout"])
 def test_api_failures_are_counted_by_status_code_and_the_event_as_retry(api, function, fault, code):
-    tj = seed_llama(api)
+    tj = seed_held_llama(api, fresh())
     api.faults = lambda call: fault if call.resource == "jobsets" else None
     before = scrape(function.url)
     assert send(function.url, resource(tj)).status == 503
@@ -86,17 +97,20 @@ def test_api_failures_are_counted_by_status_code_and_the_event_as_retry(api, fun
     assert changed[key("kai_fn_events_total", type="resource.add", kind="TrainJob", outcome="retry")] == 1
 
 
-def test_an_add_before_its_jobset_is_counted_as_waiting_with_its_reason(api, function):
-    tj = seed_llama(api, jobset=False)
+def test_an_add_before_its_jobset_is_counted_as_waiting_with_its_short_reason(api, function):
+    uid = fresh()
+    seed_held_llama(api, uid)
+    api.delete("jobset.x-k8s.io/v1alpha2", "JobSet", "team-a", "llama-finetune")  # Trainer has not made it yet
+    tj = api.get("trainer.kubeflow.org/v1alpha1", "TrainJob", "team-a", "llama-finetune")
     before = scrape(function.url)
     assert send(function.url, resource(tj)).status == 200
     changed = delta(before, scrape(function.url))
     assert changed[key("kai_fn_events_total", type="resource.add", kind="TrainJob", outcome="waiting")] == 1
-    assert changed[key("kai_fn_waiting_events_total", reason="JobSet not created yet")] == 1
+    assert changed[key("kai_fn_waiting_events_total", reason="no_jobset")] == 1
 
 
 def test_gang_status_reports_are_counted(api, function):
-    released(api, function.url)
+    released(api, function.url, fresh())
     place(api, 4, 4)
     before = scrape(function.url)
     send(function.url, resource(kai_says(api), "update"))
@@ -104,6 +118,8 @@ def test_gang_status_reports_are_counted(api, function):
     assert changed[key("kai_fn_gang_status_events_total", reason="GangBound")] == 1
     assert changed[key("kai_fn_events_total", type="resource.update", kind="PodGroup", outcome="done")] == 1
     assert changed[key("kai_fn_api_calls_total", verb="list", resource="pods", code="200")] == 1
+    assert changed[key("kai_fn_api_calls_total", verb="patch", resource="podgroups", code="200")] == 1  # the mark
+    assert key("kai_fn_api_calls_total", verb="patch", resource="trainjobs", code="200") not in changed
 
 
 def test_made_up_event_types_do_not_make_new_series(api, function):

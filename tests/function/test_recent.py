@@ -1,36 +1,91 @@
-"""What the process remembers of its own work: only what makes a later event cost no call, never a wrong answer."""
+"""What the process remembers of its own work: only what makes a later event cost no call, never a wrong answer.
+
+In the JobSet gate a TrainJob is remembered once this process decided its JobSet with nothing left to do (by uid:
+any later event of it asks for work that is done), and forgotten when it owes kai_fn work again (the schedule
+timeout suspended it); a PodGroup once its gang is known to be bound.
+"""
 from __future__ import annotations
 
-from kai_fn.function.recent import Recent, older
+import threading
+
+import pytest
+
+from kai_fn.function.recent import Recent
 
 
-def test_resource_versions_compare_as_apimachinery_does_length_first():
-    assert older("9", "10") and older("99", "100") and older("123", "124")
-    assert not older("124", "123") and not older("10", "10")
-
-
-def test_a_copy_older_than_the_release_is_done_and_a_newer_one_is_not():
+def test_a_decided_trainjob_is_remembered_by_uid_and_no_other_is():
     recent = Recent()
-    recent.released("uid-1", "120")
-    assert recent.done_before("uid-1", "119")
-    assert not recent.done_before("uid-1", "120")  # the released object itself carries the marker anyway
-    assert not recent.done_before("uid-1", "121")  # changed since (re-suspended, say): decided afresh
-    assert not recent.done_before("uid-2", "1")
+    recent.decided("uid-1")
+    assert recent.is_decided("uid-1")
+    assert not recent.is_decided("uid-2")
 
 
-def test_unreadable_resource_versions_are_never_taken_as_older():
+@pytest.mark.parametrize("uid", [None, ""], ids=["none", "empty"])
+def test_a_trainjob_without_a_uid_is_never_taken_as_decided(uid):
+    """Reference-mode events carry no uid: they are never answered from memory."""
     recent = Recent()
-    recent.released("uid-1", "0120")
-    recent.released("uid-2", None)
-    recent.released("uid-3", "120")
-    assert not recent.done_before("uid-1", "1") and not recent.done_before("uid-2", "1")
-    assert not recent.done_before("uid-3", "x") and not recent.done_before("uid-3", "") and not recent.done_before(None, "1")
+    recent.decided(uid)
+    recent.decided("uid-1")
+    assert not recent.is_decided(uid)
+    assert recent.is_decided("uid-1")
+
+
+def test_forgetting_a_trainjob_makes_its_next_event_a_pass_again_and_forgetting_an_unknown_one_is_harmless():
+    recent = Recent()
+    recent.decided("uid-1")
+    recent.decided("uid-2")
+    recent.forget("uid-1")
+    recent.forget("uid-unknown")
+    recent.forget(None)
+    assert not recent.is_decided("uid-1")
+    assert recent.is_decided("uid-2")
+
+
+def test_bound_gangs_are_remembered_by_podgroup_uid_apart_from_decided_trainjobs():
+    recent = Recent()
+    recent.bound("pg-uid")
+    recent.bound(None)
+    assert recent.is_bound("pg-uid") and not recent.is_bound("other") and not recent.is_bound(None)
+    assert not recent.is_decided("pg-uid")
+    recent.decided("tj-uid")
+    assert not recent.is_bound("tj-uid")
 
 
 def test_memory_is_bounded_least_recently_used_first():
     recent = Recent(size=2)
     for uid in ("a", "b", "c"):
-        recent.released(uid, "100")
+        recent.decided(uid)
         recent.bound(f"pg-{uid}")
-    assert not recent.done_before("a", "1") and recent.done_before("c", "1")
+    assert not recent.is_decided("a") and recent.is_decided("b") and recent.is_decided("c")
     assert not recent.is_bound("pg-a") and recent.is_bound("pg-b") and recent.is_bound("pg-c")
+
+
+def test_deciding_again_makes_a_trainjob_the_most_recently_used():
+    recent = Recent(size=2)
+    recent.decided("a")
+    recent.decided("b")
+    recent.decided("a")  # a later pass found it decided again: it is the newest now
+    recent.decided("c")
+    assert recent.is_decided("a") and not recent.is_decided("b") and recent.is_decided("c")
+
+
+def test_concurrent_use_from_many_threads_keeps_the_bound():
+    recent = Recent(size=50)
+    barrier = threading.Barrier(8, timeout=10)
+
+    def work(worker: int) -> None:
+        barrier.wait()
+        for i in range(200):
+            recent.decided(f"{worker}-{i}")
+            recent.is_decided(f"{worker}-{i - 1}")
+            recent.forget(f"{worker}-{i - 2}")
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads), "wall-clock guard: threads still running after 30 s"
+    remembered = [f"{w}-{i}" for w in range(8) for i in range(200) if recent.is_decided(f"{w}-{i}")]
+    assert 0 < len(remembered) <= 50
+    assert all(uid.endswith(("-199", "-198")) for uid in remembered)

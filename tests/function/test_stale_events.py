@@ -1,6 +1,12 @@
-"""Stale, out-of-order, duplicate and delete events change nothing that was already done."""
+"""Stale, out-of-order, duplicate and delete events change nothing that was already done.
+
+In the JobSet gate the events are the TrainJob's (Resource or Reference mode) and its held JobSet's (Resource mode);
+the TrainJob is never written, and the decision is one write of the JobSet. A process that decided a JobSet answers
+the later events of its TrainJob with no call; another process (a replica, a restart) reads, and writes nothing.
+"""
 from __future__ import annotations
 
+import collections
 import copy
 import time
 import uuid
@@ -13,8 +19,8 @@ from kai_fn.local.delivery import Adapter
 from tests.ce import ref, resource
 from tests.conftest import JOBSET, KAI_PG, TRAINER, seed
 from tests.reliability import (
-    DONE, PERIOD, Job, check_answers, deliver_all, gang_events, make_job, plant, publish, safety_violations,
-    state_of,
+    DONE, PERIOD, Job, check_answers, deliver_all, gang_events, gate_state_of, make_job, plant, publish,
+    safety_violations,
 )
 
 
@@ -25,40 +31,50 @@ def snapshot(api: Emulator, ns: str) -> dict[str, Any]:
 
 def finish(api: Emulator, url: str, job: Job) -> None:
     assert Adapter(url, period=PERIOD).send(job.event()).statuses == [200]
-    assert state_of(api, job) == (DONE, [])
+    assert gate_state_of(api, job) == (DONE, [])
 
 
 def resuspend(api: Emulator, job: Job) -> None:
-    live = api.get(TRAINER, "TrainJob", job.namespace, job.name)
-    live["spec"]["suspend"] = True
-    api.put(live)
+    """Its author suspends the TrainJob; Trainer suspends its JobSet with it."""
+    for api_version, kind in ((TRAINER, "TrainJob"), (JOBSET, "JobSet")):
+        live = api.get(api_version, kind, job.namespace, job.name)
+        live["spec"]["suspend"] = True
+        api.put(live)
 
 
 STALE = {
+    # name: (the stale event's action, its mode, what happened since the release)
     "old add after the release": ("add", "resource", None),
     "old update after the release": ("update", "resource", None),
     "ref add after the release": ("add", "ref", None),
+    "the held JobSet's old update after the release": ("update", "jobset", None),
     "old add after the user re-suspended it": ("add", "resource", resuspend),
     "old update after the user re-suspended it": ("update", "resource", resuspend),
     "ref add after the user re-suspended it": ("add", "ref", resuspend),
+    "the held JobSet's old add after the user re-suspended it": ("add", "jobset", resuspend),
 }
 
 
+@pytest.mark.parametrize("replica", [False, True], ids=["the process that decided it", "another process"])
 @pytest.mark.parametrize("stale", STALE, ids=list(STALE))
-def test_a_stale_event_for_a_released_trainjob_changes_nothing(api, function, stale):
+def test_a_stale_event_for_a_released_trainjob_changes_nothing(api, functions, stale, replica):
     action, mode, user = STALE[stale]
-    job = make_job(f"rel-stale-{list(STALE).index(stale)}", "stale", str(uuid.uuid5(uuid.NAMESPACE_OID, stale)),
-                   mode=mode, extras=True)
+    function = functions()
+    job = make_job(f"rel-stale-{list(STALE).index(stale)}", "stale",
+                   str(uuid.uuid5(uuid.NAMESPACE_OID, f"{stale}-{replica}")), mode=mode, extras=True)
     plant(api, [job])
     finish(api, function.url, job)
     if user:
         user(api, job)
     before = snapshot(api, job.namespace)
     api.reset_calls()
-    delivery = Adapter(function.url, period=PERIOD).send(job.event(action))  # job.trainjob: the unmarked copy
+    url = functions(KAI_FN_MAX_BODY_BYTES="4194303").url if replica else function.url
+    delivery = Adapter(url, period=PERIOD).send(job.event(action))  # job.trainjob/jobset: the copies before it
     assert delivery.statuses == [200]
     assert api.writes() == []
     assert snapshot(api, job.namespace) == before  # in particular, a re-suspended TrainJob stays suspended
+    if not replica and mode != "ref":  # remembered by uid; a Reference-mode event carries none
+        assert api.calls == []
 
 
 def test_an_update_that_overtakes_its_add_is_done_once(api, function):
@@ -71,7 +87,7 @@ def test_an_update_that_overtakes_its_add_is_done_once(api, function):
     api.reset_calls()
     assert adapter.send(job.event("add")).statuses == [200]
     assert api.writes() == []
-    assert state_of(api, job) == (DONE, [])
+    assert gate_state_of(api, job) == (DONE, [])
     assert len(api.list(KAI_PG, "PodGroup", job.namespace)) == 1
     assert gang_events(api, job.namespace) == {job.uid: 1}
     assert safety_violations(api, job, since) == []
@@ -92,7 +108,10 @@ GONE = {
     # name: (what happens before the add arrives, its mode, the adapter's answers)
     "TrainJob and JobSet deleted, resource add": (delete_both, "resource", [200]),
     "TrainJob and JobSet deleted, ref add": (delete_both, "ref", [200]),
+    "TrainJob and JobSet deleted, the held JobSet's add": (delete_both, "jobset", [200]),
     "replaced by a new TrainJob of that name, resource add": (replace_with_a_new_trainjob, "resource", [200]),
+    "replaced by a new TrainJob of that name, the old held JobSet's add": (replace_with_a_new_trainjob, "jobset",
+                                                                           [200]),
 }
 
 
@@ -111,19 +130,24 @@ def test_an_add_arriving_after_its_trainjob_was_deleted_writes_nothing(api, func
     assert api.writes() == []
     assert api.get(KAI_PG, "PodGroup", job.namespace, job.pg_name) is None
     assert len(api.calls) <= 3 * len(answers)  # each try is a few reads, no storm of calls
+    assert {(c.verb, c.resource) for c in api.calls} <= {("get", "trainjobs"), ("get", "jobsets")}
     publish(f"Stale add: {gone}", [f"- tries {len(delivery.tries)} ({', '.join(map(str, delivery.statuses))}) in "
                                    f"{elapsed:.2f} s; API calls {len(api.calls)}, writes 0"])
 
 
-def test_an_add_for_a_deleted_trainjob_whose_jobset_awaits_garbage_collection_leaves_nothing_behind(api, function):
-    """Deleting a TrainJob leaves its JobSet to the garbage collector for a moment. An add arriving then may
-    create a PodGroup (kai_fn cannot tell the TrainJob is gone until its PATCH gets 404), but that PodGroup is
-    owned by the deleted TrainJob, so the collector removes it with the JobSet: nothing outlives the TrainJob."""
-    job = make_job("rel-gone-gc", "gone", "0d9c8b7a-6f5e-4d4c-8b3a-291807f6e5d4")
+@pytest.mark.parametrize("mode", ["resource", "jobset"], ids=["TrainJob add", "held JobSet add"])
+def test_an_add_for_a_deleted_trainjob_whose_jobset_awaits_garbage_collection_leaves_nothing_behind(api, function,
+                                                                                                    mode):
+    """Deleting a TrainJob leaves its JobSet (still held) to the garbage collector for a moment. An add arriving
+    then reads the TrainJob first (its body is not trusted), finds it gone and makes nothing: nothing outlives the
+    TrainJob."""
+    job = make_job(f"rel-gone-gc-{mode}", "gone", str(uuid.uuid5(uuid.NAMESPACE_X500, f"gc-{mode}")), mode=mode)
     since = plant(api, [job])
     api.delete(TRAINER, "TrainJob", job.namespace, job.name)
+    api.reset_calls()
     delivery = Adapter(function.url, period=PERIOD).send(job.event())
     assert delivery.statuses == [200]
+    assert api.writes() == []
     assert safety_violations(api, job, since) == []
     assert api.get(TRAINER, "TrainJob", job.namespace, job.name) is None
     api.collect_garbage()
@@ -139,22 +163,25 @@ DUPLICATES = {
 }
 
 
+@pytest.mark.parametrize("mode", ["resource", "jobset"], ids=["TrainJob events", "held JobSet events"])
 @pytest.mark.parametrize("duplicates", DUPLICATES, ids=list(DUPLICATES))
-def test_duplicates_make_one_podgroup_and_one_event(api, function, duplicates):
+def test_duplicates_make_one_podgroup_one_decision_and_one_event(api, function, duplicates, mode):
     ids, at_once = DUPLICATES[duplicates]
-    job = make_job(f"rel-dup-{list(DUPLICATES).index(duplicates)}", "dup",
-                   str(uuid.uuid5(uuid.NAMESPACE_URL, duplicates)))
+    job = make_job(f"rel-dup-{list(DUPLICATES).index(duplicates)}-{mode}", "dup",
+                   str(uuid.uuid5(uuid.NAMESPACE_URL, f"dup-{duplicates}-{mode}")), mode=mode)
     since = plant(api, [job])
     adapter = Adapter(function.url, period=PERIOD)
     samples = [job.event(event_id=i) for i in ids]
     deliveries = deliver_all(adapter, samples, budget=30, threads=5 if at_once else 1)
     assert [d.statuses for d in deliveries] == [[200]] * 5
-    assert state_of(api, job) == (DONE, [])
+    assert gate_state_of(api, job) == (DONE, [])
     assert [p["metadata"]["name"] for p in api.list(KAI_PG, "PodGroup", job.namespace)] == [job.pg_name]
     assert gang_events(api, job.namespace) == {job.uid: 1}
     assert safety_violations(api, job, since) == []
-    if not at_once:  # after the first, a duplicate only reads
-        assert sum(c.verb in ("create", "patch") and c.status in (200, 201) for c in api.writes()) == 4
+    succeeded = collections.Counter((c.verb, c.resource) for c in api.writes() if c.status in (200, 201))
+    assert succeeded == {("create", "podgroups"): 1, ("patch", "jobsets"): 1, ("create", "events"): 1}
+    if not at_once:  # after the first, a duplicate costs no call: this process decided its JobSet
+        assert sum(1 for c in api.calls if (c.verb, c.resource) == ("get", "trainjobs")) == 1
 
 
 def test_a_delete_event_costs_nothing(api, function):
@@ -162,6 +189,7 @@ def test_a_delete_event_costs_nothing(api, function):
     plant(api, [job])
     delete_both(api, job)
     api.reset_calls()
-    for sample in (resource(job.trainjob, "delete"), ref(job.namespace, job.name, "delete")):
-        assert Adapter(function.url, period=PERIOD).send(sample).statuses == [200]
+    samples = (resource(job.trainjob, "delete"), ref(job.namespace, job.name, "delete"), resource(job.jobset, "delete"))
+    answers = [Adapter(function.url, period=PERIOD).send(sample).statuses for sample in samples]
+    assert answers == [[200]] * 3
     assert api.calls == []
