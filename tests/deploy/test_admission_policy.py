@@ -69,7 +69,8 @@ def test_policy_conditions_name_the_keys_the_function_uses_and_the_flavors_sched
     policy = one(render(variant), "MutatingAdmissionPolicy", POLICY)
     conditions = {c["name"]: c["expression"] for c in policy["spec"]["matchConditions"]}
     assert list(conditions) == ["controlled-by-a-trainjob", "asks-for-the-scheduler", "not-decided-by-kai-fn",
-                                "not-being-deleted"]
+                                "not-being-deleted", "held-from-its-create"]
+    assert f"'{keys.HELD_LABEL}' in oldObject.metadata.labels" in conditions["held-from-its-create"]
     assert f"'{keys.TRAINJOB_KIND}'" in conditions["controlled-by-a-trainjob"]
     assert f"'{scheduler}'" in conditions["asks-for-the-scheduler"]
     assert f"'{keys.MARKER_PODGROUP}'" in conditions["not-decided-by-kai-fn"]

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from kai_fn.core import keys
-from kai_fn.local.chain import probe_jobset
+from kai_fn.local.chain import probe_jobset, wait_for_policy
 from tests.ce import resource, send
 from tests.conftest import sample_object
 from tests.testbed.kai_fn_install import (
@@ -183,6 +183,27 @@ def test_kai_fns_decision_ends_the_hold_and_trainers_next_apply_keeps_it_running
     assert suspended["spec"]["suspend"] is True and HELD not in (suspended["metadata"].get("labels") or {})
     resumed = _trainer_apply(testbed, enabled, body, suspend=False)
     assert resumed["spec"]["suspend"] is False, "a decided JobSet is never held again"
+
+
+def test_a_jobset_that_runs_before_its_namespace_opts_in_is_never_suspended_by_a_later_write(testbed: LiveCluster,
+                                                                                              policy: None):
+    objs, core = client.CustomObjectsApi(testbed.api), client.CoreV1Api(testbed.api)
+    ns = enabled_namespace(testbed, "adm-late", labels=None)
+    try:
+        job = create_trainjob(testbed, ns, trainjob("early", "torch"))
+        body = _jobset("early", suspend=False)
+        body["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
+        running = _trainer_apply(testbed, ns, body, suspend=False)
+        assert running["spec"]["suspend"] is False and HELD not in (running["metadata"].get("labels") or {})
+        core.patch_namespace(ns, {"metadata": {"labels": {"kai-fn.io/enabled": "true"}}})
+        wait_for_policy(testbed.api, ns, "kai-scheduler")  # the policy acts here now
+        touched = objs.patch_namespaced_custom_object(*JOBSETS, ns, "jobsets", "early",
+                                                      {"metadata": {"annotations": {"team": "a"}}})
+        assert touched["spec"]["suspend"] is False and HELD not in (touched["metadata"].get("labels") or {})
+        again = _trainer_apply(testbed, ns, body, suspend=False)
+        assert again["spec"]["suspend"] is False and HELD not in (again["metadata"].get("labels") or {})
+    finally:
+        core.delete_namespace(ns)
 
 
 # -- and then the function decides it --------------------------------------------------------------------------------

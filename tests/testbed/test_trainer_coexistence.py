@@ -1,7 +1,8 @@
-"""kai_fn and Trainer share the JobSet: Trainer owns it by server-side apply (field manager ``trainer``, forced), kai_fn
-adds labels and annotations by JSON Patch. On a real API server with JobSet's webhooks: Trainer re-applying its JobSet
-keeps everything kai_fn wrote; and once a JobSet runs, its pod templates are immutable, so kai_fn leaves it alone and
-says why (TooLate) instead of trying.
+"""kai_fn and Trainer share the JobSet: Trainer owns it by server-side apply (field manager ``trainer``, forced), the
+admission policy holds it, kai_fn decides it by JSON Patch. On a real API server with JobSet's webhooks and kai_fn's
+policy: Trainer re-applying its JobSet, whether its TrainJob runs or is suspended later, keeps everything kai_fn wrote;
+and a JobSet that runs without ever being held has immutable pod templates, so kai_fn leaves its spec alone and says
+why (TooLate) instead of trying.
 
 The function runs with its own ServiceAccount and knative/base's ClusterRoles (tests/testbed/kai_fn_install.py).
 """
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +21,7 @@ from kai_fn.core import keys
 from tests.ce import resource, send
 from tests.conftest import sample_object
 from tests.testbed.kai_fn_install import (
-    seed_samples,
-    AUDIENCE, NAMESPACE, SOURCE, SOURCE_SA, TRAINER, function_process,
+    AUDIENCE, NAMESPACE, SOURCE, SOURCE_SA, TRAINER, admission_policy, enabled_namespace, function_process, seed_samples,
 )
 
 if TYPE_CHECKING:
@@ -38,10 +37,15 @@ def function(testbed: LiveCluster):
         yield fn
 
 
+@pytest.fixture(scope="module")
+def policy(testbed: LiveCluster) -> Iterator[None]:
+    with admission_policy(testbed):
+        yield
+
+
 @pytest.fixture
-def namespace(testbed: LiveCluster) -> Iterator[str]:
-    name = f"coexist-{uuid.uuid4().hex[:6]}"
-    testbed.ensure_namespace(name)
+def namespace(testbed: LiveCluster, policy: None) -> Iterator[str]:
+    name = enabled_namespace(testbed, "coexist")
     yield name
     client.CoreV1Api(testbed.api).delete_namespace(name)
 
@@ -56,7 +60,8 @@ def apply_as_trainer(testbed: LiveCluster, jobset: dict[str, Any]) -> None:
 
 def submit(testbed: LiveCluster, namespace: str, trainjob: str, jobset: str, runtime: str | None = None, *,
            running: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A TrainJob and the JobSet Trainer makes for it, owned by it: both suspended, or both running."""
+    """A TrainJob submitted plainly and the JobSet Trainer makes for it, owned by it, as Trainer applies it (the policy
+    holds it), or, ``running``, made before any policy held it (its pods run)."""
     objs = client.CustomObjectsApi(testbed.api)
     if runtime:
         rt = sample_object(runtime)
@@ -65,13 +70,15 @@ def submit(testbed: LiveCluster, namespace: str, trainjob: str, jobset: str, run
     job = sample_object(trainjob)
     del job["metadata"]["uid"]
     job["metadata"]["namespace"] = namespace
-    job["spec"]["suspend"] = not running
     job = objs.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", job)
     js = sample_object(jobset)
     js["metadata"].pop("uid")
+    js["metadata"]["labels"].pop(keys.HELD_LABEL)  # the policy's, never Trainer's
     js["metadata"]["namespace"] = namespace
     js["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
-    js["spec"]["suspend"] = not running
+    js["spec"]["suspend"] = False  # from the TrainJob, which runs
+    if running:  # made before the policy could hold it: here, its pods ask for a scheduler the policy does not hold
+        js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
     apply_as_trainer(testbed, js)
     return job, js
 
@@ -112,14 +119,19 @@ def test_trainer_reapplying_its_jobset_keeps_everything_kai_fn_wrote(testbed: Li
     named = {marks.get(f"annotation {keys.KAI_POD_GROUP_ANNOTATION}") for marks in pod_templates.values()}
     assert podgroup in named and named <= {podgroup, f"{podgroup}-stage-0"}, written  # the trainer's, its stage's
 
-    apply_as_trainer(testbed, as_trainer_makes_it)
+    assert patched["spec"]["suspend"] is False and keys.HELD_LABEL not in (patched["metadata"].get("labels") or {})
 
+    apply_as_trainer(testbed, as_trainer_makes_it)  # a reconcile of its running TrainJob
     live = objs.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name)
-    assert kai_fn_marks(live) == written
-    assert live["spec"]["suspend"] is True  # Trainer's field, still Trainer's: kai_fn releases the TrainJob only
+    assert kai_fn_marks(live) == written and live["spec"]["suspend"] is False
+    assert keys.HELD_LABEL not in (live["metadata"].get("labels") or {}), "a decided JobSet is never held again"
+
+    apply_as_trainer(testbed, {**as_trainer_makes_it, "spec": {**as_trainer_makes_it["spec"], "suspend": True}})
+    live = objs.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name)  # its TrainJob suspended (Kueue)
+    assert kai_fn_marks(live) == written and live["spec"]["suspend"] is True
 
 
-def test_a_running_jobset_is_left_alone_and_the_trainjob_marked_too_late(testbed: LiveCluster, namespace: str,
+def test_a_running_jobset_never_held_keeps_its_spec_and_is_marked_too_late(testbed: LiveCluster, namespace: str,
                                                                         function):
     objs = client.CustomObjectsApi(testbed.api)
     job, _ = submit(testbed, namespace, "trainjob-llama-finetune", "jobset-llama-finetune", running=True)
@@ -140,13 +152,14 @@ def test_a_running_jobset_is_left_alone_and_the_trainjob_marked_too_late(testbed
     assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "skipped"), answer.body
 
     after = objs.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name)
-    # JobSet's controller writes status (so resourceVersion moves); the object itself is as it was
-    assert (after["metadata"]["generation"], after["metadata"].get("annotations"), after["spec"]) == \
-        (before["metadata"]["generation"], before["metadata"].get("annotations"), before["spec"])
+    # JobSet's controller writes status (so resourceVersion moves); the object is as it was but for kai_fn's mark
+    assert (after["metadata"]["generation"], after["spec"]) == (before["metadata"]["generation"], before["spec"])
+    assert after["metadata"]["annotations"] == {**(before["metadata"].get("annotations") or {}),
+                                                keys.MARKER_SKIPPED: "running"}
     podgroups = objs.list_namespaced_custom_object("scheduling.run.ai", "v2alpha2", namespace, "podgroups")["items"]
     assert podgroups == []
     live = objs.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name)
-    assert live["metadata"]["annotations"][keys.MARKER_SKIPPED] == "running"
+    assert live["metadata"]["resourceVersion"] == job["metadata"]["resourceVersion"], "the TrainJob is never written"
     events = client.CoreV1Api(testbed.api).list_namespaced_event(
         namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=TrainJob").items
     assert [(e.reason, e.type) for e in events] == [("TooLate", "Warning")]
