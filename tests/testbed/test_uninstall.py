@@ -1,7 +1,8 @@
 """Uninstalling kai_fn in the order knative/README.md documents, on the real API server with the admission policy:
-TrainJobs submitted all along end released, by the function or by ``release --held`` as the last step, and none
-stays suspended. On the way, the function's heartbeat is renewed under its real Role, and ``status`` and ``release``
-read and write with the real API's shapes (SelfSubjectReview included).
+the policy first, then the function, then ``release --held`` as the last step. JobSets held all along end decided,
+by the function or by ``release --held``, none stays held, and no TrainJob is ever suspended. On the way, the
+function's heartbeat is renewed under its real Role, and ``status`` and ``release`` read and write with the real API's
+shapes (SelfSubjectReview included).
 
 The testbed is shared by the session: ``status`` and ``release`` are narrowed to this test's namespace with ``-n``
 where the README says ``-A``, and the function's RBAC (step 3's ``kubectl delete -k``) stays for the other tests:
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client
 
 from kai_fn.commands import cli
+from kai_fn.core import keys
 from tests.ce import ping, resource, send
 from tests.conftest import sample_object
 from tests.testbed.conftest import wait_for
@@ -28,7 +30,7 @@ from tests.testbed.kai_fn_install import (
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
 
-AUTO = "kai-fn/auto-suspended"
+JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 
 
 def _status(testbed: LiveCluster, namespace: str) -> int:
@@ -36,16 +38,19 @@ def _status(testbed: LiveCluster, namespace: str) -> int:
     return cli.main(["status", "-n", namespace, "--held-for", "0s", "--kubeconfig", str(testbed.kubeconfig)])
 
 
-def _with_jobset(testbed: LiveCluster, job: dict[str, Any]) -> dict[str, Any]:
-    """The sample JobSet, owned by the TrainJob just created, as Trainer would make it (no Trainer runs here)."""
+def _with_jobset(testbed: LiveCluster, job: dict[str, Any], *, held: bool = False) -> dict[str, Any]:
+    """The sample JobSet, owned by the TrainJob just created, as Trainer would make it (no Trainer runs here): the
+    policy holds it while it is installed; ``held``: as the policy wrote it in its last moment."""
     jobset = copy.deepcopy(sample_object("jobset-llama-finetune"))
     meta = jobset["metadata"]
     meta.pop("uid", None)
+    if not held:
+        meta["labels"].pop(keys.HELD_LABEL)
+    jobset["spec"]["suspend"] = held
     meta["name"], meta["namespace"] = job["metadata"]["name"], job["metadata"]["namespace"]
     meta["ownerReferences"][0] |= {"name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}
-    client.CustomObjectsApi(testbed.api).create_namespaced_custom_object(
-        "jobset.x-k8s.io", "v1alpha2", meta["namespace"], "jobsets", jobset)
-    return job
+    return client.CustomObjectsApi(testbed.api).create_namespaced_custom_object(*JOBSET, meta["namespace"], "jobsets",
+                                                                                jobset)
 
 
 def _lease_renewed(testbed: LiveCluster) -> datetime.datetime | None:
@@ -53,50 +58,49 @@ def _lease_renewed(testbed: LiveCluster) -> datetime.datetime | None:
     return lease.spec.renew_time
 
 
-def test_uninstalling_in_the_documented_order_leaves_no_trainjob_suspended(testbed: LiveCluster, capsys):
+def test_uninstalling_in_the_documented_order_leaves_no_jobset_held(testbed: LiveCluster, capsys):
     seed_samples(testbed)
     objs = client.CustomObjectsApi(testbed.api)
     submitted: list[str] = []
+    in_scope: list[str] = []
 
-    def submit(name: str, *, in_scope: bool = False, suspend: bool | None = None) -> dict[str, Any]:
-        """Plainly, as a user does: out of scope on torch-distributed, or the llama sample (4 x 2 GPUs, queue team-a)
-        with its JobSet."""
-        if in_scope:
+    def submit(name: str, *, gang: bool = False, held: bool = False) -> dict[str, Any]:
+        """Plainly, as a user does: out of scope on torch-distributed (no JobSet here), or the llama sample (4 x 2
+        GPUs, queue team-a) with its JobSet; the held JobSet's event is what the JobSet source would deliver."""
+        if gang:
             body = copy.deepcopy(sample_object("trainjob-llama-finetune"))
             body["metadata"] = {"name": name, "labels": body["metadata"]["labels"]}
-            del body["spec"]["suspend"]
         else:
             body = trainjob(name, "torch-distributed")
-        if suspend is not None:
-            body["spec"]["suspend"] = suspend
         job = create_trainjob(testbed, namespace, body)
         submitted.append(name)
-        return _with_jobset(testbed, job) if in_scope else job
+        if not gang:
+            return job
+        in_scope.append(name)
+        return _with_jobset(testbed, job, held=held)
 
     with admission_policy(testbed):
         namespace = enabled_namespace(testbed, "uninstall")
         with function_process(testbed) as fn:
             before = time.time()
-            # Running as usual: the source delivers, the function releases.
-            assert send(fn.url, resource(submit("before"))).status == 200
-            # 1. The admission policy first. What it suspended just before, whose events the source (going down
-            # with the rest) never delivers, and what it may still suspend while the API server unloads it.
+            # Running as usual: the source delivers the held JobSet, the function decides it.
+            assert send(fn.url, resource(submit("before", gang=True))).status == 200
+            # 1. The admission policy first. What it held just before, whose events the sources (going down with
+            # the rest) never deliver, and what it may still hold while the API server unloads it.
             submit("during-out-of-scope")
-            submit("during-in-scope", in_scope=True)
+            submit("during-in-scope", gang=True)
             testbed.kubectl("delete", "mutatingadmissionpolicybindings.admissionregistration.k8s.io", POLICY)
             testbed.kubectl("delete", "mutatingadmissionpolicies.admissionregistration.k8s.io", POLICY)
-            submit("while-unloading")
-            # 2. The function releases what the policy suspended (the PingSource's resync, every minute), until
-            # status says nothing is held.
+            submit("while-unloading", gang=True)
+            # 2. The function decides what the policy held (the PingSource's resync, every minute), until status
+            # says nothing is held.
             wait_for("status -n NS --held-for 0s exits 0",
                      lambda: send(fn.url, ping()).status == 200 and _status(testbed, namespace) == 0, 60)
             renewed = _lease_renewed(testbed)
             assert renewed is not None and renewed.timestamp() >= before - 1, "the heartbeat, under the real Role"
-        # 3. The function and its sources are gone. What the policy suspended in its last moment (as it writes it:
-        # suspended and marked) now has no one to release it.
-        last = submit("last-moment", in_scope=True, suspend=True)
-        objs.patch_namespaced_custom_object(*TRAINER, namespace, "trainjobs", last["metadata"]["name"],
-                                            {"metadata": {"annotations": {AUTO: "true"}}})
+        # 3. The function and its sources are gone. What the policy held in its last moment (as it writes it:
+        # suspended and labelled) now has no one to decide it.
+        submit("last-moment", gang=True, held=True)
         submit("after")
         capsys.readouterr()
         assert _status(testbed, namespace) == 1
@@ -107,10 +111,13 @@ def test_uninstalling_in_the_documented_order_leaves_no_trainjob_suspended(testb
     out = capsys.readouterr().out
     assert code == 0 and f"released {namespace}/last-moment without a gang" in out, out
 
-    live = {name: objs.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name) for name in submitted}
-    assert {name: tj["spec"].get("suspend") for name, tj in live.items()} == {name: False for name in submitted}
-    assert live["during-in-scope"]["metadata"]["annotations"]["kai-fn/podgroup"]
-    assert live["last-moment"]["metadata"]["annotations"]["kai-fn/skipped"] == "released-by-operator"
+    trainjobs = {name: objs.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name) for name in submitted}
+    assert {name: tj["spec"].get("suspend") for name, tj in trainjobs.items()} == dict.fromkeys(submitted, False)
+    jobsets = {name: objs.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name) for name in in_scope}
+    assert {name: js["spec"]["suspend"] for name, js in jobsets.items()} == dict.fromkeys(in_scope, False)
+    assert [n for n, js in jobsets.items() if keys.HELD_LABEL in (js["metadata"].get("labels") or {})] == []
+    assert jobsets["during-in-scope"]["metadata"]["annotations"][keys.MARKER_PODGROUP]
+    assert jobsets["last-moment"]["metadata"]["annotations"][keys.MARKER_SKIPPED] == keys.SKIPPED_BY_OPERATOR
     events = client.CoreV1Api(testbed.api).list_namespaced_event(
         namespace, field_selector="reason=ReleasedByOperator").items
     (event,) = [e for e in events if e.involved_object.name == "last-moment"]
