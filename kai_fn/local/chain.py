@@ -40,6 +40,7 @@ from kai_fn.local.ping import RealPingSource
 from kai_fn.local.process import REPO, FunctionProcess
 from kai_fn.local.queue_proxy import QueueProxy, service_settings
 from kai_fn.local.source import HELD_JOBSETS, PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
+from kai_fn.local.spread import Spreader
 
 MANIFESTS = {"kai": REPO / "knative" / "base", "scheduler-plugins": REPO / "knative" / "overlays" / "scheduler-plugins"}
 SCHEDULERS = {"kai": "kai-scheduler", "scheduler-plugins": "scheduler-plugins-scheduler"}
@@ -175,9 +176,14 @@ class Chain(Testbed):
     sources: list[RealApiServerSource | RealPingSource | ApiServerSource | PingSource] = field(default_factory=list)
     log_dir: Path | None = None
     queue_proxy: QueueProxy | None = None  # in front of the function: the sources' sink (kai_fn/local/queue_proxy.py)
+    # More replicas (``running(replicas=N)``): each a function and its queue-proxy, the spreader in front of them all.
+    replicas: list[tuple[FunctionProcess, QueueProxy | None]] = field(default_factory=list)
+    spreader: Spreader | None = None
 
     @property
     def sink(self) -> str:
+        if self.spreader:
+            return self.spreader.url
         return self.queue_proxy.url if self.queue_proxy else self.function.url
 
     def namespace(self, prefix: str, *, enabled: bool = True) -> str:
@@ -280,7 +286,7 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
             ping_seconds: float = 30.0, policy: bool = True, log_dir: str | Path | None = None,
             settings: dict[str, str] | None = None, token_seconds: int = 6 * 3600,
             knative_sources: bool = KNATIVE_SOURCES, production: bool = False,
-            queue_proxy: bool = QUEUE_PROXY) -> Iterator[Chain]:
+            queue_proxy: bool = QUEUE_PROXY, replicas: int = 1) -> Iterator[Chain]:
     """The chain around a running ``cluster up --chain`` testbed; see the module docstring.
 
     ``flavor``: ``kai`` (KAI's PodGroups, for KAI Scheduler) or ``scheduler-plugins`` (for Coscheduling).
@@ -291,7 +297,9 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
     stand-ins of kai_fn/local/source.py); their ping runs ``@every <ping_seconds>s``. ``queue_proxy``: the
     sources deliver to Knative Serving's queue-proxy, which proxies to the function with the Service's
     containerConcurrency, timeoutSeconds and readinessProbe (default; ``KAI_FN_CHAIN_QUEUE_PROXY=0``: straight to the
-    function); its log is ``queue-proxy.log``.
+    function); its log is ``queue-proxy.log``. ``replicas``: as many function processes (each with its
+    queue-proxy; logs ``function-N.log``, ``queue-proxy-N.log``) behind one sink that spreads the deliveries over them
+    round-robin (:mod:`kai_fn.local.spread`), as the Service scaled out (knative/base lets it reach 3).
     """
     kubeconfig = Path(kubeconfig)
     logs = Path(log_dir) if log_dir else kubeconfig.parent
@@ -339,6 +347,16 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
             qp_log = stack.enter_context((logs / "queue-proxy.log").open("ab"))
             chain.queue_proxy = stack.enter_context(QueueProxy(service_settings(objs), function.port, log=qp_log))
             stack.callback(lambda: [p.kill() for p in (chain.queue_proxy, chain.function) if p])  # a scale-down's
+        for n in range(1, replicas):
+            more = stack.enter_context(FunctionProcess({**env, **(settings or {})}, log=stack.enter_context(
+                (logs / f"function-{n}.log").open("ab"))))
+            proxy = stack.enter_context(QueueProxy(service_settings(objs), more.port, log=stack.enter_context(
+                (logs / f"queue-proxy-{n}.log").open("ab")))) if queue_proxy else None
+            chain.replicas.append((more, proxy))
+        if chain.replicas:
+            front = [chain.queue_proxy.url if chain.queue_proxy else function.url] + [
+                proxy.url if proxy else more.url for more, proxy in chain.replicas]
+            chain.spreader = stack.enter_context(Spreader(front))
         sources = (knative_event_sources(api, objs, chain.sink, logs, audience is not None, ping_seconds)
                    if knative_sources else event_sources(api, flavor, chain.sink, tokens, ping_seconds))
         chain.sources = [stack.enter_context(source) for source in sources]

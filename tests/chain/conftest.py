@@ -74,12 +74,13 @@ class Chains:
     def __init__(self, testbed: LiveCluster) -> None:
         self.testbed, self.stack, self.current, self.settings = testbed, ExitStack(), None, dict(SETTINGS)
 
-    def use(self, flavor: str, **settings: str) -> Chain:
+    def use(self, flavor: str, replicas: int = 1, **settings: str) -> Chain:
         wanted = SETTINGS | settings
-        if self.current is None or self.current.flavor != flavor or self.settings != wanted:
+        if (self.current is None or self.current.flavor != flavor or self.settings != wanted
+                or len(self.current.replicas) + 1 != replicas):
             self.close()
             self.current = self.stack.enter_context(running(self.testbed.kubeconfig, flavor=flavor, ping_seconds=10,
-                                                            settings=wanted))
+                                                            settings=wanted, replicas=replicas))
             self.settings = wanted
         return self.current
 
