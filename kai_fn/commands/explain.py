@@ -1,4 +1,4 @@
-"""``python -m kai_fn explain NAMESPACE/NAME``: why a TrainJob's gang waits, read from the live cluster.
+"""``kubectl kai-fn explain NAMESPACE/NAME``: why a TrainJob's gang waits, read from the live cluster.
 
 Read-only with the caller's kubeconfig, nothing written: GETs of the TrainJob, its runtime and JobSet; LISTs of its
 pods, its PodGroups (by its uid label), the Queues, and, while kai_fn still owes it a release, kai_fn's Warnings on

@@ -1,4 +1,4 @@
-"""``python -m kai_fn release``: take TrainJobs kai_fn holds out of its hands, without a gang, for an operator who
+"""``kubectl kai-fn release``: take TrainJobs kai_fn holds out of its hands, without a gang, for an operator who
 must unblock work now (the function is down, or a refusal cannot be fixed in time).
 
 Each held JobSet is patched once, guarded by the resourceVersion it was read at: ``kai-fn/skipped:

@@ -1,4 +1,4 @@
-"""``python -m kai_fn status``: every TrainJob in kai_fn's scope, one line each, what needs attention first.
+"""``kubectl kai-fn status``: every TrainJob in kai_fn's scope, one line each, what needs attention first.
 
 Read-only, at the cost :mod:`kai_fn.commands.survey` states, plus one GET of the resync heartbeat (the Lease,
 :mod:`kai_fn.function.heartbeat`) when a TrainJob has been held longer than a resync period: held that long with the
@@ -106,10 +106,10 @@ def run(namespace: str | None, kubeconfig: str | None, output: str, held_for: st
     elif overdue and not any(state.held_longer(r, now, heartbeat.RESYNC_PERIOD_SECONDS) for r in overdue):
         notes.append(f"{len(overdue)} TrainJob(s) held longer than {age(threshold)}, none yet longer than a resync "
                      f"period ({heartbeat.RESYNC_PERIOD_SECONDS}s): kai_fn's next resync may still release them "
-                     "(the heartbeat is read after that); python -m kai_fn explain NAMESPACE/NAME")
+                     "(the heartbeat is read after that); kubectl kai-fn explain NAMESPACE/NAME")
     elif overdue:
         notes.append(f"{len(overdue)} TrainJob(s) held longer than {age(threshold)}, while kai_fn's resync runs: "
-                     "read its log for them (outcome retry?), or python -m kai_fn explain NAMESPACE/NAME")
+                     "read its log for them (outcome retry?), or kubectl kai-fn explain NAMESPACE/NAME")
     if output == "json":
         items = [r.as_dict() | {"stranded": r.uid in stranded} for r in readings]
         return code, json.dumps(items, indent=2), "\n".join(notes)

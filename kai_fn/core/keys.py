@@ -51,7 +51,7 @@ TRAINJOB_UID_LABEL = "kai-fn/trainjob-uid"
 # kai_fn's decision, on the JobSet (on the TrainJob before the gate moved; still read there):
 MARKER_PODGROUP = "kai-fn/podgroup"  # the main gang's PodGroup
 MARKER_SKIPPED = "kai-fn/skipped"  # released without a gang, and why
-SKIPPED_BY_OPERATOR = "released-by-operator"  # its value when `python -m kai_fn release` took it out of kai_fn's hands
+SKIPPED_BY_OPERATOR = "released-by-operator"  # its value when `kubectl kai-fn release` took it out of kai_fn's hands
 HOLD_ANNOTATION = "kai-fn/hold"
 # On the main PodGroup (on the TrainJob before the gate moved to the JobSet; still read there):
 GANG_BOUND_ANNOTATION = "kai-fn/bound"  # when kai_fn saw every pod of the gang on a node (GangBound posted)
