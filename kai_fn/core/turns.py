@@ -8,8 +8,10 @@ wraps around: everything is reached within ceil(found / limit) runs. The cursor 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def order(obj: dict[str, Any]) -> str:
@@ -18,10 +20,10 @@ def order(obj: dict[str, Any]) -> str:
     return f"{meta.get('creationTimestamp') or ''}|{meta.get('namespace') or ''}|{meta.get('name') or ''}"
 
 
-def turn(found: Sequence[dict[str, Any]], limit: int, after: str | None) -> list[dict[str, Any]]:
+def turn(found: Sequence[T], limit: int, after: str | None, key: Callable[[T], str] = order) -> list[T]:
     """At most ``limit`` of ``found``: those created after the cursor ``after`` first, oldest first, then from the
-    oldest again."""
-    ranked = sorted(found, key=order)
+    oldest again. ``key``: the creation order of one (default: of an API object)."""
+    ranked = sorted(found, key=key)
     if after is not None:
-        ranked = [o for o in ranked if order(o) > after] + [o for o in ranked if order(o) <= after]
+        ranked = [o for o in ranked if key(o) > after] + [o for o in ranked if key(o) <= after]
     return ranked[:limit]

@@ -145,12 +145,12 @@ class Cluster:
             with self._lock:
                 self._queues = (time.monotonic() + self.runtime_ttl, tree)
 
-    def take_turn(self, name: str, found: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    def take_turn(self, name: str, found: list[T], limit: int, key: Callable[[T], str] = turns.order) -> list[T]:
         """The resync's next ``limit`` of ``found`` for the list ``name``, after the ones the last run took."""
         with self._lock:
-            batch = turns.turn(found, limit, self._cursors.get(name))
+            batch = turns.turn(found, limit, self._cursors.get(name), key)
             if batch:
-                self._cursors[name] = turns.order(batch[-1])
+                self._cursors[name] = key(batch[-1])
         return batch
 
     def fetch_lock(self, target: RuntimeTarget | str) -> threading.Lock:

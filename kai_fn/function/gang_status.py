@@ -17,7 +17,7 @@ from kai_fn.core.stages import is_stage_of
 from kai_fn.function import metrics, report
 from kai_fn.function.cluster import Gone, Session, Transient
 from kai_fn.function.events import PodGroupEvent
-from kai_fn.function.inventory import Entry
+from kai_fn.function.inventory import Entry, creation_order
 from kai_fn.function.report import Outcome
 from kai_fn.function.settings import Settings
 
@@ -132,7 +132,7 @@ def sweep(session: Session, settings: Settings, entries: list[Entry]) -> dict[st
     KAI_FN_RESYNC_LIMIT in turn."""
     tally: dict[str, int] = {}
     waiting = [e for e in entries if e.podgroup is not None and settled(e.marks) is None]
-    for entry in session.cluster.take_turn("sweep", waiting, settings.resync_limit):
+    for entry in session.cluster.take_turn("sweep", waiting, settings.resync_limit, creation_order):
         try:
             result = report_on(session, entry.trainjob, entry.podgroup, entry.marks.podgroup or "", fresh=True).result
         except Transient:

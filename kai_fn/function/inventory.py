@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kai_fn.core import keys, triage
+from kai_fn.core import keys, triage, turns
 from kai_fn.function.cluster import Session
 from kai_fn.function.settings import Settings
 
@@ -24,6 +24,11 @@ class Entry:
     def key(self) -> tuple[str, str]:
         meta = triage.meta(self.trainjob)
         return meta.get("namespace", ""), meta.get("name", "")
+
+
+def creation_order(entry: Entry) -> str:
+    """The resync's turns go by the TrainJob's creation (:mod:`kai_fn.core.turns`)."""
+    return turns.order(entry.trainjob)
 
 
 def podgroup_api(flavor: str) -> str:

@@ -36,7 +36,7 @@ def resync(session: Session, settings: Settings, offer: Offer | None = None) -> 
     if queued:
         tally["queued"] = len(queued)
     inline = [e for e in owed if e not in queued]
-    for entry in session.cluster.take_turn("owed", inline, settings.resync_limit):
+    for entry in session.cluster.take_turn("owed", inline, settings.resync_limit, inventory.creation_order):
         try:
             result = Reconciler(session, settings, entry.trainjob, entry.jobset).run().result
         except (Retry, Transient):
