@@ -62,17 +62,20 @@ def time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now
             if (fresh or {}).get("metadata", {}).get("uid") != wait.uid or not triage.suspended(fresh):
                 raise
         session.cluster.recent.forget(wait.uid)
-    if not _mark(session, podgroup, keys.TIMED_OUT_ANNOTATION, now):
-        return "changed"
     kai_says = gang.describe(gang.unschedulable(podgroup)) or (
         "no reason (is KAI Scheduler running, and do the pods name schedulerName kai-scheduler?).")
     message = (f"PodGroup {wait.podgroup} is not bound {wait.timeout}s after the wait began at {stamp(wait.started)}; "
                f"KAI says: {kai_says} ")
     message += ("The TrainJob is suspended again (KAI_FN_ON_TIMEOUT=suspend), so its pods leave the queue; set "
                 "spec.suspend: false to wait again." if suspend else "The gang keeps waiting (KAI_FN_ON_TIMEOUT=event).")
-    metrics.TIMEOUTS.inc()
+    # The Event before the mark that ends the wait: a mark that fails leaves the wait to the next resync, whose
+    # Event of the same wait is the same Event (its name comes from the wait's start); a suspended TrainJob has no
+    # wait left to time out, so its Event is posted now or never.
     session.create_event(wait.namespace, report.event_body(
         entry.trainjob, report.SCHEDULE_TIMEOUT, message, warning=True, key=f"{stamp(wait.started)}"))
+    if not _mark(session, podgroup, keys.TIMED_OUT_ANNOTATION, now):
+        return "changed"
+    metrics.TIMEOUTS.inc()
     return "suspended" if suspend else "timed out"
 
 
