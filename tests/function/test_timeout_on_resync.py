@@ -172,7 +172,7 @@ def test_an_overdue_gang_gets_one_schedule_timeout_event_with_kais_reasons_and_k
     assert "keeps waiting" in warning["message"]
     assert live(api) == before  # the TrainJob is not written in event mode
     assert keys.TIMED_OUT_ANNOTATION in pg_notes(api)
-    assert writes(api) == [("patch", "podgroups"), ("create", "events")]
+    assert writes(api) == [("create", "events"), ("patch", "podgroups")]  # the Event, then the mark
     assert ("list", "pods") in calls(api)
 
     api.reset_calls()  # the next ping: the wait timed out already, the timeout looks at nothing again
@@ -216,7 +216,7 @@ def test_suspend_mode_suspends_marks_and_a_resume_starts_a_new_wait_that_duplica
     assert send(fn.url, ping()).status == 200
     tj = live(api)
     assert tj["spec"]["suspend"] is True and keys.TIMED_OUT_ANNOTATION in pg_notes(api)
-    assert writes(api) == [("patch", "trainjobs"), ("patch", "podgroups"), ("create", "events")]
+    assert writes(api) == [("patch", "trainjobs"), ("create", "events"), ("patch", "podgroups")]
     (suspension,) = [c for c in api.calls if c.resource == "trainjobs" and c.verb == "patch"]
     assert suspension.body["spec"] == {"suspend": True} and suspension.body["metadata"]["resourceVersion"]
     assert "suspended again" in events_of(api, "ScheduleTimeout")[0]["message"]
