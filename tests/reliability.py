@@ -333,3 +333,75 @@ def rewrite(api: Emulator, api_version: str, kind: str, ns: str, name: str, chan
 def first_pod(obj: dict[str, Any]) -> dict[str, Any]:
     return obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
 
+
+
+# -- the JobSet gate (issue 21): kai_fn decides the held JobSet and never writes the TrainJob ------------------
+
+HELD = "kai-fn/held"
+# States a TrainJob may be left in when its deliveries ran out of tries, in the JobSet gate. The one JobSet patch
+# carries the templates, the decision and the resume, so there is no state between it and done:
+#   untouched - nothing written (a PodGroup that was there before kai_fn stays as it was);
+#   podgroup created, JobSet untouched - the crash came after the POST: a PodGroup that no pod names yet, owned
+#       by the TrainJob; its JobSet is still held, so the next pass (or the resync) gets 409 on it and carries on.
+GATE_RETRYABLE_STATES = (UNTOUCHED, PG_ONLY)
+
+
+def kai_fn_decision_key(path: tuple[Any, ...]) -> bool:
+    """What the decision adds to a held JobSet besides the Plan's keys: kai_fn's annotations on the JobSet."""
+    return path in {("metadata", "annotations", MARKER), ("metadata", "annotations", RELEASED_AT)}
+
+
+def jobset_state_of(api: Emulator, job: Job) -> tuple[str, list[str]]:
+    """:func:`state_of` in the JobSet gate: the TrainJob is never written; the JobSet gains only kai_fn's keys, loses
+    only the hold's label, and turns from suspended to running exactly with the decision."""
+    ns, name = job.namespace, job.name
+    tj = api.get(TRAINER, "TrainJob", ns, name)
+    js = api.get(JOBSET, "JobSet", ns, name)
+    pg = api.get(KAI_PG, "PodGroup", ns, job.pg_name)
+    problems = []
+    if diff(job.trainjob, tj):
+        problems.append(f"TrainJob written: {diff(job.trainjob, tj)}")
+    js_diff = diff(job.jobset, js)
+    unheld = js_diff.pop(("metadata", "labels", HELD), None)
+    resumed = js_diff.pop(("spec", "suspend"), None)
+    for path, (old, new) in sorted(js_diff.items(), key=str):
+        if old is not MISSING or not (kai_fn_jobset_key(path) or kai_fn_decision_key(path)):
+            problems.append(f"JobSet {'/'.join(map(str, path))}: {old!r} -> {new!r}")
+    decision = (js or {}).get("metadata", {}).get("annotations", {}).get(MARKER)
+    if unheld not in (None, ("true", MISSING)) or resumed not in (None, (True, False)):
+        problems.append(f"JobSet hold {unheld} / suspend {resumed}: not a decision's")
+    if (decision is not None) != (unheld is not None) or (unheld is not None) != (resumed is not None):
+        problems.append(f"the decision ({decision}), the hold's label and the resume are not one write")
+    if (decision is not None) != (RELEASED_AT in (js or {}).get("metadata", {}).get("annotations", {})):
+        problems.append(f"{RELEASED_AT} is not written exactly with the decision")
+    if decision is not None and decision != job.pg_name:
+        problems.append(f"the JobSet names {decision}, not {job.pg_name}")
+    if job.podgroup is not None and pg != job.podgroup:
+        problems.append("the PodGroup that was there before kai_fn was changed")
+    if pg is not None and job.podgroup is None:
+        owner = pg["metadata"].get("ownerReferences") or [{}]
+        if owner[0].get("uid") != job.uid or not owner[0].get("controller"):
+            problems.append("kai_fn's PodGroup is not owned by its TrainJob")
+    if problems:
+        return INCONSISTENT, problems
+    carries = pg is not None and js is not None and js["metadata"].get("annotations", {}).get(SKIP) == "true" and all(
+        _names_its_gang(m.get("annotations", {}).get(POD_GROUP), job.pg_name) and QUEUE in m.get("labels", {})
+        for m in pod_templates(js))
+    if carries and decision is not None:
+        return DONE, []
+    if js is not None and not diff(job.jobset, js):
+        return (UNTOUCHED if pg is None or job.podgroup is not None else PG_ONLY), []
+    return INCONSISTENT, [f"JobSet changes {js_diff}; PodGroup {'exists' if pg else 'missing'}"]
+
+
+def on_nth(verb: str, resource_: str, n: int, fault: Fault):
+    """``api.faults`` that fails only the ``n``-th call (from 1) of (verb, resource)."""
+    lock, seen = threading.Lock(), [0]
+
+    def faults(call: Call) -> Fault | None:
+        if call.verb == verb and call.resource == resource_:
+            with lock:
+                seen[0] += 1
+                return fault if seen[0] == n else None
+        return None
+    return faults
