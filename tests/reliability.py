@@ -241,6 +241,64 @@ def state_of(api: Emulator, job: Job) -> tuple[str, list[str]]:
                           f"PodGroup {'exists' if pg else 'missing'}"]
 
 
+HELD = "kai-fn/held"
+# The JobSet gate (the admission policy holds the JobSet; kai_fn's one patch decides it): the states a TrainJob may be
+# left in when its deliveries ran out of tries. The decision is one JSON Patch of the JobSet (templates, decision,
+# label removed, resumed), so there is no state between "PodGroup made" and "done": a held JobSet is still held
+# (labelled, suspended, undecided), which the resync finds, and no pod exists yet.
+GATE_RETRYABLE_STATES = (UNTOUCHED, PG_ONLY)
+
+
+def kai_fn_decision_key(path: tuple[Any, ...], old: Any, new: Any) -> bool:
+    """What kai_fn's decision may change on a held JobSet besides :func:`kai_fn_jobset_key`: the decision and the
+    release time added, the hold's label removed, ``spec.suspend`` turned false."""
+    if path in (("metadata", "annotations", MARKER), ("metadata", "annotations", RELEASED_AT)):
+        return old is MISSING
+    if path == ("metadata", "labels", HELD):
+        return (old, new) == ("true", MISSING)
+    if path == ("spec", "suspend"):
+        return (old, new) == (True, False)
+    return False
+
+
+def gate_state_of(api: Emulator, job: Job) -> tuple[str, list[str]]:
+    """:func:`state_of` for the JobSet gate: the TrainJob is never written; its held JobSet ends decided
+    (``kai-fn/podgroup`` naming the gang, the label removed, resumed, ``kai-fn/released-at``) in the same write that
+    makes its pod templates name the gang. Returns DONE, UNTOUCHED or PG_ONLY, else INCONSISTENT with the problems."""
+    ns, name = job.namespace, job.name
+    tj = api.get(TRAINER, "TrainJob", ns, name)
+    js = api.get(JOBSET, "JobSet", ns, name)
+    pg = api.get(KAI_PG, "PodGroup", ns, job.pg_name)
+    problems = []
+    js_diff = diff(job.jobset, js)
+    for path, (old, new) in sorted(js_diff.items(), key=str):
+        if old is not MISSING and not kai_fn_decision_key(path, old, new) or (
+                old is MISSING and not kai_fn_jobset_key(path) and not kai_fn_decision_key(path, old, new)):
+            problems.append(f"JobSet {'/'.join(map(str, path))}: {old!r} -> {new!r}")
+    if tj_diff := diff(job.trainjob, tj):
+        problems.append(f"the TrainJob was written: {tj_diff}")
+    if job.podgroup is not None and pg != job.podgroup:
+        problems.append("the PodGroup that was there before kai_fn was changed")
+    if pg is not None and job.podgroup is None:
+        owner = pg["metadata"].get("ownerReferences") or [{}]
+        if owner[0].get("uid") != job.uid or not owner[0].get("controller"):
+            problems.append("kai_fn's PodGroup is not owned by its TrainJob")
+    if problems:
+        return INCONSISTENT, problems
+    if js is not None and not js_diff:
+        return (UNTOUCHED if pg is None or job.podgroup is not None else PG_ONLY), []
+    notes = (js or {}).get("metadata", {}).get("annotations") or {}
+    decided = (pg is not None and notes.get(SKIP) == "true" and notes.get(MARKER) == job.pg_name
+               and RELEASED_AT in notes and HELD not in (js["metadata"].get("labels") or {})
+               and js["spec"].get("suspend") is False
+               and all(_names_its_gang(m.get("annotations", {}).get(POD_GROUP), job.pg_name)
+                       and QUEUE in m.get("labels", {}) for m in pod_templates(js)))
+    if decided:
+        return DONE, []
+    return INCONSISTENT, [f"JobSet changes {js_diff}; JobSet names {named_podgroups(js) if js else 'n/a (gone)'}; "
+                          f"PodGroup {'exists' if pg else 'missing'}"]
+
+
 def _names_its_gang(named: str | None, main: str) -> bool:
     """A pod template names the TrainJob's main PodGroup, or one of its stages'."""
     return named is not None and (named == main or is_stage_of(named, main))
@@ -332,66 +390,6 @@ def rewrite(api: Emulator, api_version: str, kind: str, ns: str, name: str, chan
 
 def first_pod(obj: dict[str, Any]) -> dict[str, Any]:
     return obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-
-
-
-# -- the JobSet gate (issue 21): kai_fn decides the held JobSet and never writes the TrainJob ------------------
-
-HELD = "kai-fn/held"
-# States a TrainJob may be left in when its deliveries ran out of tries, in the JobSet gate. The one JobSet patch
-# carries the templates, the decision and the resume, so there is no state between it and done:
-#   untouched - nothing written (a PodGroup that was there before kai_fn stays as it was);
-#   podgroup created, JobSet untouched - the crash came after the POST: a PodGroup that no pod names yet, owned
-#       by the TrainJob; its JobSet is still held, so the next pass (or the resync) gets 409 on it and carries on.
-GATE_RETRYABLE_STATES = (UNTOUCHED, PG_ONLY)
-
-
-def kai_fn_decision_key(path: tuple[Any, ...]) -> bool:
-    """What the decision adds to a held JobSet besides the Plan's keys: kai_fn's annotations on the JobSet."""
-    return path in {("metadata", "annotations", MARKER), ("metadata", "annotations", RELEASED_AT)}
-
-
-def jobset_state_of(api: Emulator, job: Job) -> tuple[str, list[str]]:
-    """:func:`state_of` in the JobSet gate: the TrainJob is never written; the JobSet gains only kai_fn's keys, loses
-    only the hold's label, and turns from suspended to running exactly with the decision."""
-    ns, name = job.namespace, job.name
-    tj = api.get(TRAINER, "TrainJob", ns, name)
-    js = api.get(JOBSET, "JobSet", ns, name)
-    pg = api.get(KAI_PG, "PodGroup", ns, job.pg_name)
-    problems = []
-    if diff(job.trainjob, tj):
-        problems.append(f"TrainJob written: {diff(job.trainjob, tj)}")
-    js_diff = diff(job.jobset, js)
-    unheld = js_diff.pop(("metadata", "labels", HELD), None)
-    resumed = js_diff.pop(("spec", "suspend"), None)
-    for path, (old, new) in sorted(js_diff.items(), key=str):
-        if old is not MISSING or not (kai_fn_jobset_key(path) or kai_fn_decision_key(path)):
-            problems.append(f"JobSet {'/'.join(map(str, path))}: {old!r} -> {new!r}")
-    decision = (js or {}).get("metadata", {}).get("annotations", {}).get(MARKER)
-    if unheld not in (None, ("true", MISSING)) or resumed not in (None, (True, False)):
-        problems.append(f"JobSet hold {unheld} / suspend {resumed}: not a decision's")
-    if (decision is not None) != (unheld is not None) or (unheld is not None) != (resumed is not None):
-        problems.append(f"the decision ({decision}), the hold's label and the resume are not one write")
-    if (decision is not None) != (RELEASED_AT in (js or {}).get("metadata", {}).get("annotations", {})):
-        problems.append(f"{RELEASED_AT} is not written exactly with the decision")
-    if decision is not None and decision != job.pg_name:
-        problems.append(f"the JobSet names {decision}, not {job.pg_name}")
-    if job.podgroup is not None and pg != job.podgroup:
-        problems.append("the PodGroup that was there before kai_fn was changed")
-    if pg is not None and job.podgroup is None:
-        owner = pg["metadata"].get("ownerReferences") or [{}]
-        if owner[0].get("uid") != job.uid or not owner[0].get("controller"):
-            problems.append("kai_fn's PodGroup is not owned by its TrainJob")
-    if problems:
-        return INCONSISTENT, problems
-    carries = pg is not None and js is not None and js["metadata"].get("annotations", {}).get(SKIP) == "true" and all(
-        _names_its_gang(m.get("annotations", {}).get(POD_GROUP), job.pg_name) and QUEUE in m.get("labels", {})
-        for m in pod_templates(js))
-    if carries and decision is not None:
-        return DONE, []
-    if js is not None and not diff(job.jobset, js):
-        return (UNTOUCHED if pg is None or job.podgroup is not None else PG_ONLY), []
-    return INCONSISTENT, [f"JobSet changes {js_diff}; PodGroup {'exists' if pg else 'missing'}"]
 
 
 def on_nth(verb: str, resource_: str, n: int, fault: Fault):

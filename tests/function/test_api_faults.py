@@ -1,7 +1,7 @@
 """Under API faults, and after a crash half-way, every TrainJob ends done or in a state the next delivery finishes.
 
 In the JobSet gate: the PodGroups, then one guarded patch that decides the held JobSet (templates, the decision, the
-hold's label removed, resumed); the TrainJob is never written (tests/reliability.py ``jobset_state_of``).
+hold's label removed, resumed); the TrainJob is never written (tests/reliability.py ``gate_state_of``).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.ce import ping
 from tests.reliability import (
     on_first,
     DONE, GATE_RETRYABLE_STATES, PERIOD, PG_ONLY, SEED, UNTOUCHED, check_answers, deliver_all, gang_events,
-    jobset_state_of, make_job, plant, publish, safety_violations, settle, shape, uids,
+    gate_state_of, make_job, plant, publish, safety_violations, settle, shape, uids,
 )
 
 FAULT_KINDS: dict[str, tuple[float, Fault]] = {  # share of the faults, and the fault
@@ -81,7 +81,7 @@ def test_under_30_percent_api_faults_every_trainjob_ends_done_or_retryable_and_t
     states = {}
     assert len(deliveries) == len(jobs) == FAULT_JOBS
     for job, delivery in zip(jobs, deliveries, strict=True):
-        state, problems = jobset_state_of(api, job)
+        state, problems = gate_state_of(api, job)
         assert problems == [], (job.name, problems)
         states[job.name] = state
         if delivery.acked:
@@ -96,7 +96,7 @@ def test_under_30_percent_api_faults_every_trainjob_ends_done_or_retryable_and_t
     for _ in range(math.ceil(waiting / 50) + 1):
         pings.append(adapter.send(ping()))
     assert check_answers(pings) == [] and all(p.acked for p in pings)
-    final = collections.Counter(jobset_state_of(api, j)[0] for j in jobs)
+    final = collections.Counter(gate_state_of(api, j)[0] for j in jobs)
     assert final == {DONE: FAULT_JOBS}
 
     violations = [v for j in jobs for v in safety_violations(api, j, since)]
@@ -172,14 +172,14 @@ def test_after_a_crash_half_way_the_next_delivery_finishes_with_exactly_the_miss
     settle(api)
     api.faults = None
     assert first.status == 503 and first.retry_after, first
-    assert jobset_state_of(api, job) == (left, [])
+    assert gate_state_of(api, job) == (left, [])
     assert safety_violations(api, job, since) == []
 
     api.reset_calls()
     second = adapter.post(job.event())
     assert (second.status, second.body) == (200, b"")
     assert [shape(c) for c in api.calls] == second_calls
-    assert jobset_state_of(api, job) == (DONE, [])
+    assert gate_state_of(api, job) == (DONE, [])
     assert safety_violations(api, job, since) == []
     # Events are best effort: the pass whose JobSet PATCH answer was lost wrote none, and the next had no news.
     assert gang_events(api, job.namespace) == ({} if left == DONE else {job.uid: 1})

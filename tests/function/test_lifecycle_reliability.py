@@ -19,7 +19,7 @@ from kai_fn.local.emulator import Call, Fault
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object
 from tests.reliability import (
-    DONE, PERIOD, UNTOUCHED, check_answers, jobset_state_of, make_job, on_nth, plant, safety_violations, settle,
+    DONE, PERIOD, UNTOUCHED, check_answers, gate_state_of, make_job, on_nth, plant, safety_violations, settle,
 )
 
 FAULTS = {"500": Fault(status=500), "503": Fault(status=503), "429": Fault(status=429, retry_after=1),
@@ -52,7 +52,7 @@ def test_a_failing_queue_list_is_retried_by_the_sender_and_nothing_is_written_be
     api.faults = None
     assert delivery.statuses == [503, 200] and check_answers([delivery]) == []
     assert seen_writes_before_list == []
-    assert jobset_state_of(api, job) == (DONE, []) and safety_violations(api, job, since) == []
+    assert gate_state_of(api, job) == (DONE, []) and safety_violations(api, job, since) == []
 
 
 def test_an_add_refused_earlier_and_redelivered_after_the_fix_and_release_writes_nothing(api, function):
@@ -63,10 +63,10 @@ def test_an_add_refused_earlier_and_redelivered_after_the_fix_and_release_writes
     api.put(team_a)
     assert send(function.url, job.event()).status == 200
     assert len(warnings(api, job.namespace, "GangExceedsQueue")) == 1
-    assert jobset_state_of(api, job) == (UNTOUCHED, [])  # its JobSet stays held, no PodGroup
+    assert gate_state_of(api, job) == (UNTOUCHED, [])  # its JobSet stays held, no PodGroup
     api.put(sample_object("queue-team-a"))
     assert send(function.url, ping()).status == 200  # the resync finds the JobSet still held
-    assert jobset_state_of(api, job) == (DONE, [])
+    assert gate_state_of(api, job) == (DONE, [])
     api.reset_calls()
     assert send(function.url, job.event()).status == 200  # the original add once more
     assert api.writes() == []
@@ -150,8 +150,7 @@ def test_a_fault_on_the_timeout_path_is_finished_by_the_next_ping_never_doubled(
     assert len(versions) >= 2
     suspended = [b for a, b in zip(versions, versions[1:]) if not a["spec"].get("suspend") and b["spec"].get("suspend")]
     assert len(suspended) == 1
-    if marked is not None:
-        assert (keys.TIMED_OUT_ANNOTATION in marks(api, job)) is marked
+    assert marked is None or (keys.TIMED_OUT_ANNOTATION in marks(api, job)) is marked
     found = len(warnings(api, job.namespace, "ScheduleTimeout"))
     assert found == events if events is not None else found <= 1
 
