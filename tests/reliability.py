@@ -393,3 +393,15 @@ def rewrite(api: Emulator, api_version: str, kind: str, ns: str, name: str, chan
 def first_pod(obj: dict[str, Any]) -> dict[str, Any]:
     return obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
 
+
+def on_nth(verb: str, resource_: str, n: int, fault: Fault):
+    """``api.faults`` that fails only the ``n``-th call (from 1) of (verb, resource)."""
+    lock, seen = threading.Lock(), [0]
+
+    def faults(call: Call) -> Fault | None:
+        if call.verb == verb and call.resource == resource_:
+            with lock:
+                seen[0] += 1
+                return fault if seen[0] == n else None
+        return None
+    return faults

@@ -180,8 +180,10 @@ class Reconciler:
             return hold
         if not self.settings.resume:
             return "KAI_FN_RESUME is false"
+        if triage.suspended(self.obj) and (kueue := triage.queued_by_kueue(self.obj)) is not None:
+            return kueue  # Kueue resumes it, even one the earlier policy suspended: kai_fn never bypasses Kueue
         if triage.suspended(self.obj) and not triage.marks(self.obj).legacy_owed:
-            return triage.queued_by_kueue(self.obj) or "the TrainJob is suspended: it starts when it is resumed"
+            return "the TrainJob is suspended: it starts when it is resumed"
         return None
 
     def apply(self, result: Plan, jobset: dict[str, Any]) -> Outcome:
@@ -273,13 +275,14 @@ class Reconciler:
                 self.session.patch_jobset(self.namespace, self.name, ops)
         except GuardFailed:
             raise Retry("the JobSet changed while it was let go") from None
-        if marks.legacy_owed and triage.hold_reason(self.obj) is None:
+        if marks.legacy_owed and triage.hold_reason(self.obj) is None and triage.queued_by_kueue(self.obj) is None:
             self.release_trainjob()
         self.session.cluster.recent.decided(self.uid)
         return self.outcome("done", f"released without a gang: {why}")
 
     def release_legacy(self, done: str) -> Outcome:
-        if triage.hold_reason(self.obj) is not None or not self.settings.resume:
+        if (triage.hold_reason(self.obj) is not None or triage.queued_by_kueue(self.obj) is not None
+                or not self.settings.resume):
             return self.outcome("skipped", f"{done}; auto-suspended, left suspended")
         self.release_trainjob()
         self.session.cluster.recent.decided(self.uid)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import gang, keys
+from kai_fn.core import gang, keys, triage
 from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, placed, stamp
 from kai_fn.function import metrics, report
 from kai_fn.function.cluster import Gone, Session, Stale, Transient
@@ -46,9 +46,9 @@ def time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now
     if staged is None or staged.deadline > now:
         return "earlier stage running" if staged is None else "stage waiting"
     wait = staged
-    if not _mark(session, podgroup, keys.TIMED_OUT_ANNOTATION, now):
-        return "changed"
     suspend = settings.on_timeout == "suspend"
+    # The suspension first: the timeout's mark ends the wait, so a mark written before a suspension that failed
+    # would leave the gang running and never timed out again.
     if suspend:
         meta = entry.trainjob.get("metadata") or {}
         try:
@@ -57,6 +57,10 @@ def time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now
                 {"spec": {"suspend": True}})
         except (Stale, Gone):
             return "changed"
+        except Transient:  # applied or not? The mark and the Event follow exactly when it was
+            fresh = session.trainjob(wait.namespace, wait.name)
+            if (fresh or {}).get("metadata", {}).get("uid") != wait.uid or not triage.suspended(fresh):
+                raise
         session.cluster.recent.forget(wait.uid)
     kai_says = gang.describe(gang.unschedulable(podgroup)) or (
         "no reason (is KAI Scheduler running, and do the pods name schedulerName kai-scheduler?).")
@@ -64,9 +68,14 @@ def time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now
                f"KAI says: {kai_says} ")
     message += ("The TrainJob is suspended again (KAI_FN_ON_TIMEOUT=suspend), so its pods leave the queue; set "
                 "spec.suspend: false to wait again." if suspend else "The gang keeps waiting (KAI_FN_ON_TIMEOUT=event).")
-    metrics.TIMEOUTS.inc()
+    # The Event before the mark that ends the wait: a mark that fails leaves the wait to the next resync, whose
+    # Event of the same wait is the same Event (its name comes from the wait's start); a suspended TrainJob has no
+    # wait left to time out, so its Event is posted now or never.
     session.create_event(wait.namespace, report.event_body(
         entry.trainjob, report.SCHEDULE_TIMEOUT, message, warning=True, key=f"{stamp(wait.started)}"))
+    if not _mark(session, podgroup, keys.TIMED_OUT_ANNOTATION, now):
+        return "changed"
+    metrics.TIMEOUTS.inc()
     return "suspended" if suspend else "timed out"
 
 

@@ -126,3 +126,86 @@ def test_a_patch_read_at_one_resource_version_fails_on_a_newer_one():
     newer["metadata"].update(resourceVersion="42", annotations={"example.com/late": "kept"})
     with pytest.raises(jsonpatch.JsonPatchTestFailed, match=r"^42 \(<class 'str'>\) is not equal to tested value 41 "):
         jsonpatch.apply_patch(newer, ops)
+
+
+# -- the decision and the resume (the gate on the JobSet) -----------------------------------------------------------
+
+GANG = {"kai-fn/podgroup": "pg-main"}
+SKIP = {"kai-fn/skipped": "out-of-scope"}
+AT = {"kai-fn/released-at": "2026-12-03T06:00:00Z"}
+HELD = "kai-fn/held"
+
+DECIDE = {
+    # name: (with a plan, held, suspended, decision, resume,
+    #        expected: labels after, suspend after, the decision's keys after, template ops)
+    "a gang that may start: decided, let go and resumed in one patch": (
+        True, True, True, {**GANG, **AT}, True, {}, False, True),
+    "a gang whose TrainJob is suspended: decided and let go, left suspended": (
+        True, True, True, GANG, False, {}, True, True),
+    "told to wait (kai-fn/hold): templates only, still held": (True, True, True, None, False, {HELD: "true"}, True, True),
+    "out of scope: skipped, let go and resumed, templates untouched": (
+        False, True, True, {**SKIP}, True, {}, False, False),
+    "a legacy JobSet (never held): decided, no label to remove": (True, False, True, {**GANG, **AT}, True, {}, False, True),
+}
+
+
+@pytest.mark.parametrize("case", DECIDE, ids=list(DECIDE))
+def test_one_patch_decides_a_held_jobset(case):
+    with_plan, held, suspended, decision, resume, labels, suspend_after, templates = DECIDE[case]
+    job = trainjob()
+    result = plan(*typed(job, FLAT)) if with_plan else None
+    live = jobset_for(job, FLAT, suspend=suspended, held=held)
+    live["metadata"]["resourceVersion"] = "7"
+    ops = jobset_patch(result, live, decision, resume)
+    patched = jsonpatch.apply_patch(live, ops)
+    crds.validate(patched)
+    assert patched["metadata"].get("labels", {}) == labels
+    assert patched["spec"]["suspend"] is suspend_after
+    assert (decision or {}).items() <= patched["metadata"].get("annotations", {}).items()
+    template_ops = [op for op in ops if op["path"].startswith("/spec/replicatedJobs/") and op["op"] != "test"]
+    assert bool(template_ops) is templates
+    guards = [op for op in ops if op["op"] == "test"]
+    assert guards[:2] == [{"op": "test", "path": "/metadata/uid", "value": live["metadata"]["uid"]},
+                          {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}]
+    assert ops[: len(guards)] == guards  # guards first: a failed one changes nothing
+    # A template change or a resume needs the JobSet still suspended (JobSet's webhook; a resume happens once).
+    assert ({"op": "test", "path": "/spec/suspend", "value": True} in guards) is (templates or resume)
+    assert jobset_patch(result, patched, decision, resume) == []  # decided: the same pass again has nothing to do
+
+
+def test_the_decision_and_the_resume_are_the_last_ops_and_only_a_held_jobset_loses_its_label():
+    job = trainjob()
+    live = jobset_for(job, FLAT, held=True)
+    ops = jobset_patch(plan(*typed(job, FLAT)), live, {**GANG, **AT}, resume=True)
+    assert ops[-2:] == [{"op": "remove", "path": "/metadata/labels/kai-fn~1held"},
+                        {"op": "replace", "path": "/spec/suspend", "value": False}]
+    assert {"op": "add", "path": "/metadata/annotations",
+            "value": {"kai.scheduler/skip-podgrouper": "true", **GANG, **AT}} in ops
+    unheld = jobset_for(job, FLAT)
+    assert not [op for op in jobset_patch(plan(*typed(job, FLAT)), unheld, GANG) if op["op"] == "remove"]
+
+
+def test_a_running_jobset_can_be_marked_without_a_suspension_guard():
+    """The TooLate mark: a JobSet that was never held and runs gets ``kai-fn/skipped: running`` only."""
+    job = trainjob()
+    running = jobset_for(job, FLAT, suspend=False)
+    ops = jobset_patch(None, running, {"kai-fn/skipped": "running"})
+    assert ops == [{"op": "test", "path": "/metadata/uid", "value": running["metadata"]["uid"]},
+                   {"op": "add", "path": "/metadata/annotations", "value": {"kai-fn/skipped": "running"}}]
+    assert jobset_patch(None, running, {"kai-fn/skipped": "running"}, resume=True) == ops  # nothing to resume
+
+
+@pytest.mark.parametrize("mutate, error", [
+    # resumed meanwhile (its TrainJob's owner, an operator): the suspension guard
+    (lambda js: js["spec"].__setitem__("suspend", False), "is not equal to tested value True"),
+    # decided meanwhile by another pass: the label's removal
+    (lambda js: js["metadata"]["labels"].pop(HELD), "held"),
+], ids=["resumed-meanwhile", "label-gone"])
+def test_a_stale_decision_fails_and_changes_nothing(mutate, error):
+    job = trainjob()
+    live = jobset_for(job, FLAT, held=True)
+    ops = jobset_patch(None, live, SKIP, resume=True)
+    changed = copy.deepcopy(live)
+    mutate(changed)
+    with pytest.raises(jsonpatch.JsonPatchException, match=error):
+        jsonpatch.apply_patch(changed, ops)

@@ -1,4 +1,8 @@
-"""Under API faults, and after a crash half-way, every TrainJob ends done or in a state the next delivery finishes."""
+"""Under API faults, and after a crash half-way, every TrainJob ends done or in a state the next delivery finishes.
+
+In the JobSet gate: the PodGroups, then one guarded patch that decides the held JobSet (templates, the decision, the
+hold's label removed, resumed); the TrainJob is never written (tests/reliability.py ``gate_state_of``).
+"""
 from __future__ import annotations
 
 import collections
@@ -15,8 +19,8 @@ from kai_fn.local.delivery import Adapter
 from tests.ce import ping
 from tests.reliability import (
     on_first,
-    DONE, JS_PATCHED, PERIOD, PG_ONLY, RETRYABLE_STATES, SEED, check_answers, deliver_all, gang_events, make_job,
-    plant, publish, safety_violations, settle, shape, state_of, uids,
+    DONE, GATE_RETRYABLE_STATES, PERIOD, PG_ONLY, SEED, UNTOUCHED, check_answers, deliver_all, gang_events,
+    gate_state_of, make_job, plant, publish, safety_violations, settle, shape, uids,
 )
 
 FAULT_KINDS: dict[str, tuple[float, Fault]] = {  # share of the faults, and the fault
@@ -75,23 +79,24 @@ def test_under_30_percent_api_faults_every_trainjob_ends_done_or_retryable_and_t
 
     assert check_answers(deliveries) == []
     states = {}
-    for job, delivery in zip(jobs, deliveries):
-        state, problems = state_of(api, job)
+    assert len(deliveries) == len(jobs) == FAULT_JOBS
+    for job, delivery in zip(jobs, deliveries, strict=True):
+        state, problems = gate_state_of(api, job)
         assert problems == [], (job.name, problems)
         states[job.name] = state
         if delivery.acked:
             assert state == DONE, f"{job.name} was answered 2xx but is {state}"
         else:
-            assert len(delivery.tries) == 6 and state in (DONE, *RETRYABLE_STATES), (job.name, state, delivery)
+            assert len(delivery.tries) == 6 and state in (DONE, *GATE_RETRYABLE_STATES), (job.name, state, delivery)
     after_faults = collections.Counter(states.values())
 
-    # The resync (PingSource -> the function) picks up what the adapter gave up on, 50 per run.
+    # The resync (PingSource -> the function) picks up the JobSets still held that the adapter gave up on, 50 per run.
     waiting = sum(1 for s in states.values() if s != DONE)
     pings = []
     for _ in range(math.ceil(waiting / 50) + 1):
         pings.append(adapter.send(ping()))
     assert check_answers(pings) == [] and all(p.acked for p in pings)
-    final = collections.Counter(state_of(api, j)[0] for j in jobs)
+    final = collections.Counter(gate_state_of(api, j)[0] for j in jobs)
     assert final == {DONE: FAULT_JOBS}
 
     violations = [v for j in jobs for v in safety_violations(api, j, since)]
@@ -99,7 +104,7 @@ def test_under_30_percent_api_faults_every_trainjob_ends_done_or_retryable_and_t
     events = gang_events(api, ns)
     assert max(events.values()) == 1 and set(events) <= {j.uid for j in jobs}
 
-    # Every original event once more (stale copies without the marker): all 2xx at once, and nothing written.
+    # Every original event once more (the TrainJobs as submitted): all 2xx at once, and nothing written.
     api.reset_calls()
     again = deliver_all(adapter, [j.event() for j in jobs], budget=60)
     assert check_answers(again) == [] and all(len(d.tries) == 1 and d.acked for d in again)
@@ -122,7 +127,7 @@ def test_under_30_percent_api_faults_every_trainjob_ends_done_or_retryable_and_t
         "- states after the faulty deliveries: " + ", ".join(f"{k} {n}" for k, n in after_faults.most_common()),
         f"- resync: {len(pings)} pings -> done {final[DONE]}/{FAULT_JOBS}; safety violations 0; "
         f"GangCreated Events: {sum(events.values())} for {FAULT_JOBS} TrainJobs (at most 1 each; best effort)",
-        f"- redelivery of all {FAULT_JOBS} stale events: {FAULT_JOBS} x 2xx at the first try, 0 writes",
+        f"- redelivery of all {FAULT_JOBS} original events: {FAULT_JOBS} x 2xx at the first try, 0 writes",
         f"- wall clock: {faulted_seconds:.1f} s for the faulty deliveries",
     ])
 
@@ -131,33 +136,35 @@ def test_under_30_percent_api_faults_every_trainjob_ends_done_or_retryable_and_t
 READ_RT, READ_JS, READ_TJ = ("get", "clustertrainingruntimes", 200), ("get", "jobsets", 200), ("get", "trainjobs", 200)
 # Delivery is unauthenticated here, so each pass starts from a GET of the TrainJob, not from the event's copy.
 READ_QUEUES = ("list", "queues", 200)  # the queue pre-check before a new gang (no cache in these tests)
-FINISH_AFTER_PODGROUP = [READ_TJ, READ_RT, READ_JS, READ_QUEUES, ("create", "podgroups", 409), ("patch", "jobsets", 200),
-                         ("patch", "trainjobs", 200), ("create", "events", 201)]
-FINISH_AFTER_JOBSET = [READ_TJ, READ_RT, READ_JS, READ_TJ, ("patch", "trainjobs", 200), ("create", "events", 201)]
+DECIDE = ("patch", "jobsets", 200)  # the one patch: templates, decision, the hold's label, resume
+FULL_PASS = [READ_TJ, READ_JS, READ_RT, READ_QUEUES, ("create", "podgroups", 201), DECIDE, ("create", "events", 201)]
+FINISH_AFTER_PODGROUP = [READ_TJ, READ_JS, READ_RT, READ_QUEUES, ("create", "podgroups", 409), DECIDE,
+                         ("create", "events", 201)]
+DECIDED_ALREADY = [READ_TJ, READ_JS]  # the JobSet names its gang: nothing left to do
 CRASHES = {
     # name: (the fault on the first delivery, the state it leaves, the calls of the second delivery)
+    "the TrainJob GET fails": (on_first("get", "trainjobs", Fault(status=500)), UNTOUCHED, FULL_PASS),
+    "the JobSet GET hangs past the timeout": (on_first("get", "jobsets", Fault(hang=1.5)), UNTOUCHED, FULL_PASS),
+    "the runtime GET is throttled": (
+        on_first("get", "clustertrainingruntimes", Fault(status=429, retry_after=1)), UNTOUCHED, FULL_PASS),
     "after the PodGroup POST, the JobSet PATCH fails": (
         on_first("patch", "jobsets", Fault(status=503)), PG_ONLY, FINISH_AFTER_PODGROUP),
     "the PodGroup POST is applied but its answer is lost": (
         on_first("create", "podgroups", Fault(status=503, after=True)), PG_ONLY, FINISH_AFTER_PODGROUP),
     "the PodGroup POST hangs past the timeout and lands late": (
         on_first("create", "podgroups", Fault(hang=1.5)), PG_ONLY, FINISH_AFTER_PODGROUP),
-    "after the JobSet PATCH, the TrainJob PATCH fails": (
-        on_first("patch", "trainjobs", Fault(status=503)), JS_PATCHED, FINISH_AFTER_JOBSET),
     "the JobSet PATCH is applied but its answer is lost": (
-        on_first("patch", "jobsets", Fault(status=500, after=True)), JS_PATCHED, FINISH_AFTER_JOBSET),
+        on_first("patch", "jobsets", Fault(status=500, after=True)), DONE, DECIDED_ALREADY),
     "the JobSet PATCH hangs past the timeout and lands late": (
-        on_first("patch", "jobsets", Fault(hang=1.5)), JS_PATCHED, FINISH_AFTER_JOBSET),
-    "the TrainJob PATCH is applied but its answer is lost": (
-        on_first("patch", "trainjobs", Fault(status=503, after=True)), DONE, [READ_TJ]),
+        on_first("patch", "jobsets", Fault(hang=1.5)), DONE, DECIDED_ALREADY),
 }
 
 
 @pytest.mark.parametrize("crash", CRASHES, ids=list(CRASHES))
 def test_after_a_crash_half_way_the_next_delivery_finishes_with_exactly_the_missing_calls(api, function, crash):
     fault, left, second_calls = CRASHES[crash]
-    job = make_job(f"rel-crash-{list(CRASHES).index(crash)}", "crash", str(uuid.uuid5(uuid.NAMESPACE_DNS, crash)),
-                   extras=True)
+    job = make_job(f"rel-crash-{list(CRASHES).index(crash)}", "crash",
+                   str(uuid.uuid5(uuid.NAMESPACE_DNS, f"gate {crash}")), extras=True)
     since = plant(api, [job])
     adapter = Adapter(function.url, period=PERIOD)
     api.faults = fault
@@ -165,14 +172,14 @@ def test_after_a_crash_half_way_the_next_delivery_finishes_with_exactly_the_miss
     settle(api)
     api.faults = None
     assert first.status == 503 and first.retry_after, first
-    assert state_of(api, job) == (left, [])
+    assert gate_state_of(api, job) == (left, [])
     assert safety_violations(api, job, since) == []
 
     api.reset_calls()
     second = adapter.post(job.event())
     assert (second.status, second.body) == (200, b"")
     assert [shape(c) for c in api.calls] == second_calls
-    assert state_of(api, job) == (DONE, [])
+    assert gate_state_of(api, job) == (DONE, [])
     assert safety_violations(api, job, since) == []
-    # Events are best effort: the pass whose TrainJob PATCH answer was lost wrote none, and the next had no news.
+    # Events are best effort: the pass whose JobSet PATCH answer was lost wrote none, and the next had no news.
     assert gang_events(api, job.namespace) == ({} if left == DONE else {job.uid: 1})

@@ -1,31 +1,69 @@
-"""TrainJobs the admission policy suspended (``kai-fn/auto-suspended``): kai_fn owes each of them a release.
+"""Suspended TrainJobs in the JobSet gate: the upgrade from the earlier policy, and TrainJobs their authors suspend.
 
-In scope: the gang flow, then released. Out of scope: released at once, without a gang, and marked so later events
-cost nothing. Runtime missing or plan blocked: left suspended with the Warning Event, and released by the next
-change or resync once that is fixed. TrainJobs their authors suspended keep the old rules.
+Upgrade: a TrainJob the EARLIER policy suspended (``kai-fn/auto-suspended`` with ``spec.suspend: true``; its JobSet,
+made before the new policy, suspended WITHOUT the ``kai-fn/held`` label) is still owed a release. In scope: its gang,
+the decision on its JobSet, then the TrainJob resumed (Trainer resumes the JobSet). Out of scope: released at once
+without a gang. Runtime missing or plan blocked: left suspended with the Warning, released by the next change or
+resync once fixed. Kueue's and ``kai-fn/hold``'s are never resumed by kai_fn.
+
+Suspended by its author: the policy holds its JobSet as any other; kai_fn prepares the gang and decides the JobSet,
+which stays suspended until the author resumes the TrainJob (Trainer resumes the JobSet then). Out of scope: left
+alone.
 """
 from __future__ import annotations
+
+import uuid
 
 import pytest
 
 from tests import crds
+from tests.builders import jobset_for
 from tests.ce import ping, resource, send
-from tests.conftest import KAI_PG, TRAINER, sample_object, seed
+from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
 
 NS = "team-a"
-AUTO = {"kai-fn/auto-suspended": "true"}
+AUTO = "kai-fn/auto-suspended"
+HELD = "kai-fn/held"
 
 
-def auto_suspended(name: str) -> dict:
-    """A sample TrainJob as the policy leaves it: suspended and annotated."""
-    tj = sample_object(name)
-    tj["metadata"].setdefault("annotations", {}).update(AUTO)
+def own_uid(tj: dict, js: dict | None = None) -> None:
+    """A uid of its own for each test (a function process remembers the TrainJobs it decided, by uid)."""
+    uid = str(uuid.uuid4())
+    tj["metadata"]["uid"] = uid
+    if js is not None:
+        js["metadata"]["uid"] = str(uuid.uuid5(uuid.UUID(uid), "jobset"))
+        js["metadata"]["ownerReferences"][0]["uid"] = uid
+
+
+def auto_suspended(name: str, annotations: dict | None = None, labels: dict | None = None) -> list[dict]:
+    """A sample TrainJob as the earlier policy left it (suspended and annotated) and, if the sample has one, its
+    JobSet as Trainer made it then: suspended, never held."""
+    tj = sample_object(f"trainjob-{name}")
+    tj["metadata"].setdefault("annotations", {}).update({AUTO: "true", **(annotations or {})})
+    tj["metadata"].setdefault("labels", {}).update(labels or {})
     tj["spec"]["suspend"] = True
-    return tj
+    js = sample_object(f"jobset-{name}") if name == "llama-finetune" else None
+    if js is not None:
+        del js["metadata"]["labels"][HELD]
+    own_uid(tj, js)
+    return [tj] if js is None else [tj, js]
+
+
+def authors(name: str = "llama-finetune", labels: dict | None = None) -> list[dict]:
+    """A sample TrainJob its author submitted suspended, and its JobSet as the policy holds it."""
+    tj, js = sample_object(f"trainjob-{name}"), sample_object(f"jobset-{name}")
+    tj["spec"]["suspend"] = True
+    tj["metadata"].setdefault("labels", {}).update(labels or {})
+    own_uid(tj, js)
+    return [tj, js]
 
 
 def live(api, name: str) -> dict:
     return api.get(TRAINER, "TrainJob", NS, name)
+
+
+def jobset(api, name: str = "llama-finetune") -> dict:
+    return api.get(JOBSET, "JobSet", NS, name)
 
 
 def writes(api) -> list[tuple[str, str]]:
@@ -37,51 +75,77 @@ def warnings(api, reason: str) -> list[dict]:
     return [e for e in api.list("v1", "Event", NS) if e["reason"] == reason and e["type"] == "Warning"]
 
 
-def test_in_scope_it_gets_its_gang_and_is_released(api, function):
+def gang_created(api) -> str:
+    (event,) = [e for e in api.list("v1", "Event", NS) if e["reason"] == "GangCreated"]
+    return event["message"]
+
+
+def released_legacy(tj: dict) -> bool:
+    return tj["spec"]["suspend"] is False and AUTO not in (tj["metadata"].get("annotations") or {})
+
+
+# -- the upgrade: TrainJobs the earlier policy suspended -------------------------------------------------------
+
+@pytest.mark.parametrize("by", ["event", "resync"])
+def test_in_scope_it_gets_its_gang_its_jobset_is_decided_and_it_is_released(api, function, by):
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
-         auto_suspended("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
-    assert send(function.url, resource(live(api, "llama-finetune"))).status == 200
-    tj = live(api, "llama-finetune")
-    assert tj["spec"]["suspend"] is False and "kai-fn/podgroup" in tj["metadata"]["annotations"]
+         *auto_suspended("llama-finetune"))
+    event = resource(live(api, "llama-finetune")) if by == "event" else ping()
+    assert send(function.url, event).status == 200
+    tj, js = live(api, "llama-finetune"), jobset(api)
+    assert released_legacy(tj)
     (pg,) = api.list(KAI_PG, "PodGroup", NS)
     crds.validate(pg)
+    assert js["metadata"]["annotations"]["kai-fn/podgroup"] == pg["metadata"]["name"]  # the decision on the JobSet
+    assert js["spec"]["suspend"] is True  # Trainer resumes it with its TrainJob
     assert writes(api) == [("create", "podgroups"), ("patch", "jobsets"), ("patch", "trainjobs"), ("create", "events")]
+    (release,) = [c for c in api.calls if c.verb == "patch" and c.resource == "trainjobs"]
+    assert release.body == {"metadata": {"annotations": {AUTO: None}}, "spec": {"suspend": False}}
+    assert gang_created(api).endswith("released")
+    api.reset_calls()
+    assert send(function.url, resource(tj, "update")).status == 200  # the update its release caused: nothing
+    assert writes(api) == []
 
 
-def test_out_of_scope_it_is_released_without_a_gang_and_later_events_cost_nothing(api, function):
-    seed(api, sample_object("clustertrainingruntime-torch"), auto_suspended("trainjob-resnet-eval"))
+@pytest.mark.parametrize("with_jobset", [False, True], ids=["no-jobset-yet", "its-jobset"])
+def test_out_of_scope_it_is_released_without_a_gang_and_later_events_cost_nothing(api, function, with_jobset):
+    (tj,) = auto_suspended("resnet-eval")
+    rt = sample_object("clustertrainingruntime-torch")
+    seed(api, rt, tj, *([jobset_for(tj, rt, suspend=True)] if with_jobset else []))
     answer = send(function.url, resource(live(api, "resnet-eval")))
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "done")
     tj = live(api, "resnet-eval")
-    assert tj["spec"]["suspend"] is False
-    assert tj["metadata"]["annotations"]["kai-fn/skipped"] == "out-of-scope"
-    assert writes(api) == [("patch", "trainjobs")]
+    assert released_legacy(tj)
     crds.validate(tj)
+    marked = ((jobset(api, "resnet-eval") or {}).get("metadata") or {}).get("annotations")
+    assert marked == ({"kai-fn/skipped": "out-of-scope"} if with_jobset else None)
+    assert writes(api) == [("patch", "jobsets")] * with_jobset + [("patch", "trainjobs")]
+    assert api.list(KAI_PG, "PodGroup", NS) == []
     api.reset_calls()
     assert send(function.url, resource(tj, "update")).status == 200
     assert api.calls == []
 
 
-def test_suspended_by_its_author_and_out_of_scope_it_stays_suspended(api, function):
-    seed(api, sample_object("clustertrainingruntime-torch"), sample_object("trainjob-resnet-eval"))
-    assert send(function.url, resource(live(api, "resnet-eval"))).status == 200
-    assert writes(api) == [] and live(api, "resnet-eval")["spec"]["suspend"] is True
-
-
 @pytest.mark.parametrize("annotation,label", [({"kai-fn/hold": "true"}, {}), ({}, {"kueue.x-k8s.io/queue-name": "lq"})],
-                         ids=["held", "kueue"])
+                         ids=["hold", "kueue"])
 def test_out_of_scope_but_held_it_stays_suspended(api, function, annotation, label):
-    tj = auto_suspended("trainjob-resnet-eval")
-    tj["metadata"]["annotations"].update(annotation)
-    tj["metadata"].setdefault("labels", {}).update(label)
-    seed(api, sample_object("clustertrainingruntime-torch"), tj)
+    seed(api, sample_object("clustertrainingruntime-torch"), *auto_suspended("resnet-eval", annotation, label))
     assert send(function.url, resource(live(api, "resnet-eval"))).status == 200
     assert writes(api) == [] and live(api, "resnet-eval")["spec"]["suspend"] is True
+
+
+def test_in_scope_and_admitted_by_kueue_its_gang_is_decided_and_kueue_resumes_it(api, function):
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
+         *auto_suspended("llama-finetune", labels={"kueue.x-k8s.io/queue-name": "lq"}))
+    assert send(function.url, resource(live(api, "llama-finetune"))).status == 200
+    assert live(api, "llama-finetune")["spec"]["suspend"] is True
+    assert "kai-fn/podgroup" in jobset(api)["metadata"]["annotations"]
+    assert writes(api) == [("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
+    assert "left suspended: Kueue admits it" in gang_created(api)
 
 
 def _runtime_missing(api):
-    seed(api, sample_object("queue-team-a"), auto_suspended("trainjob-llama-finetune"),
-         sample_object("jobset-llama-finetune"))
+    seed(api, sample_object("queue-team-a"), *auto_suspended("llama-finetune"))
     return "RuntimeNotFound", lambda: seed(api, sample_object("clustertrainingruntime-torch-kai"))
 
 
@@ -89,8 +153,7 @@ def _plan_blocked(api):
     rt = sample_object("clustertrainingruntime-torch-kai")
     pod = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     del pod["schedulerName"]
-    seed(api, sample_object("queue-team-a"), rt, auto_suspended("trainjob-llama-finetune"),
-         sample_object("jobset-llama-finetune"))
+    seed(api, sample_object("queue-team-a"), rt, *auto_suspended("llama-finetune"))
     return "PlanBlocked", lambda: seed(api, sample_object("clustertrainingruntime-torch-kai"))
 
 
@@ -103,18 +166,54 @@ def test_blocked_it_waits_suspended_with_a_warning_and_the_resync_releases_it_on
     assert [w for w in writes(api) if w != ("create", "events")] == []
     fix()
     assert send(function.url, ping()).status == 200
-    tj = live(api, "llama-finetune")
-    assert tj["spec"]["suspend"] is False and "kai-fn/podgroup" in tj["metadata"]["annotations"]
-    assert len(api.list(KAI_PG, "PodGroup", NS)) == 1
+    assert released_legacy(live(api, "llama-finetune"))
+    (pg,) = api.list(KAI_PG, "PodGroup", NS)
+    assert jobset(api)["metadata"]["annotations"]["kai-fn/podgroup"] == pg["metadata"]["name"]
 
 
 @pytest.mark.parametrize("by", ["event", "resync"])
 def test_outside_the_namespace_allowlist_it_is_released_without_a_gang(api, functions, by):
     fn = functions(KAI_FN_NAMESPACES="team-b")
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
-         auto_suspended("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+         *auto_suspended("llama-finetune"))
     event = resource(live(api, "llama-finetune")) if by == "event" else ping()
     assert send(fn.url, event).status == 200
-    tj = live(api, "llama-finetune")
-    assert tj["spec"]["suspend"] is False and tj["metadata"]["annotations"]["kai-fn/skipped"] == "out-of-scope"
-    assert writes(api) == [("patch", "trainjobs")]
+    assert released_legacy(live(api, "llama-finetune"))
+    js = jobset(api)
+    assert js["metadata"]["annotations"] == {"kai-fn/skipped": "out-of-scope"} and js["spec"]["suspend"] is True
+    assert writes(api) == [("patch", "jobsets"), ("patch", "trainjobs")]
+    assert api.list(KAI_PG, "PodGroup", NS) == []
+
+
+# -- suspended by its author ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("labels, why", [
+    ({}, "left suspended: the TrainJob is suspended: it starts when it is resumed"),
+    ({"kueue.x-k8s.io/queue-name": "lq"}, "left suspended: Kueue admits it (kueue.x-k8s.io/queue-name)"),
+], ids=["its-author", "kueue"])
+def test_suspended_by_its_author_its_gang_is_prepared_and_its_jobset_decided_but_left_suspended(
+        api, function, labels, why):
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
+         *authors(labels=labels))
+    before = live(api, "llama-finetune")
+    assert send(function.url, resource(before)).status == 200
+    assert live(api, "llama-finetune") == before  # the TrainJob is not written
+    js = jobset(api)
+    (pg,) = api.list(KAI_PG, "PodGroup", NS)
+    assert js["metadata"]["annotations"]["kai-fn/podgroup"] == pg["metadata"]["name"]
+    assert HELD not in js["metadata"]["labels"]  # decided: the policy no longer holds it, Trainer resumes it
+    assert js["spec"]["suspend"] is True and "kai-fn/released-at" not in js["metadata"]["annotations"]
+    assert writes(api) == [("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
+    assert gang_created(api).endswith(why)
+    api.reset_calls()  # its author resumes it (Trainer resumes the JobSet): nothing left for kai_fn
+    resumed = dict(before, spec={**before["spec"], "suspend": False})
+    assert send(function.url, resource(resumed, "update")).status == 200
+    assert api.calls == []
+
+
+def test_suspended_by_its_author_and_out_of_scope_it_stays_suspended(api, function):
+    (tj,) = auto_suspended("resnet-eval")
+    del tj["metadata"]["annotations"][AUTO]
+    seed(api, sample_object("clustertrainingruntime-torch"), tj)
+    assert send(function.url, resource(live(api, "resnet-eval"))).status == 200
+    assert writes(api) == [] and live(api, "resnet-eval")["spec"]["suspend"] is True
