@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from kai_fn.commands import plan_view
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
@@ -58,7 +59,7 @@ def _read(path: str, model: type[TrainJob] | type[Runtime]) -> Any:
 
 
 def plan_report(result: Plan, jobset: dict[str, Any] | None) -> dict[str, Any]:
-    report: dict[str, Any] = {"plan": result.summary()}
+    report: dict[str, Any] = {"plan": plan_view.summary(result)}
     if result.podgroup:
         report["podGroup"] = result.podgroup
     if result.stage_podgroups:

@@ -23,7 +23,7 @@ from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
 from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
 from kai_fn.core.runtime import target
-from kai_fn.commands import state as states, status as status_mod, survey
+from kai_fn.commands import plan_view, state as states, status as status_mod, survey
 from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
 from kai_fn.function.heartbeat import RESYNC_PERIOD_SECONDS
 from kai_fn.function.settings import Settings
@@ -166,7 +166,7 @@ def _why_in_scope(job: TrainJob, runtime: Runtime) -> str:
 
 
 def _plan_view(result: Plan) -> dict[str, Any]:
-    view = result.summary()
+    view = plan_view.summary(result)
     view.pop("trainJob", None)
     if result.problems:
         view["problems"] = [str(p) for p in result.problems]

@@ -99,36 +99,6 @@ class Plan:
         """Every PodGroup to create, each before any pod can name it."""
         return (*self.stage_podgroups, self.podgroup) if self.podgroup else ()
 
-    def gang_text(self) -> str:
-        """The gang in a few words, for Events and logs: ``minMember 4`` or each stage's PodGroup."""
-        if len(self.stages) <= 1:
-            return f"minMember {self.stages[0].min_member if self.stages else self.min_member}"
-        return "stages " + "; ".join(f"{s.podgroup} ({', '.join(s.replicated_jobs)}: minMember {s.min_member})"
-                                     for s in self.stages)
-
-    def summary(self) -> dict[str, Any]:
-        """What the plan decided, for the CLI, Events and logs."""
-        out: dict[str, Any] = {"trainJob": f"{self.namespace}/{self.trainjob}", "flavor": self.flavor}
-        if self.ignored:
-            return {**out, "ignored": self.ignored}
-        out |= {
-            "podGroup": self.podgroup_name,
-            "layout": self.layout,
-            "minMember": self.min_member,
-            "minResources": self.min_resources,
-            "queue": self.queue,
-            "podSets": [{"name": p.name, "count": p.count, "requests": p.requests} for p in self.pod_sets],
-        }
-        if self.flavor == "kai":
-            out["podGroups"] = [{"name": s.podgroup, "replicatedJobs": list(s.replicated_jobs),
-                                 "minMember": s.min_member, **({"main": True} if s.main else {})} for s in self.stages]
-        for key, value in (("priorityClassName", self.priority_class), ("preemptibility", self.preemptibility)):
-            if value:
-                out[key] = value
-        if self.flavor == "scheduler-plugins" or self.schedule_timeout_seconds is not None:
-            out["scheduleTimeoutSeconds"] = self.schedule_timeout_seconds
-        return out
-
 
 def kai_podgroup_name(job: TrainJob) -> str:
     return f"pg-{job.metadata.name}-{job.metadata.uid}"
@@ -196,15 +166,14 @@ def _kai(base: Plan, job: TrainJob, waves: tuple[Stage, ...], policy: GangPolicy
                           annotations={keys.KAI_POD_GROUP_ANNOTATION: names[stage.wave]})
         for stage in waves for ps in stage.pod_sets
     )
-    order = {ps.name: i for i, ps in enumerate(ps for stage in waves for ps in stage.pod_sets)}
     main = main_stage(waves) if waves else None
     base = replace(
         base,
         stages=tuple(StageSummary(names[s.wave], s.names, s.min_member, s.main) for s in waves),
         stage_podgroups=tuple(podgroups[s.wave] for s in waves if not s.main),
     )
-    return _finish(base, problems, podgroups[main.wave] if main else None,
-                   tuple(sorted(templates, key=lambda t: order[t.replicated_job])), {keys.KAI_SKIP_PODGROUPER: "true"})
+    return _finish(base, problems, podgroups[main.wave] if main else None, templates,
+                   {keys.KAI_SKIP_PODGROUPER: "true"})
 
 
 def _kai_spec(stage: Stage, policy: GangPolicy, staleness: str | None) -> dict[str, Any]:

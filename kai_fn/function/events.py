@@ -36,6 +36,7 @@ class TrainJobEvent:
     uid: str | None = None  # ref mode carries none
     object: dict[str, Any] | None = None  # resource mode: the TrainJob as the watch saw it
     via: str = keys.TRAINJOB_KIND  # JobSet: brought by the held JobSet's event (no TrainJob body)
+    jobset_uid: str | None = None  # the JobSet's, when ``via`` is JobSet
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,8 @@ def _jobset(ce_id: str, ce_type: str, mode: str, action: str, data: dict[str, An
         return Ignored(ce_id, ce_type, "a JobSet no TrainJob controls")
     return TrainJobEvent(ce_id, ce_type, "ref", _name(meta, "namespace", "data.metadata"),
                          _name(owner, "name", "data.metadata.ownerReferences[]"),
-                         _name(owner, "uid", "data.metadata.ownerReferences[]"), via=keys.JOBSET_KIND)
+                         _name(owner, "uid", "data.metadata.ownerReferences[]"), via=keys.JOBSET_KIND,
+                         jobset_uid=_name(meta, "uid", "data.metadata"))
 
 
 def _metadata(data: dict[str, Any]) -> dict[str, Any]:

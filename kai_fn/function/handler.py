@@ -15,14 +15,15 @@ import atexit
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import flask
 
 from kai_fn.function import events, gang_status, inventory, metrics, reconcile, resync
 from kai_fn.function.auth import Authenticator, Denied
-from kai_fn.function.cluster import Cluster, Transient
-from kai_fn.function.report import configure_logging, log
+from kai_fn.function.cluster import Cluster, Session, Transient
+from kai_fn.function.report import Outcome, configure_logging, log
 from kai_fn.function.settings import Settings, load
 from kai_fn.function.workqueue import Again, Item, WorkQueue
 
@@ -90,82 +91,92 @@ class App:
         if request.method != "POST":
             return _answer(405, f"{request.method} is not accepted; POST a CloudEvent")
         started = time.perf_counter()
-        fields: dict[str, Any] = {}
-        status, reason = self.deliver(request, fields)
+        done = self.deliver(request)
         seconds = time.perf_counter() - started
-        fields |= {"status": status, "reason": reason, "ms": round(seconds * 1000, 1)}
-        outcome = fields["outcome"] = fields.get("outcome") or ("too_large" if status == 413 else "bad")
+        fields = done.fields | {"status": done.status, "reason": done.reason, "outcome": done.outcome,
+                                "ms": round(seconds * 1000, 1)}
         metrics.EVENTS.labels(metrics.event_type(fields.get("type")), metrics.event_kind(fields.get("kind")),
-                              outcome).inc()
-        if "work" in fields:
-            metrics.RECONCILE_SECONDS.labels(fields.pop("work")).observe(seconds)
-        level = logging.WARNING if status >= 500 or status in (401, 403) else logging.INFO
+                              done.outcome).inc()
+        if done.work:
+            metrics.RECONCILE_SECONDS.labels(done.work).observe(seconds)
+        level = logging.WARNING if done.status >= 500 or done.status in (401, 403) else logging.INFO
         log.log(level, "event", extra={"fields": fields})
-        if status < 300:
-            response = flask.Response(b"", status)
-            response.headers["X-Kai-Fn-Outcome"] = fields.get("outcome", "")
+        if done.status < 300:
+            response = flask.Response(b"", done.status)
+            response.headers["X-Kai-Fn-Outcome"] = done.outcome
             return response
-        response = _answer(status, reason)
-        if status == 503:
+        response = _answer(done.status, done.reason)
+        if done.status == 503:
             response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        elif status == 401:
+        elif done.status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
         return response
 
-    def deliver(self, request: flask.Request, fields: dict[str, Any]) -> tuple[int, str]:
+    def deliver(self, request: flask.Request) -> Delivery:
+        """Authenticate, read, dispatch: each step may end the delivery with its answer."""
         session = self.cluster.session()
-        if self.auth is not None:
-            try:
-                sender = self.auth.check(request.headers.get("Authorization"), session.review_token)
-            except Denied as denied:
-                fields |= {"outcome": "denied", "api_calls": session.calls}
-                return denied.status, denied.reason
-            except Transient as error:
-                fields |= {"outcome": "retry", "api_calls": session.calls}
-                return 503, f"cannot check the sender: {error}"
-            fields["sender"] = sender.username
-        limit = self.settings.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            return 413, f"body of {request.content_length} bytes is over KAI_FN_MAX_BODY_BYTES ({limit})"
-        body = request.stream.read(limit + 1)
-        if len(body) > limit:
-            return 413, f"body is over KAI_FN_MAX_BODY_BYTES ({limit})"
+        sender = self.authenticate(request, session)
+        if isinstance(sender, Delivery):
+            return sender
+        body = self.read(request)
+        if isinstance(body, Delivery):
+            return body
+        fields = {"sender": sender} if sender else {}
         try:
             event = events.parse(request.headers, body)
         except events.BadEvent as error:
-            fields["outcome"] = "bad"
-            return 400, str(error)
+            return Delivery(400, str(error), "bad", fields)
         fields |= {"type": event.type, "id": event.id}
         if isinstance(event, events.Ignored):
-            fields["outcome"] = "ignored"
-            return 200, event.reason
+            return Delivery(200, event.reason, "ignored", fields)
+        return self.dispatch(event, session, fields)
+
+    def authenticate(self, request: flask.Request, session: Session) -> str | Delivery | None:
+        """The sender's user name (None when delivery is not authenticated), or the refusal."""
+        if self.auth is None:
+            return None
+        try:
+            return self.auth.check(request.headers.get("Authorization"), session.review_token).username
+        except Denied as denied:
+            return Delivery(denied.status, denied.reason, "denied", {"api_calls": session.calls})
+        except Transient as error:
+            return Delivery(503, f"cannot check the sender: {error}", "retry", {"api_calls": session.calls})
+
+    def read(self, request: flask.Request) -> bytes | Delivery:
+        """The body, at most ``KAI_FN_MAX_BODY_BYTES``, or the 413."""
+        limit = self.settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return Delivery(413, f"body of {request.content_length} bytes is over KAI_FN_MAX_BODY_BYTES ({limit})",
+                            "too_large")
+        body = request.stream.read(limit + 1)
+        if len(body) > limit:
+            return Delivery(413, f"body is over KAI_FN_MAX_BODY_BYTES ({limit})", "too_large")
+        return body
+
+    def dispatch(self, event: events.Event, session: Session, fields: dict[str, Any]) -> Delivery:
+        """The work the event asks for: the resync, a gang's status, or a TrainJob's pass (queued when it can be)."""
         try:
             if isinstance(event, events.Resync):
-                fields["work"] = "resync"
-                outcome = resync.resync(session, self.settings, self.offer if self.work is not None else None)
+                work, outcome = "resync", resync.resync(session, self.settings,
+                                                        self.offer if self.work is not None else None)
             elif isinstance(event, events.PodGroupEvent):
-                fields |= {"kind": "PodGroup", "work": "gang_status", "namespace": event.namespace,
-                           "podgroup": event.name, "mode": event.mode}
-                outcome = gang_status.observe(event, session, self.settings)
+                fields |= {"kind": "PodGroup", "namespace": event.namespace, "podgroup": event.name,
+                           "mode": event.mode}
+                work, outcome = "gang_status", gang_status.observe(event, session, self.settings)
                 fields |= {"name": outcome.name, "uid": outcome.uid}
             else:
-                fields |= {"kind": event.via, "work": "trainjob", "namespace": event.namespace, "name": event.name,
-                           "uid": event.uid, "mode": event.mode}
-                outcome = reconcile.from_body(event, session, self.settings)
+                fields |= {"kind": event.via, "namespace": event.namespace, "name": event.name, "uid": event.uid,
+                           "mode": event.mode}
+                work, outcome = "trainjob", reconcile.from_body(event, session, self.settings)
                 if outcome is None and self.offer(event):
-                    del fields["work"]
-                    fields |= {"outcome": "accepted", "api_calls": session.calls}
-                    return 202, "accepted: reconciled right after this answer"
+                    return Delivery(202, "accepted: reconciled right after this answer", "accepted",
+                                    fields | {"api_calls": session.calls})
                 if outcome is None:
                     outcome = reconcile.reconcile(event, session, self.settings)
         except (Transient, reconcile.Retry) as error:
-            fields |= {"outcome": "retry", "api_calls": session.calls}
-            return 503, str(error)
-        fields |= {"outcome": outcome.result, "api_calls": session.calls, "uid": outcome.uid or fields.get("uid")}
-        if outcome.podgroup:
-            fields["podgroup"] = outcome.podgroup
-        return 200, outcome.reason
-
+            return Delivery(503, str(error), "retry", fields | {"api_calls": session.calls})
+        return Delivery(200, outcome.reason, outcome.result, fields | _outcome_fields(outcome, session, fields),
+                        work)
 
     def pass_after_answer(self, item: Item) -> None:
         """One queued TrainJob pass, logged as the delivery would be (``msg: work``, its try and its wait); a
@@ -182,10 +193,27 @@ class App:
         except (Transient, reconcile.Retry) as error:
             _log_work(fields | {"outcome": "retry", "reason": str(error), "api_calls": session.calls}, started)
             raise Again() from None
-        fields |= {"outcome": outcome.result, "reason": outcome.reason, "api_calls": session.calls}
-        if outcome.podgroup:
-            fields["podgroup"] = outcome.podgroup
-        _log_work(fields, started)
+        _log_work(fields | {"outcome": outcome.result, "reason": outcome.reason}
+                  | _outcome_fields(outcome, session, fields), started)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How one delivery went: its answer and what its log line says; ``work``: the kind of work timed."""
+
+    status: int
+    reason: str
+    outcome: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    work: str | None = None
+
+
+def _outcome_fields(outcome: Outcome, session: Session, fields: dict[str, Any]) -> dict[str, Any]:
+    """What a finished pass adds to its log line, the delivery's and the queued pass's alike."""
+    out: dict[str, Any] = {"api_calls": session.calls, "uid": outcome.uid or fields.get("uid")}
+    if outcome.podgroup:
+        out["podgroup"] = outcome.podgroup
+    return out
 
 
 def _log_work(fields: dict[str, Any], started: float) -> None:

@@ -6,7 +6,7 @@ from before its release, and KAI's controllers update a bound gang's PodGroup ma
 reads (the JobSet and the TrainJob; the TrainJob), and every later event of the namespace waited for them.
 
 Remembered, per process and bounded (least recently used goes first): the TrainJobs whose JobSet it decided with
-nothing left for kai_fn to do, and the PodGroups whose gang it knows to be bound. Any later event of such a TrainJob
+nothing left for kai_fn to do (by the TrainJob's uid and the JobSet's), and the PodGroups whose gang it knows to be bound. Any later event of such a TrainJob
 asks for work that is done; a bound gang is never reported again. Forgetting (a restart, another replica, an old
 entry) only costs the reads again, never a wrong answer.
 """
@@ -23,9 +23,11 @@ class Recent:
         self._decided: OrderedDict[str, None] = OrderedDict()  # TrainJob uids
         self._bound: OrderedDict[str, None] = OrderedDict()  # PodGroup uids
 
-    def decided(self, uid: str | None) -> None:
-        if uid:
-            self._put(self._decided, uid, None)
+    def decided(self, *uids: str | None) -> None:
+        """The TrainJob's uid, and its JobSet's: a held JobSet Trainer makes again has a new one."""
+        for uid in uids:
+            if uid:
+                self._put(self._decided, uid, None)
 
     def is_decided(self, uid: str | None) -> bool:
         with self._lock:

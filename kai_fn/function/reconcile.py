@@ -53,8 +53,9 @@ def from_body(event: TrainJobEvent, session: Session, settings: Settings) -> Out
     legacy = hint is not None and triage.marks(hint).legacy_owed
     if not settings.watches(event.namespace) and not legacy and event.via != keys.JOBSET_KIND:
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", event.namespace, event.name, event.uid)
-    # A held JobSet is undecided whatever this process remembers (Trainer makes a deleted JobSet again, held).
-    if event.via == keys.TRAINJOB_KIND and session.cluster.recent.is_decided(event.uid):
+    # A JobSet's event is judged by the JobSet's uid: Trainer makes a deleted JobSet again, held, with a new one.
+    known = event.uid if event.via == keys.TRAINJOB_KIND else event.jobset_uid
+    if event.via != RESYNC and session.cluster.recent.is_decided(known):
         return Outcome("skipped", "duplicate: this process decided its JobSet", event.namespace, event.name, event.uid)
     if hint is None:
         return None
@@ -87,6 +88,10 @@ class Reconciler:
         meta = obj.get("metadata", {})
         self.namespace, self.name, self.uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
 
+    def decided(self) -> None:
+        """Nothing more is kai_fn's to do: later events of this TrainJob, or of this JobSet, cost no API call."""
+        self.session.cluster.recent.decided(self.uid, triage.meta(self.jobset).get("uid"))
+
     def outcome(self, result: Result, reason: str, podgroup: str | None = None) -> Outcome:
         return Outcome(result, reason, self.namespace, self.name, self.uid, podgroup)
 
@@ -108,16 +113,17 @@ class Reconciler:
 
     def decide(self, jobset: dict[str, Any] | None) -> Outcome:
         """``jobset`` None: Trainer has not made it yet, so only a TrainJob that needs no gang is answered now."""
+        self.jobset = jobset
         marks = triage.marks(self.obj, jobset)
         if marks.podgroup is not None:
             if marks.legacy_owed:
                 return self.release_legacy(f"gang {marks.podgroup} in place")
-            self.session.cluster.recent.decided(self.uid)
+            self.decided()
             return self.outcome("skipped", "already gang-scheduled", marks.podgroup)
         if marks.skipped is not None:
             if marks.legacy_owed:
                 return self.release_legacy(f"skipped ({marks.skipped})")
-            self.session.cluster.recent.decided(self.uid)
+            self.decided()
             return self.outcome("skipped", f"skipped earlier ({marks.skipped})")
         if not self.settings.watches(self.namespace):
             return self.without_gang(jobset, "namespace not in KAI_FN_NAMESPACES")
@@ -222,7 +228,7 @@ class Reconciler:
             try:
                 self.session.patch_jobset(self.namespace, self.name, ops)
             except GuardFailed:
-                jobset = self.live_jobset()  # resumed, replaced or changed meanwhile: decide again
+                jobset = self.jobset = self.live_jobset()  # resumed, replaced or changed meanwhile: decide again
                 if jobset is None:
                     raise Gone() from None
                 continue
@@ -234,14 +240,8 @@ class Reconciler:
         if waits is None and triage.marks(self.obj).legacy_owed:
             self.release_trainjob()
         if waits is None or triage.suspended(self.obj):
-            self.session.cluster.recent.decided(self.uid)  # nothing more is kai_fn's to do
-        resources = ",".join(f"{k}={v}" for k, v in result.min_resources.items()) or "none"
-        made = "PodGroups" if len(result.podgroups) > 1 else "PodGroup"
-        message = (
-            f"{made} {result.podgroup_name}{' and its stages' if len(result.podgroups) > 1 else ''} "
-            f"{'created' if created else 'in place'}: {result.gang_text()}, queue {result.queue or 'n/a'}, "
-            f"minResources {resources}; " + (f"left suspended: {waits}" if waits else "released")
-        )
+            self.decided()  # nothing more is kai_fn's to do
+        message = report.gang_created(result, created, waits)
         self.session.create_event(self.namespace, report.event_body(self.obj, report.GANG_CREATED, message,
                                                                    warning=False, key=result.podgroup_name))
         return self.outcome("done", message, result.podgroup_name)
@@ -254,7 +254,7 @@ class Reconciler:
                 self.session.patch_jobset(self.namespace, self.name, ops)
         except GuardFailed:
             raise Retry("the JobSet changed while it was marked") from None
-        self.session.cluster.recent.decided(self.uid)
+        self.decided()
         return self.warn(
             report.TOO_LATE,
             "its JobSet is already running, so its pods cannot join a gang (pod templates are immutable once "
@@ -277,7 +277,7 @@ class Reconciler:
             raise Retry("the JobSet changed while it was let go") from None
         if marks.legacy_owed and triage.hold_reason(self.obj) is None and triage.queued_by_kueue(self.obj) is None:
             self.release_trainjob()
-        self.session.cluster.recent.decided(self.uid)
+        self.decided()
         return self.outcome("done", f"released without a gang: {why}")
 
     def release_legacy(self, done: str) -> Outcome:
@@ -285,7 +285,7 @@ class Reconciler:
                 or not self.settings.resume):
             return self.outcome("skipped", f"{done}; auto-suspended, left suspended")
         self.release_trainjob()
-        self.session.cluster.recent.decided(self.uid)
+        self.decided()
         return self.outcome("done", f"{done}; released the TrainJob the earlier admission policy suspended")
 
     def release_trainjob(self) -> None:

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kai_fn.core import keys
+from kai_fn.core.plan import Plan
 
 log = logging.getLogger("kai_fn")
 _INSTANCE = socket.gethostname()
 
-# Warning reasons, each explained in the README's troubleshooting table.
+# Warning reasons, each explained in docs/troubleshooting.md.
 RUNTIME_NOT_FOUND = "RuntimeNotFound"
 INVALID_RUNTIME = "InvalidRuntime"
 INVALID_TRAINJOB = "InvalidTrainJob"
@@ -90,3 +91,20 @@ def configure_logging(level: str) -> None:
     log.handlers[:] = [handler]
     log.setLevel(level)
     log.propagate = False
+
+
+def gang_text(plan: Plan) -> str:
+    """The gang in a few words: ``minMember 4`` or each stage's PodGroup."""
+    if len(plan.stages) <= 1:
+        return f"minMember {plan.stages[0].min_member if plan.stages else plan.min_member}"
+    return "stages " + "; ".join(f"{s.podgroup} ({', '.join(s.replicated_jobs)}: minMember {s.min_member})"
+                                 for s in plan.stages)
+
+
+def gang_created(plan: Plan, created: bool, waits: str | None) -> str:
+    """The GangCreated Event's message: the gang as made, and whether it may start."""
+    resources = ",".join(f"{k}={v}" for k, v in plan.min_resources.items()) or "none"
+    made = "PodGroups" if len(plan.podgroups) > 1 else "PodGroup"
+    return (f"{made} {plan.podgroup_name}{' and its stages' if len(plan.podgroups) > 1 else ''} "
+            f"{'created' if created else 'in place'}: {gang_text(plan)}, queue {plan.queue or 'n/a'}, "
+            f"minResources {resources}; " + (f"left suspended: {waits}" if waits else "released"))

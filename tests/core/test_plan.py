@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from kai_fn.commands import plan_view
+from kai_fn.function import report
 from kai_fn.core.models import InputError
 from kai_fn.core.plan import plan
 from tests import crds
@@ -147,9 +149,9 @@ def test_a_staged_gang_keeps_trainers_arithmetic_and_says_each_stage():
     assert initializers["metadata"]["annotations"] == {"kai-fn/min-resources": "",
                                                        "kai-fn/replicated-jobs": "dataset-initializer,model-initializer"}
     assert result.podgroup["metadata"]["annotations"]["kai-fn/schedule-timeout-seconds"] == "90"  # the main gang's
-    assert result.gang_text() == (f"stages pg-job-{UID}-stage-0 (dataset-initializer, model-initializer: minMember 2); "
+    assert report.gang_text(result) == (f"stages pg-job-{UID}-stage-0 (dataset-initializer, model-initializer: minMember 2); "
                                   f"pg-job-{UID} (node: minMember 30)")
-    assert [p["minMember"] for p in result.summary()["podGroups"]] == [2, 30]
+    assert [p["minMember"] for p in plan_view.summary(result)["podGroups"]] == [2, 30]
 
 
 @pytest.mark.parametrize("value", [None, "60s"])
@@ -207,7 +209,7 @@ def test_kai_plan_reports_min_resources_it_cannot_write_into_the_spec():
     result = make(trainjob(), rt)
     assert result.min_resources == {"cpu": "8", "nvidia.com/gpu": "4"}
     assert "minResources" not in result.podgroup["spec"]
-    assert result.summary()["minResources"] == {"cpu": "8", "nvidia.com/gpu": "4"}
+    assert plan_view.summary(result)["minResources"] == {"cpu": "8", "nvidia.com/gpu": "4"}
 
 
 PROBLEMS = [
