@@ -83,11 +83,12 @@ def trainjob(*, name: str = "job", namespace: str = "ns", uid: str = UID, labels
 
 
 def jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool = True,
-               uid: str = "99999999-8888-4777-8666-555555555555") -> dict[str, Any]:
-    """The JobSet Trainer would make: the runtime's template, named like the TrainJob, owned by it."""
+               uid: str = "99999999-8888-4777-8666-555555555555", held: bool = False) -> dict[str, Any]:
+    """The JobSet Trainer would make: the runtime's template, named like the TrainJob, owned by it; ``held``: labelled
+    ``kai-fn/held: "true"`` as the admission policy holds it (with ``suspend``, its default)."""
     spec = copy.deepcopy(rt["spec"]["template"]["spec"])
     spec["suspend"] = suspend
-    return {
+    out = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
         "metadata": {
@@ -101,6 +102,9 @@ def jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool = True,
         },
         "spec": spec,
     }
+    if held:
+        out["metadata"]["labels"] = {"kai-fn/held": "true"}
+    return out
 
 
 def typed(job: dict[str, Any], rt: dict[str, Any]) -> tuple[TrainJob, Runtime]:
