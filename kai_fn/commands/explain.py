@@ -202,3 +202,104 @@ def _before_release(obj: dict[str, Any], marks: triage.Marks) -> tuple[str, str]
     if not marks.has_jobset:
         return "progressing", "wait for Trainer to create its JobSet; kai_fn acts on the JobSet's event or the resync"
     return "progressing", "kai_fn makes its gang on the next event or resync"
+
+
+def queue_view(session: Session, result: Plan) -> tuple[list[dict[str, Any]], str | None]:
+    """The queue and its ancestors against the gang, per resource in KAI's units (the pre-check's own arithmetic,
+    ``kai_fn.core.queue_check``); and what blocks, if anything."""
+    if result.flavor != "kai" or not result.queue:
+        return [], None
+    tree, _ = session.queues()
+    refusal = check(tree, result.queue, result.gangs, result.non_preemptible)
+    rows = [
+        {"queue": q.metadata.name, "resource": short, "request": _number(demand_of(result.gangs, short)),
+         "quota": _raw(q, short, "quota"), "limit": _raw(q, short, "limit"),
+         "allocated": ((q.model_extra or {}).get("status") or {}).get("allocated", {}).get(_STATUS_KEYS[short])}
+        for q in tree.chain(result.queue) for short in RESOURCES
+    ]
+    if refusal is None:
+        return rows, None
+    if refusal.kind == "missing":
+        return rows, f"QueueNotFound: create the Queue {result.queue}, or fix the kai.scheduler/queue label"
+    if refusal.kind == "not-leaf":
+        return rows, f"queue {result.queue} is not a leaf queue: name one of its children"
+    return rows, (f"GangExceedsQueue: the gang needs {refusal.resource} {show(refusal.request)} but queue {refusal.at} "
+                  f"allows {show(refusal.bound)}" + (" (its quota, for a non-preemptible gang)"
+                                                     if refusal.bound_kind == "quota" else "")
+                  + ": raise the limit or ask for less")
+
+
+def _raw(queue: Queue, resource: str, kind: str) -> float | int | None:
+    section = getattr(queue.spec.resources, resource, None) if queue.spec.resources else None
+    return getattr(section, kind, None) if section else None
+
+
+def _number(value: Decimal) -> int | float:
+    return int(value) if value == value.to_integral_value() else round(float(value), 1)
+
+
+# -- presentation ------------------------------------------------------------------------------------------------
+
+def render(report: Report) -> str:
+    out = [f"TrainJob {report.trainjob}: {report.status.upper()}", ""]
+    scope = report.scope
+    if scope:
+        answer = {True: "yes", False: "no", None: "unknown"}[scope.get("inScope")]
+        out += ["SCOPE", table([["in scope", f"{answer}: {scope.get('why')}"]]), ""]
+    if report.plan:
+        p = report.plan
+        rows = [["podGroup", p.get("podGroup")], ["layout", p.get("layout")], ["minMember", p.get("minMember")],
+                ["queue", p.get("queue")],
+                ["minResources", ", ".join(f"{k}={v}" for k, v in (p.get("minResources") or {}).items()) or None]]
+        out += ["PLAN", table(rows), ""]
+        if len(p.get("podGroups") or []) > 1:
+            stages = [[g["name"], ", ".join(g["replicatedJobs"]), g["minMember"], "main" if g.get("main") else ""]
+                      for g in p["podGroups"]]
+            out += [table(stages, ["STAGE PODGROUP", "REPLICATED JOBS", "MIN MEMBER", ""]), ""]
+        sets = [[s["name"], s["count"], ", ".join(f"{k}={v}" for k, v in s["requests"].items())]
+                for s in p.get("podSets", [])]
+        out += [table(sets, ["POD SET", "COUNT", "REQUESTS PER POD"]), ""]
+        for problem in p.get("problems", []):
+            out.append(f"  problem: {problem}")
+    if report.state:
+        s = report.state
+        seen = report.reading
+        rows = [["state", f"{seen['state']}" + (f" for {s['since']}" if s.get("since") else "") + f": {seen['reason']}"]
+                if seen else None,
+                ["PodGroup", s.get("podGroup") or "none"] if "podGroup" in s else None,
+                ["JobSet", s.get("jobSet")] if "jobSet" in s else None,
+                ["released", "yes" if s.get("released") else f"no (spec.suspend {s.get('suspend')})"],
+                ["markers", ", ".join(f"{k}={v}" for k, v in s.get("markers", {}).items()) or "none"]]
+        out += ["STATE", table([r for r in rows if r]), ""]
+    kai = report.kai
+    if kai.get("conditions"):
+        out += ["KAI SAYS", table([[c["reason"], c["queue"], c["message"]] for c in kai["conditions"]],
+                                  ["REASON", "QUEUE", "MESSAGE"]), ""]
+    if kai.get("queue"):
+        staged = report.plan.get("layout") == "staged"
+        out += ["QUEUE (KAI units: cpu millicores, memory MB, gpu devices; -1 unlimited"
+                + ("; a staged gang needs room for its largest stage at once)" if staged else ")"),
+                table([[r["queue"], r["resource"], r["request"], r["quota"], r["limit"], r["allocated"]]
+                       for r in kai["queue"]], ["QUEUE", "RESOURCE", "GANG NEEDS", "QUOTA", "LIMIT", "ALLOCATED"]), ""]
+    if "pods" in kai:
+        rows = [[rj, c["bound"], c["waiting"]] for rj, c in kai["pods"].items()]
+        out += ["PODS", table(rows, ["REPLICATED JOB", "BOUND", "WAITING"]) if rows else "  none yet", ""]
+    out.append(f"NEXT: {report.next}")
+    return "\n".join(out)
+
+
+def run(target_ref: str, kubeconfig: str | None, output: str, settings: Settings) -> tuple[int, str]:
+    """(exit code, what to print); Unusable for exit 2."""
+    namespace, sep, name = target_ref.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise Unusable(f"{target_ref!r}: expected NAMESPACE/NAME")
+    try:
+        cluster = Cluster.from_settings(settings, kubeconfig)
+    except NoClusterConfig as error:
+        raise Unusable(str(error)) from None
+    try:
+        report = explain(cluster.session(), settings, namespace, name)
+    except Transient as error:
+        raise Unusable(f"lost the cluster while reading {namespace}/{name}: {error}") from None
+    text = json.dumps(report.as_dict(), indent=2) if output == "json" else render(report)
+    return report.exit_code, text
