@@ -29,7 +29,7 @@ from kubernetes import client
 from kai_fn.local.chain import TRAINER
 from kai_fn.local.runtimes import Run, as_user, delete_volumes, key_of, official, scenario
 from tests.chain.conftest import REPORT, Chains, Pool
-from tests.chain.gangs import table
+from tests.chain.gangs import JOBSET, table
 
 # Read off the runtimes by hand, not by kai_fn's code: initializers, GPU pods that must run at once (numNodes 2,
 # torchtune 1; MPI's launcher is a node), start waves (kai_fn's PodGroups).
@@ -65,8 +65,7 @@ def runs(chains: Chains, shipped: dict[str, dict]) -> Iterator[dict[str, Run]]:
     began = time.monotonic()
     try:
         with ThreadPoolExecutor(len(shipped)) as workers:
-            for p in pools.values():
-                p.delete()  # a previous run's leftovers
+            list(workers.map(lambda p: p.delete(), pools.values()))  # a previous run's leftovers
             done = {name: workers.submit(scenario, chain, rt, ns, pools[name].name, "kai-fn")
                     for name, rt in shipped.items()}
             results = {name: f.result() for name, f in done.items()}
@@ -77,7 +76,17 @@ def runs(chains: Chains, shipped: dict[str, dict]) -> Iterator[dict[str, Run]]:
         REPORT.extend(f"  {line}" for line in markdown(results.values()))
         yield results
     finally:
+        # The workloads go first, each kind at once (the namespace controller takes about 10 s to come to them): a
+        # Job left makes again each pod that the pools' deletion deletes, and KAI binds it again.
+        batch, gone = client.BatchV1Api(chain.api), client.V1DeleteOptions(propagation_policy="Background")
+        objs.delete_collection_namespaced_custom_object(*TRAINER, ns, "trainjobs", body=gone)
+        objs.delete_collection_namespaced_custom_object(*JOBSET, ns, "jobsets", body=gone)
+        batch.delete_collection_namespaced_job(ns, body=gone)
         client.CoreV1Api(chain.api).delete_namespace(ns)
+        jobs = lambda: batch.list_namespaced_job(ns).items  # noqa: E731
+        end = time.monotonic() + 60
+        while jobs() and time.monotonic() < end:
+            time.sleep(0.5)
         with ThreadPoolExecutor(len(pools)) as workers:
             list(workers.map(lambda p: p.delete(), pools.values()))
         delete_volumes(chain, ns)
