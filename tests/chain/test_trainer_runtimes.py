@@ -6,7 +6,9 @@ GPU request and the pool's nodeSelector on the TrainJob). For each runtime, on a
 
 - a first TrainJob binds whole: every GPU pod bound, the initializers Succeeded before any GPU pod existed, its
   PodGroups exactly kai_fn's plan (:func:`kai_fn.core.plan.plan` of the live TrainJob and runtime), one per start
-  wave, and the torchtune runtimes' volume claims bound by the PersistentVolume binder to the volumes made for them;
+  wave, and the torchtune runtimes' volume claims bound by the PersistentVolume binder to the volumes made for them
+  (their initializers mount the claim: kwok runs them and completes them by its stage keyed on the replicatedJob
+  name, testbed/kwok, so pods with a bound claim run on kwok's nodes like any other);
 - the contention case: with the pool full of the first and room for part of a second (one node more when the gang
   has more than one GPU pod), the second holds no GPU until KAI has said why it waits and 3 s more, and binds whole
   once the first is deleted.
