@@ -89,6 +89,12 @@ class Functions:
         for proc in self.running.values():
             proc.kill()  # the end of the session: nothing left to finish (a SIGTERM would drain each work queue)
 
+    def forget(self) -> None:
+        """Kill every server: the next call starts it afresh. A process remembers the TrainJob uids whose JobSet it
+        decided (kai_fn.function.recent), and the next test seeds objects with the same uids."""
+        self.stop()
+        self.running.clear()
+
 
 @pytest.fixture(scope="session")
 def functions(emulator: Emulator) -> Iterator[Functions]:
@@ -102,6 +108,14 @@ def function(functions: Functions, api: Emulator) -> FunctionProcess:
     """The function with default settings (but no runtime cache, a 1 s API timeout, and every event reconciled
     before its answer), on an empty cluster."""
     return functions()
+
+
+@pytest.fixture
+def forgetful(functions: Functions) -> Iterator[None]:
+    """After the test, the function servers it used are started afresh (see Functions.forget): use it in modules
+    whose tests decide TrainJobs of the samples' uids, which every test of the module seeds again."""
+    yield
+    functions.forget()
 
 
 def sample_object(name: str) -> dict[str, Any]:

@@ -203,6 +203,7 @@ def _before_release(obj: dict[str, Any], marks: triage.Marks) -> tuple[str, str]
         return "progressing", "wait for Trainer to create its JobSet; kai_fn acts on the JobSet's event or the resync"
     return "progressing", "kai_fn makes its gang on the next event or resync"
 
+
 def queue_view(session: Session, result: Plan) -> tuple[list[dict[str, Any]], str | None]:
     """The queue and its ancestors against the gang, per resource in KAI's units (the pre-check's own arithmetic,
     ``kai_fn.core.queue_check``); and what blocks, if anything."""

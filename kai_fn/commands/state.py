@@ -115,7 +115,7 @@ def owed_a_release(trainjob: dict[str, Any], jobset: dict[str, Any] | None = Non
 def may_be_refused(trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> bool:
     """Undecided and still stopped: only kai_fn's Warnings tell ``blocked`` from ``held``."""
     marks = triage.marks(trainjob, jobset)
-    return owed_a_release(trainjob, jobset) or (marks.jobset_suspended and not marks.decided)
+    return owed_a_release(trainjob, jobset) or ((marks.jobset_suspended or not marks.has_jobset) and not marks.decided)
 
 
 def read(trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroups: Sequence[dict[str, Any]],
@@ -148,6 +148,9 @@ def read(trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroups: Seq
                 return reading("held", "suspended by the earlier admission policy; kai_fn has not released it yet")
             return reading("held", "its JobSet is held by the admission policy; kai_fn has not made its gang yet")
         if not marks.has_jobset:
+            if refused:  # e.g. RuntimeNotFound: Trainer cannot make its JobSet either
+                last = refused[-1]
+                return reading("blocked", f"{last.reason}: {last.message}", refused[0].at)
             return reading("held", "Trainer has not made its JobSet yet")
         if marks.jobset_suspended:
             if refused:

@@ -14,8 +14,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def order(obj: dict[str, Any]) -> str:
-    """Creation order (timestamps in whole seconds, so namespace and name break the ties)."""
+def order(obj: Any) -> str:
+    """Creation order (timestamps in whole seconds, so namespace and name break the ties); the resync's inventory
+    entries (kai_fn.function.inventory.Entry) by their TrainJob's."""
+    if not isinstance(obj, dict):
+        obj = getattr(obj, "trainjob", None) or {}
     meta = obj.get("metadata") or {}
     return f"{meta.get('creationTimestamp') or ''}|{meta.get('namespace') or ''}|{meta.get('name') or ''}"
 

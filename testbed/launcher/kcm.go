@@ -16,9 +16,16 @@ import (
 )
 
 // kcmControllers are what envtest lacks: Job→Pod, ownerReference cascades, namespace deletion, and the
-// "default" ServiceAccount of each namespace (with its legacy token controller, fed envtest's signing key).
+// "default" ServiceAccount of each namespace (with its legacy token controller, fed envtest's signing key);
+// and volumes: the PersistentVolume binder (a claim binds to a PersistentVolume an admin made, as the
+// volumeClaimPolicies of Trainer's torchtune runtimes need: KAI schedules a pod only once its claims are bound)
+// and the protection controllers, which take the kubernetes.io/pvc-protection and pv-protection finalizers the API
+// server's StorageObjectInUseProtection admission puts on every claim and volume (without them a deleted claim,
+// and so its namespace, would stay Terminating).
 const kcmControllers = "job-controller,garbage-collector-controller,namespace-controller," +
-	"serviceaccount-controller,serviceaccount-token-controller"
+	"serviceaccount-controller,serviceaccount-token-controller," +
+	"persistentvolume-binder-controller,persistentvolumeclaim-protection-controller," +
+	"persistentvolume-protection-controller"
 
 // startKCM runs kube-controller-manager against the admin kubeconfig. It dies with the launcher (Pdeathsig)
 // so a killed launcher leaves no controller manager behind.

@@ -39,7 +39,9 @@ OVERLOAD_NAMESPACES = int(os.environ.get("KAI_FN_OVERLOAD_NAMESPACES", "12"))
 
 
 def released(chain: Chain, ns: str) -> set[str]:
-    items = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(*TRAINER, ns, "trainjobs")["items"]
+    """TrainJobs whose JobSet kai_fn decided with a gang and resumed."""
+    items = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", ns, "jobsets")["items"]
     return {j["metadata"]["name"] for j in items
             if not j["spec"].get("suspend") and "kai-fn/podgroup" in (j["metadata"].get("annotations") or {})}
 

@@ -1,7 +1,8 @@
 """``python -m kai_fn explain NAMESPACE/NAME``: a read-only diagnosis; exit 0 bound or progressing, 1 blocked with
 the reason, 2 unusable input (no such TrainJob, no cluster) with one line and no traceback.
 
-Against the emulator: the function (real server) makes the gangs, the test plays KAI (conditions, bound pods).
+Against the emulator: the function (real server) makes the gangs, the test plays KAI (conditions, bound pods) and
+the admission policy (the samples' JobSets are held: suspended, ``kai-fn/held``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from tests.conftest import TRAINER, sample_object, seed
 from tests.function.test_function import NAME, NS, seed_llama
 from tests.function.test_gang_status import OVER_LIMIT, kai_says, place, released
 from tests.commands.test_cli import REPO
+
+# Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
+pytestmark = pytest.mark.usefixtures("forgetful")
 
 
 @pytest.fixture(autouse=True)
@@ -71,6 +75,23 @@ def _held(api, url):
     return NAME
 
 
+def _held_by_the_policy(api, url):
+    seed_llama(api)
+    return NAME
+
+
+def _suspended_by_its_author(api, url, labels=None):
+    tj = sample_object("trainjob-llama-finetune")
+    tj["spec"]["suspend"] = True
+    tj["metadata"]["labels"].update(labels or {})
+    assert send(url, resource(seed_llama(api, trainjob=tj))).status == 200
+    return NAME
+
+
+def _queued_by_kueue(api, url):
+    return _suspended_by_its_author(api, url, {"kueue.x-k8s.io/queue-name": "lq"})
+
+
 def _out_of_scope(api, url):
     seed(api, sample_object("clustertrainingruntime-torch"), sample_object("trainjob-resnet-eval"))
     return "resnet-eval"
@@ -107,8 +128,15 @@ CASES = {
                                                     r"wait for Trainer to create its JobSet"),
     "held by kai-fn/hold": (_held, 0, "progressing", r"remove the annotation"),
     "not asking for KAI": (_out_of_scope, 0, "out-of-scope", r"nothing for kai_fn: neither the TrainJob"),
-    "submitted running": (_running_unsuspended, 1, "blocked", r"resubmit it suspended"),
-    "marked too late by kai_fn": (_skipped_too_late, 1, "blocked", r"kai_fn skipped it \(running\)"),
+    "its JobSet ran, never held": (_running_unsuspended, 1, "blocked",
+                                   r"never held, .* install kai_fn's admission policy, then resubmit it"),
+    "marked too late by kai_fn": (_skipped_too_late, 1, "blocked",
+                                  r"kai_fn skipped it \(running\): .*once kai_fn's admission policy is installed"),
+    "its JobSet held, not yet decided": (_held_by_the_policy, 0, "progressing",
+                                         r"kai_fn makes its gang on the next event or resync"),
+    "suspended by its author, gang made": (_suspended_by_its_author, 0, "progressing",
+                                           r"gang made and left suspended: set spec.suspend: false"),
+    "queued by Kueue, gang made": (_queued_by_kueue, 0, "progressing", r"gang made; Kueue admits it"),
     "its queue does not exist": (_queue_missing, 1, "blocked", r"QueueNotFound: create the Queue team-a"),
     "the gang exceeds its queue's GPU limit": (_gpt_large, 1, "blocked",
                                                r"GangExceedsQueue: the gang needs gpu 8 but queue team-a-small allows 4"),
@@ -135,8 +163,9 @@ def test_the_json_report_carries_scope_plan_state_kais_view_and_pods(api, functi
     assert report["scope"] == {"inScope": True, "why": "the TrainJob carries kai.scheduler/queue=team-a"}
     assert (report["plan"]["minMember"], report["plan"]["queue"]) == (4, "team-a")
     assert report["plan"]["minResources"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"}
-    assert report["state"]["released"] is True and report["state"]["jobSet"] == "carries the plan, suspended"
-    assert report["state"]["markers"]["kai-fn/podgroup"] == report["state"]["podGroup"]
+    assert report["state"]["released"] is True and report["state"]["jobSet"] == "carries the plan, running"
+    assert report["state"]["held"] is False and "kai-fn/held" not in report["state"]["markers"]
+    assert report["state"]["markers"]["kai-fn/podgroup"] == report["state"]["podGroup"]  # the JobSet's decision
     assert report["kai"]["conditions"] == [{"reason": "OverLimit", "message": OVER_LIMIT["message"] + ".",
                                            "queue": "team-a"}]
     assert report["kai"]["pods"] == {"node": {"bound": 0, "waiting": 4}}
@@ -206,13 +235,16 @@ def test_a_staged_gang_is_held_against_its_queue_by_its_largest_stage_not_the_su
 # -- the reading it shares with status, and an absent function ---------------------------------------------------
 
 def _held_for_5m(api):
-    from tests.commands.test_status import AUTO, trainjob
-    seed_llama(api, trainjob=trainjob(notes=AUTO, age=dict(minutes=5)))
+    """Its JobSet held by the admission policy for 5 minutes (the TrainJob's age: Trainer makes the JobSet at once)."""
+    from tests.commands.test_status import ago
+    tj = sample_object("trainjob-llama-finetune")
+    tj["metadata"]["creationTimestamp"] = ago(minutes=5)
+    seed_llama(api, trainjob=tj)
 
 
 @pytest.mark.parametrize("heartbeat_age, code, status, next_step", [
     (None, 1, "blocked", r"^kai_fn looks absent \(no heartbeat readable \(Lease kai-fn/kai-fn-resync: not found\)\) "
-                         r"and it has been held for 5m: .* python -m kai_fn release team-a/llama-finetune --yes"),
+                         r"and it has been held for 5m: .* kubectl kai-fn release team-a/llama-finetune --yes"),
     (dict(minutes=10), 1, "blocked", r"^kai_fn looks absent \(no resync for 10m "),
     (dict(seconds=30), 0, "progressing", r"kai_fn makes its gang on the next event or resync"),
 ], ids=["no heartbeat", "stale heartbeat", "fresh heartbeat"])

@@ -1,6 +1,7 @@
 """``python -m kai_fn release``: an operator takes held TrainJobs out of kai_fn's hands, without a gang. Nothing is
-written without ``--yes``; each release is one patch guarded by the resourceVersion read, then a Normal Event naming
-who and why; a TrainJob that is not held is refused in one line; kai_fn, when back, leaves released ones alone.
+written without ``--yes``; each release is one JSON Patch of the held JobSet guarded by the resourceVersion read (and,
+for a TrainJob the earlier policy suspended, one merge patch of it), then a Normal Event naming who and why; a
+TrainJob that is not held is refused in one line; kai_fn, when back, leaves released ones alone.
 """
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ import pytest
 
 from kai_fn.commands import cli
 from kai_fn.local.emulator import Fault
-from tests.ce import ping, send
-from tests.commands.test_status import AUTO, _blocked_by_the_queue, _waiting_kai_silent, trainjob
-from tests.conftest import TRAINER, sample_object, seed
+from tests.ce import ping, resource, send
+from tests.commands.test_status import AUTO, _blocked_by_the_queue, _waiting_kai_silent, held, trainjob
+from tests.conftest import JOBSET, TRAINER, sample_object, seed
 from tests.function.test_function import NAME, NS
+
+# Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
+pytestmark = pytest.mark.usefixtures("forgetful")
 
 REASON = "kai-fn is down (INC-42)"
 
@@ -29,40 +33,84 @@ def live(api, name=NAME, namespace=NS) -> dict:
     return api.get(TRAINER, "TrainJob", namespace, name)
 
 
+def jobset(api, name=NAME, namespace=NS) -> dict:
+    return api.get(JOBSET, "JobSet", namespace, name)
+
+
+def is_held(js: dict) -> bool:
+    return js["spec"]["suspend"] is True and (js["metadata"].get("labels") or {}).get("kai-fn/held") == "true"
+
+
+def let_go(js: dict) -> bool:
+    """Released by the operator: marked, the hold's label removed, resumed."""
+    return (js["spec"]["suspend"] is False and "kai-fn/held" not in (js["metadata"].get("labels") or {})
+            and (js["metadata"].get("annotations") or {}).get("kai-fn/skipped") == "released-by-operator")
+
+
 def released_events(api, namespace=NS) -> list[dict]:
     return [e for e in api.list("v1", "Event", namespace) if e["reason"] == "ReleasedByOperator"]
 
 
 def test_without_yes_it_prints_what_it_would_release_writes_nothing_and_exits_1(api, capsys):
-    seed(api, trainjob(notes=AUTO))
+    seed(api, *held())
     api.reset_calls()
     code, out, _ = release(api, f"{NS}/{NAME}", capsys=capsys)
     assert code == 1 and api.writes() == []
     assert "would release, without a gang:" in out and re.search(rf"^  {NS} +{NAME} +held +\d+s", out, re.M)
     assert out.rstrip().endswith("nothing released: add --yes --reason TEXT to release them")
-    assert live(api)["spec"]["suspend"] is True
+    assert is_held(jobset(api))
 
 
-def test_with_yes_one_guarded_patch_marks_and_resumes_it_and_an_event_says_who_and_why(api, capsys):
-    seed(api, trainjob(notes=AUTO))
-    read_at = live(api)["metadata"]["resourceVersion"]
+def test_with_yes_one_guarded_patch_of_the_jobset_marks_and_resumes_it_and_an_event_says_who_and_why(api, capsys):
+    seed(api, *held())
+    js = jobset(api)
     api.reset_calls()
     code, out, _ = release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)
     assert (code, out.strip()) == (0, f"released {NS}/{NAME} without a gang")
-    (patch,) = [c for c in api.writes() if c.resource == "trainjobs"]
-    assert patch.body == {"metadata": {"resourceVersion": read_at,
-                                       "annotations": {"kai-fn/skipped": "released-by-operator"}},
-                          "spec": {"suspend": False}}
+    (patch,) = [c for c in api.writes() if c.resource in ("jobsets", "trainjobs")]
+    assert (patch.resource, patch.content_type) == ("jobsets", "application/json-patch+json")
+    assert patch.body == [
+        {"op": "test", "path": "/metadata/uid", "value": js["metadata"]["uid"]},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": js["metadata"]["resourceVersion"]},
+        {"op": "test", "path": "/spec/suspend", "value": True},
+        {"op": "add", "path": "/metadata/annotations", "value": {"kai-fn/skipped": "released-by-operator"}},
+        {"op": "remove", "path": "/metadata/labels/kai-fn~1held"},
+        {"op": "replace", "path": "/spec/suspend", "value": False}]
+    assert let_go(jobset(api))
     tj = live(api)
-    assert tj["spec"]["suspend"] is False and tj["metadata"]["annotations"]["kai-fn/skipped"] == "released-by-operator"
+    assert "suspend" not in tj["spec"] and not (tj["metadata"].get("annotations") or {})  # the TrainJob: untouched
     (event,) = released_events(api)
     assert event["type"] == "Normal" and event["involvedObject"]["uid"] == tj["metadata"]["uid"]
     assert event["message"].startswith(f"released without a gang by emulator-admin: {REASON}.")
     assert event["reportingComponent"] == "kai-fn-release"
 
 
+def test_a_trainjob_its_author_suspended_keeps_its_jobset_suspended_for_trainer_to_resume(api, capsys):
+    seed(api, *held(suspend=True))
+    code, _, _ = release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)
+    js = jobset(api)
+    assert code == 0 and js["spec"]["suspend"] is True and "kai-fn/held" not in js["metadata"]["labels"]
+    assert js["metadata"]["annotations"]["kai-fn/skipped"] == "released-by-operator"
+
+
+def test_a_trainjob_the_earlier_policy_suspended_is_resumed_by_one_guarded_merge_patch(api, capsys):
+    seed(api, trainjob(notes=AUTO, suspend=True))
+    read_at = live(api)["metadata"]["resourceVersion"]
+    api.reset_calls()
+    code, out, _ = release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)
+    assert (code, out.strip()) == (0, f"released {NS}/{NAME} without a gang")
+    (patch,) = [c for c in api.writes() if c.resource in ("jobsets", "trainjobs")]
+    assert patch.resource == "trainjobs" and patch.body == {
+        "metadata": {"resourceVersion": read_at, "annotations": {"kai-fn/skipped": "released-by-operator",
+                                                                 "kai-fn/auto-suspended": None}},
+        "spec": {"suspend": False}}
+    tj = live(api)
+    assert tj["spec"]["suspend"] is False and tj["metadata"]["annotations"] == {"kai-fn/skipped": "released-by-operator"}
+    assert len(released_events(api)) == 1
+
+
 def test_the_event_names_the_user_the_api_server_authenticated(api, capsys, tmp_path):
-    seed(api, trainjob(notes=AUTO))
+    seed(api, *held())
     token = api.issue_token("ops", "oncall")
     config = tmp_path / "kubeconfig"
     config.write_text(json.dumps({
@@ -75,14 +123,23 @@ def test_the_event_names_the_user_the_api_server_authenticated(api, capsys, tmp_
     assert code == 0 and "by system:serviceaccount:ops:oncall: " in event["message"]
 
 
-def test_a_trainjob_changed_since_it_was_read_is_not_released(api, capsys):
-    seed(api, trainjob(notes=AUTO))
-    api.faults = lambda call: Fault(status=409) if call.verb == "patch" and call.resource == "trainjobs" else None
+CHANGED = {  # what was read, and how the API server refuses the stale patch
+    "held JobSet (a JSON Patch test fails: 422)": (held, "jobsets", 422),
+    "earlier policy's TrainJob (resourceVersion: 409)": (lambda: [trainjob(notes=AUTO, suspend=True)], "trainjobs", 409),
+}
+
+
+@pytest.mark.parametrize("objects, resource_name, status", CHANGED.values(), ids=list(CHANGED))
+def test_a_trainjob_changed_since_it_was_read_is_not_released(api, capsys, objects, resource_name, status):
+    seed(api, *objects())
+    api.faults = lambda call: (Fault(status=status) if call.verb == "patch" and call.resource == resource_name
+                               else None)
     code, out, _ = release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)
     api.faults = None
     assert code == 1 and out.strip() == f"{NS}/{NAME}: changed since it was read; not released (run again to see " \
                                          "where it stands)"
-    assert released_events(api) == [] and live(api)["spec"]["suspend"] is True
+    assert released_events(api) == []
+    assert [c.status for c in api.writes() if c.verb == "patch"] == [status]
 
 
 def test_a_trainjob_that_is_not_held_is_refused_in_one_line(api, function, capsys):
@@ -97,26 +154,25 @@ def test_a_trainjob_that_is_not_held_is_refused_in_one_line(api, function, capsy
 def test_a_blocked_trainjob_is_released_by_name(api, function, capsys):
     name = _blocked_by_the_queue(api, function.url)
     code, out, _ = release(api, f"{NS}/{name}", "--yes", "--reason", REASON, capsys=capsys)
-    assert code == 0 and live(api, name)["spec"]["suspend"] is False
+    assert code == 0 and let_go(jobset(api, name))
 
 
 def test_held_releases_every_held_trainjob_of_all_namespaces_and_no_blocked_one(api, function, capsys):
     blocked = _blocked_by_the_queue(api, function.url)
-    seed(api, trainjob(name="a", notes=AUTO), trainjob(name="b", namespace="team-b", notes=AUTO),
-         trainjob(name="kept", notes={"kai-fn/hold": "true"}))
+    seed(api, *held(name="a"), *held(name="b", namespace="team-b"), *held(name="kept", notes={"kai-fn/hold": "true"}))
     code, out, _ = release(api, "--held", "-A", "--yes", "--reason", REASON, capsys=capsys)
     assert code == 0 and sorted(out.strip().splitlines()) == [
         f"released {NS}/a without a gang", "released team-b/b without a gang"]
-    assert live(api, "a")["spec"]["suspend"] is live(api, "b", "team-b")["spec"]["suspend"] is False
-    assert live(api, blocked)["spec"]["suspend"] is live(api, "kept")["spec"]["suspend"] is True
+    assert let_go(jobset(api, "a")) and let_go(jobset(api, "b", "team-b"))
+    assert is_held(jobset(api, blocked)) and is_held(jobset(api, "kept"))
     assert len(released_events(api)) == 1 and len(released_events(api, "team-b")) == 1
 
 
 def test_held_in_one_namespace_leaves_the_others(api, capsys):
-    seed(api, trainjob(name="a", notes=AUTO), trainjob(name="b", namespace="team-b", notes=AUTO))
+    seed(api, *held(name="a"), *held(name="b", namespace="team-b"))
     code, out, _ = release(api, "--held", "-n", "team-b", "--yes", "--reason", REASON, capsys=capsys)
     assert code == 0 and out.strip() == "released team-b/b without a gang"
-    assert live(api, "a")["spec"]["suspend"] is True
+    assert is_held(jobset(api, "a")) and let_go(jobset(api, "b", "team-b"))
 
 
 def test_held_with_nothing_held_is_exit_0(api, capsys):
@@ -126,12 +182,16 @@ def test_held_with_nothing_held_is_exit_0(api, capsys):
 
 def test_once_released_the_function_back_leaves_it_alone(api, function, capsys):
     """No gang after the fact: its pods may be running already."""
-    seed(api, trainjob(notes=AUTO), sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
+    seed(api, trainjob(), sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
          sample_object("jobset-llama-finetune"))
-    release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)
+    held_jobset = jobset(api)
+    assert release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)[0] == 0
     api.reset_calls()
-    assert send(function.url, ping()).status == 200
+    answers = [send(function.url, event) for event in (ping(), resource(live(api)), resource(held_jobset))]
+    assert [a.status for a in answers] == [200] * 3
+    assert [a.headers.get("X-Kai-Fn-Outcome") for a in answers[1:]] == ["skipped", "skipped"]
     assert [c for c in api.writes() if c.resource != "leases"] == []
+    assert let_go(jobset(api))
 
 
 @pytest.mark.parametrize("args, message", [

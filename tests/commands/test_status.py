@@ -2,7 +2,8 @@
 attention first; exit 0 when nothing is held longer than ``--held-for``, 1 when something is, 2 for bad input or no
 cluster; plainly saying when held TrainJobs have no function to release them.
 
-Against the emulator: the real function makes the gangs and refusals, the test plays KAI, Trainer and the policy.
+Against the emulator: the real function makes the gangs and refusals, the test plays KAI, Trainer and the admission
+policy (it holds a JobSet: suspended, labelled ``kai-fn/held``; TrainJobs are submitted plainly).
 """
 from __future__ import annotations
 
@@ -17,19 +18,22 @@ import sys
 import pytest
 
 from kai_fn.commands import cli
-from tests.builders import unreachable_kubeconfig
+from tests.builders import jobset_for, unreachable_kubeconfig
 from tests.ce import resource, send
 from tests.commands.test_cli import REPO
 from tests.commands.test_explain import _gpt_large, _running_unsuspended, _runtime_missing
 from tests.commands.test_explain import _released_bound as _bound_by_its_pods
 from tests.commands.test_explain import _released_unschedulable as _waiting_kai_says
 from tests.commands.test_explain import _released_waiting as _waiting_kai_silent
-from tests.conftest import KAI_PG, TRAINER, sample_object, seed
+from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
 from tests.function.test_function import NAME, NS, PG, UID, seed_llama
 from tests.function.test_gang_status import OVER_LIMIT, kai_says, place, released
 
 LEASE_API = "coordination.k8s.io/v1"
-AUTO = {"kai-fn/auto-suspended": "true"}
+AUTO = {"kai-fn/auto-suspended": "true"}  # the earlier (TrainJob) admission policy's mark, still read after an upgrade
+
+# Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
+pytestmark = pytest.mark.usefixtures("forgetful")
 
 
 @pytest.fixture(autouse=True)
@@ -54,8 +58,8 @@ def ago(**delta) -> str:
 
 
 def trainjob(sample: str = "trainjob-llama-finetune", *, name: str | None = None, namespace: str = NS,
-             notes: dict | None = None, age: dict | None = None, suspend: bool = True) -> dict:
-    """A sample TrainJob, renamed and re-uid'd when asked, as the admission policy or its author left it."""
+             notes: dict | None = None, age: dict | None = None, suspend: bool | None = None) -> dict:
+    """A sample TrainJob, renamed and re-uid'd when asked, as its author submitted it (``suspend`` None: plainly)."""
     tj = copy.deepcopy(sample_object(sample))
     meta = tj["metadata"]
     if name:
@@ -64,8 +68,34 @@ def trainjob(sample: str = "trainjob-llama-finetune", *, name: str | None = None
     meta["annotations"] = {**(meta.get("annotations") or {}), **(notes or {})}
     if age:
         meta["creationTimestamp"] = ago(**age)
-    tj["spec"]["suspend"] = suspend
+    tj["spec"].pop("suspend", None)
+    if suspend is not None:
+        tj["spec"]["suspend"] = suspend
     return tj
+
+
+def held(*, name: str | None = None, namespace: str = NS, notes: dict | None = None, age: dict | None = None,
+         suspend: bool | None = None) -> tuple[dict, dict]:
+    """A TrainJob (see :func:`trainjob`) and its JobSet as the admission policy holds it, not yet decided."""
+    tj = trainjob(name=name, namespace=namespace, notes=notes, age=age, suspend=suspend)
+    js = jobset_for(tj, sample_object("clustertrainingruntime-torch-kai"), held=True,
+                    uid=f"js-{tj['metadata']['uid']}")
+    if age:
+        js["metadata"]["creationTimestamp"] = tj["metadata"]["creationTimestamp"]
+    return tj, js
+
+
+def set_notes(api, api_version: str, kind: str, name: str, **changes) -> None:
+    """Set (a value) or remove (None) annotations of an object of llama-finetune's namespace."""
+    obj = api.get(api_version, kind, NS, name)
+    notes = obj["metadata"].setdefault("annotations", {})
+    for key, value in changes.items():
+        key = key.replace("__", "/").replace("_", "-")
+        if value is None:
+            notes.pop(key, None)
+        else:
+            notes[key] = value
+    api.put(obj)
 
 
 def heartbeat(api, **delta) -> None:
@@ -78,12 +108,17 @@ def heartbeat(api, **delta) -> None:
 # -- every state, as kai_fn leaves it ----------------------------------------------------------------------------
 
 def _held_by_the_policy(api, url):
-    seed(api, trainjob(notes=AUTO))
+    seed_llama(api)
     return NAME
 
 
-def _held_by_its_author(api, url):
-    seed_llama(api)
+def _held_by_the_earlier_policy(api, url):
+    seed(api, trainjob(notes=AUTO, suspend=True))
+    return NAME
+
+
+def _no_jobset_yet(api, url):
+    seed_llama(api, jobset=False)
     return NAME
 
 
@@ -113,39 +148,47 @@ def _waiting_on_a_stage(api, url):
 
 def _bound_as_marked(api, url):
     released(api, url)
-    tj = api.get(TRAINER, "TrainJob", NS, NAME)
-    tj["metadata"]["annotations"]["kai-fn/bound"] = ago(minutes=3)
-    api.put(tj)
+    set_notes(api, KAI_PG, "PodGroup", PG, kai_fn__bound=ago(minutes=3))  # the mark is the main PodGroup's
     return NAME
 
 
 def _timed_out_waiting(api, url):
     released(api, url)
     kai_says(api, OVER_LIMIT)
-    tj = api.get(TRAINER, "TrainJob", NS, NAME)
-    tj["metadata"]["annotations"] |= {"kai-fn/released-at": ago(minutes=10), "kai-fn/timed-out": ago(minutes=9)}
-    api.put(tj)
+    set_notes(api, JOBSET, "JobSet", NAME, kai_fn__released_at=ago(minutes=10))
+    set_notes(api, KAI_PG, "PodGroup", PG, kai_fn__timed_out=ago(minutes=9))
     return NAME
 
 
 def _timed_out_suspended(api, url):
+    """KAI_FN_ON_TIMEOUT=suspend suspended the TrainJob, and Trainer its JobSet."""
     released(api, url)
-    tj = api.get(TRAINER, "TrainJob", NS, NAME)
-    tj["metadata"]["annotations"].pop("kai-fn/released-at", None)
-    tj["metadata"]["annotations"]["kai-fn/timed-out"] = ago(minutes=1)
-    tj["spec"]["suspend"] = True
-    api.put(tj)
+    set_notes(api, JOBSET, "JobSet", NAME, kai_fn__released_at=None)
+    set_notes(api, KAI_PG, "PodGroup", PG, kai_fn__timed_out=ago(minutes=1))
+    for api_version, kind in ((TRAINER, "TrainJob"), (JOBSET, "JobSet")):
+        obj = api.get(api_version, kind, NS, NAME)
+        obj["spec"]["suspend"] = True
+        api.put(obj)
     return NAME
 
 
-def _suspended_by_hold(api, url):
+def _held_by_hold(api, url):
     seed_llama(api, trainjob=trainjob(notes={"kai-fn/hold": "true"}))
     assert send(url, resource(api.get(TRAINER, "TrainJob", NS, NAME))).status == 200
     return NAME
 
 
+def _gang_made_kueue_suspended(api, url):
+    tj = trainjob(suspend=True)
+    tj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "lq"
+    seed_llama(api, trainjob=tj)
+    assert send(url, resource(api.get(TRAINER, "TrainJob", NS, NAME))).status == 200
+    return NAME
+
+
 def _out_of_scope_released(api, url):
-    seed(api, sample_object("clustertrainingruntime-torch"), trainjob("trainjob-resnet-eval", notes=AUTO))
+    rt, tj = sample_object("clustertrainingruntime-torch"), trainjob("trainjob-resnet-eval")
+    seed(api, rt, tj, jobset_for(tj, rt, held=True))  # the policy held it: its pods ask for no scheduler
     assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "resnet-eval"))).status == 200
     return "resnet-eval"
 
@@ -156,14 +199,19 @@ def _too_late(api, url):
     return "whisper-asr"
 
 
-def _resumed_by_hand(api, url):
-    seed(api, trainjob(notes=AUTO, suspend=False))
+def _ran_never_held(api, url):
+    """No policy held its JobSet (an earlier-policy TrainJob resumed by hand, say), and kai_fn has not seen it."""
+    tj = trainjob(notes=AUTO, suspend=False)
+    seed(api, tj, jobset_for(tj, sample_object("clustertrainingruntime-torch-kai"), suspend=False))
     return NAME
 
 
 STATES = {
-    "suspended by the policy, not yet released": (_held_by_the_policy, "held", r"suspended by the admission policy"),
-    "suspended by its author with the queue label": (_held_by_its_author, "held", r"kai_fn has not made its gang"),
+    "its JobSet held by the policy, not yet decided": (_held_by_the_policy, "held",
+                                                       r"held by the admission policy; kai_fn has not made its gang"),
+    "suspended by the earlier policy (upgrade)": (_held_by_the_earlier_policy, "held",
+                                                  r"suspended by the earlier admission policy"),
+    "Trainer has not made its JobSet": (_no_jobset_yet, "held", r"Trainer has not made its JobSet yet"),
     "refused by the queue pre-check": (_blocked_by_the_queue, "blocked", r"^GangExceedsQueue: .*team-a-small"),
     "refused: no runtime": (_blocked_without_runtime, "blocked", r"^RuntimeNotFound: ClusterTrainingRuntime"),
     "released, KAI silent": (_waiting_kai_silent, "waiting", r"not placed it yet \(0 of minMember 4 pods bound\)"),
@@ -174,10 +222,12 @@ STATES = {
     "marked bound, pods gone since": (_bound_as_marked, "bound", r"every pod"),
     "timed out, still waiting": (_timed_out_waiting, "timed-out", r"still waiting; KAI: OverLimit"),
     "timed out and suspended again": (_timed_out_suspended, "timed-out", r"suspended again"),
-    "gang made, held by kai-fn/hold": (_suspended_by_hold, "suspended", r"left suspended: held by kai-fn/hold"),
+    "gang made, its JobSet held by kai-fn/hold": (_held_by_hold, "suspended", r"^kai-fn/hold is true"),
+    "gang made, left suspended for Kueue": (_gang_made_kueue_suspended, "suspended",
+                                            r"gang made, left suspended: Kueue admits it"),
     "out of scope, released without a gang": (_out_of_scope_released, "running-without-gang", r"does not ask for KAI"),
     "submitted running: too late": (_too_late, "running-without-gang", r"^TooLate"),
-    "auto-suspended, resumed by hand": (_resumed_by_hand, "running-without-gang", r"resumed by someone other"),
+    "its JobSet ran, never held": (_ran_never_held, "running-without-gang", r"ran without being held"),
 }
 
 
@@ -223,13 +273,13 @@ HELD_FOR = {  # (how long it has been held, --held-for or None for the default 2
 @pytest.mark.parametrize("age, held_for, code", HELD_FOR.values(), ids=list(HELD_FOR))
 def test_exit_1_only_when_something_is_held_longer_than_held_for(api, capsys, age, held_for, code):
     heartbeat(api, seconds=10)
-    seed(api, trainjob(notes=AUTO, age=age))
+    seed(api, *held(age=age))
     got, _, _ = status(api, *(["--held-for", held_for] if held_for else []), capsys=capsys)
     assert got == code
 
 
 def test_held_past_held_for_but_within_a_resync_period_says_the_next_resync_may_release_it(api, capsys):
-    seed(api, trainjob(notes=AUTO, age=dict(seconds=30)))
+    seed(api, *held(age=dict(seconds=30)))
     api.reset_calls()
     code, out, _ = status(api, "--held-for", "10s", capsys=capsys)
     assert code == 1 and "leases" not in {c.resource for c in api.calls}
@@ -248,9 +298,8 @@ def test_what_needs_attention_comes_first_the_longest_held_first(api, function, 
     heartbeat(api, seconds=5)
     _bound_by_its_pods(api, function.url)
     _blocked_by_the_queue(api, function.url)
-    seed(api, trainjob(name="young", notes=AUTO, age=dict(seconds=20)),
-         trainjob(name="old", namespace="team-b", notes=AUTO, age=dict(minutes=30)),
-         trainjob(name="hold", notes={"kai-fn/hold": "true"}))
+    seed(api, *held(name="young", age=dict(seconds=20)), *held(name="old", namespace="team-b", age=dict(minutes=30)),
+         *held(name="hold", notes={"kai-fn/hold": "true"}))
     code, out, _ = status(api, "-o", "json", capsys=capsys)
     assert code == 1
     assert [(i["name"], i["state"]) for i in json.loads(out)] == [
@@ -259,7 +308,7 @@ def test_what_needs_attention_comes_first_the_longest_held_first(api, function, 
 
 def test_the_text_table_has_one_aligned_line_per_trainjob_and_wide_adds_the_podgroup(api, function, capsys):
     _waiting_kai_says(api, function.url)
-    seed(api, trainjob(name="held-one", notes=AUTO))
+    seed(api, *held(name="held-one"))
     _, out, _ = status(api, capsys=capsys)
     header, *rows = out.strip().splitlines()
     assert header.split() == ["NAMESPACE", "NAME", "STATE", "SINCE", "QUEUE", "GANG", "GPUS", "REASON"]
@@ -271,7 +320,7 @@ def test_the_text_table_has_one_aligned_line_per_trainjob_and_wide_adds_the_podg
 
 
 def test_json_is_a_list_of_objects_with_namespace_name_state_reason_since(api, capsys):
-    seed(api, trainjob(notes=AUTO, age=dict(minutes=5)))
+    seed(api, *held(age=dict(minutes=5)))
     heartbeat(api, seconds=1)
     code, out, err = status(api, "-o", "json", capsys=capsys)
     (item,) = json.loads(out)
@@ -282,7 +331,7 @@ def test_json_is_a_list_of_objects_with_namespace_name_state_reason_since(api, c
 
 
 def test_namespace_narrows_the_lists_to_it(api, capsys):
-    seed(api, trainjob(name="here", notes=AUTO), trainjob(name="there", namespace="team-b", notes=AUTO))
+    seed(api, *held(name="here"), *held(name="there", namespace="team-b"))
     api.reset_calls()
     assert set(lines(api, capsys, "-n", "team-b")) == {"there"}
     assert {c.namespace for c in api.calls if c.resource != "leases"} == {"team-b"}
@@ -298,12 +347,12 @@ ABSENT = {  # (how the heartbeat looks, held for, stranded?)
 }
 
 
-@pytest.mark.parametrize("renewed, held, stranded", ABSENT.values(), ids=list(ABSENT))
+@pytest.mark.parametrize("renewed, held_for, stranded", ABSENT.values(), ids=list(ABSENT))
 def test_held_longer_than_a_resync_period_with_no_fresh_heartbeat_says_the_function_looks_absent(
-        api, capsys, renewed, held, stranded):
+        api, capsys, renewed, held_for, stranded):
     if renewed is not None:
         heartbeat(api, **renewed)
-    seed(api, trainjob(notes=AUTO, age=held))
+    seed(api, *held(age=held_for))
     _, out, _ = status(api, capsys=capsys)
     assert ("kai_fn looks absent" in out) is stranded
     if stranded:
@@ -316,7 +365,7 @@ def test_held_longer_than_a_resync_period_with_no_fresh_heartbeat_says_the_funct
 
 def test_the_heartbeat_is_read_only_when_something_is_held_longer_than_a_resync_period(api, function, capsys):
     _waiting_kai_silent(api, function.url)
-    seed(api, trainjob(name="new", notes=AUTO))
+    seed(api, *held(name="new"))
     api.reset_calls()
     status(api, capsys=capsys)
     assert "leases" not in {c.resource for c in api.calls}
@@ -324,13 +373,12 @@ def test_the_heartbeat_is_read_only_when_something_is_held_longer_than_a_resync_
 
 def test_the_cost_is_a_few_lists_whatever_the_number_of_trainjobs(api, function, capsys):
     _waiting_kai_silent(api, function.url)
-    seed(api, *(trainjob(name=f"held-{i}", namespace=f"ns-{i % 3}", notes=AUTO, age=dict(minutes=5))
-                for i in range(12)))
+    seed(api, *(obj for i in range(12) for obj in held(name=f"held-{i}", namespace=f"ns-{i % 3}", age=dict(minutes=5))))
     api.reset_calls()
     status(api, capsys=capsys)
     calls = sorted((c.verb, c.resource) for c in api.calls)
     assert calls == [("get", "leases"), ("list", "events"), ("list", "events"), ("list", "events"),
-                     ("list", "podgroups"), ("list", "pods"), ("list", "trainjobs")]
+                     ("list", "jobsets"), ("list", "podgroups"), ("list", "pods"), ("list", "trainjobs")]
 
 
 # -- bad input, no cluster ---------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from kai_fn.core.runtime import RuntimeTarget
-from kai_fn.function.cluster import Cluster, Gone, GuardFailed, Transient
+from kai_fn.function.cluster import Cluster, Gone, GuardFailed, Stale, Transient
 from kai_fn.function.settings import load
 from kai_fn.local.emulator import Fault
 from tests.conftest import sample_object, seed
@@ -62,6 +62,31 @@ def test_writes_to_a_deleted_trainjob_are_gone_and_gets_are_none(api):
     with pytest.raises(Gone):
         session.patch_trainjob("team-a", "nope", {"metadata": {"annotations": {"a": "b"}}})
     assert session.calls == 3
+
+
+@pytest.mark.parametrize("fault, raised", [
+    (Fault(status=404), Gone), (Fault(status=409), Stale), (Fault(status=500), Transient), (Fault(status=403), Transient),
+    (Fault(hang=1.5), Transient),
+])
+def test_podgroup_mark_patch_failures_map_by_status_code(api, fault, raised):
+    """The gang's marks (kai-fn/bound, kai-fn/timed-out) are merge patches of its main PodGroup."""
+    seed(api, {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+               "metadata": {"name": "pg", "namespace": "team-a"}, "spec": {"minMember": 1, "queue": "team-a"}})
+    api.faults = lambda call: fault
+    with pytest.raises(raised):
+        cluster(api, KAI_FN_API_TIMEOUT_SECONDS=1).session().patch_podgroup(
+            "scheduling.run.ai/v2alpha2", "team-a", "pg", {"metadata": {"annotations": {"kai-fn/bound": "now"}}})
+
+
+def test_a_podgroup_mark_is_one_merge_patch(api):
+    seed(api, {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+               "metadata": {"name": "pg", "namespace": "team-a"}, "spec": {"minMember": 1, "queue": "team-a"}})
+    cluster(api).session().patch_podgroup("scheduling.run.ai/v2alpha2", "team-a", "pg",
+                                          {"metadata": {"annotations": {"kai-fn/bound": "2026-01-01T00:00:00Z"}}})
+    (call,) = api.writes()
+    assert (call.verb, call.resource, call.content_type) == ("patch", "podgroups", "application/merge-patch+json")
+    pg = api.get("scheduling.run.ai/v2alpha2", "PodGroup", "team-a", "pg")
+    assert pg["metadata"]["annotations"] == {"kai-fn/bound": "2026-01-01T00:00:00Z"}
 
 
 def test_an_event_that_cannot_be_written_does_not_fail_the_work(api):

@@ -2,7 +2,8 @@
 
 With KAI_FN_AUDIENCE set, a POST without a valid ServiceAccount token for that audience is 401, one from a sender
 outside KAI_FN_SENDERS is 403, and neither costs any API call but the TokenReview. Without it, an event's body is
-never what the function acts on: it reads the TrainJob first.
+never what the function acts on: it reads the TrainJob first (a held JobSet's event carries no TrainJob: it is
+always read).
 """
 from __future__ import annotations
 
@@ -17,13 +18,18 @@ import pytest
 
 from kai_fn.local.process import FunctionProcess
 from tests.ce import ping, resource, send
-from tests.conftest import KAI_PG, TRAINER, sample_object, seed
+from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
 
 NS, NAME = "team-a", "llama-finetune"
 AUDIENCE = "kai-fn"
 SOURCE = ("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource")
 SENDER = f"system:serviceaccount:{SOURCE[0]}:{SOURCE[1]}"
 REVIEW = ("create", "tokenreviews")
+
+
+# A test that decides llama-finetune's JobSet restarts the servers after it (fixture forgetful): the next test seeds
+# the same uid, and a process remembers the uids whose JobSet it decided.
+forgetful = pytest.mark.usefixtures("forgetful")
 
 
 @pytest.fixture
@@ -35,6 +41,21 @@ def seed_llama(api) -> dict:
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
          sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
     return api.get(TRAINER, "TrainJob", NS, NAME)
+
+
+def still_held(api) -> bool:
+    """As the admission policy left llama-finetune's JobSet, and its TrainJob never written."""
+    js = api.get(JOBSET, "JobSet", NS, NAME)
+    return (js["spec"]["suspend"] is True and js["metadata"]["labels"].get("kai-fn/held") == "true"
+            and "kai-fn/podgroup" not in (js["metadata"].get("annotations") or {})
+            and not [c for c in api.writes() if c.resource == "trainjobs"])
+
+
+def decided(api) -> bool:
+    js = api.get(JOBSET, "JobSet", NS, NAME)
+    return (js["spec"]["suspend"] is False and "kai-fn/held" not in js["metadata"]["labels"]
+            and "kai-fn/podgroup" in (js["metadata"].get("annotations") or {})
+            and not [c for c in api.writes() if c.resource == "trainjobs"])
 
 
 def verbs(api) -> list[tuple[str, str]]:
@@ -62,36 +83,53 @@ AUTHORIZATIONS = [
 
 
 @pytest.mark.parametrize("header,status,calls", [a[1:] for a in AUTHORIZATIONS], ids=[a[0] for a in AUTHORIZATIONS])
-@pytest.mark.parametrize("event", ["trainjob", "resync"])
+@pytest.mark.parametrize("event", ["trainjob", "jobset", "resync"])
 def test_a_sender_not_let_in_gets_401_or_403_and_costs_no_call_but_the_review(api, secured, header, status, calls,
                                                                               event):
     tj = seed_llama(api)
+    events = {"trainjob": resource(tj), "jobset": resource(api.get(JOBSET, "JobSet", NS, NAME)), "resync": ping()}
     api.reset_calls()
     authorization = header(api) if callable(header) else header
-    answer = send(secured.url, resource(tj) if event == "trainjob" else ping(), authorization=authorization)
+    answer = send(secured.url, events[event], authorization=authorization)
     assert answer.status == status
     assert answer.body.count("\n") == 1 and "Bearer ey" not in answer.body
     assert (answer.headers.get("WWW-Authenticate") == "Bearer") is (status == 401)
     assert verbs(api) == calls
-    assert api.get(TRAINER, "TrainJob", NS, NAME)["spec"]["suspend"] is True
+    assert still_held(api)
 
 
+@forgetful
 def test_the_right_sender_is_served_from_the_body_it_sent(api, secured):
     tj = seed_llama(api)
     api.reset_calls()
     answer = send(secured.url, resource(tj), token=api.issue_token(*SOURCE, audiences=[AUDIENCE]))
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "done")
-    assert verbs(api) == [REVIEW, ("get", "clustertrainingruntimes"), ("get", "jobsets"), ("list", "queues"),
-                          ("create", "podgroups"), ("patch", "jobsets"), ("patch", "trainjobs"), ("create", "events")]
+    assert verbs(api) == [REVIEW, ("get", "jobsets"), ("get", "clustertrainingruntimes"), ("list", "queues"),
+                          ("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
+    assert decided(api)
 
 
+@forgetful
+def test_the_right_sender_of_a_held_jobsets_event_is_served_after_one_read_of_its_trainjob(api, secured):
+    """A JobSet event carries no TrainJob: the pass reads it, whoever sent the event."""
+    seed_llama(api)
+    api.reset_calls()
+    answer = send(secured.url, resource(api.get(JOBSET, "JobSet", NS, NAME)),
+                  token=api.issue_token(*SOURCE, audiences=[AUDIENCE]))
+    assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "done")
+    assert verbs(api)[:3] == [REVIEW, ("get", "trainjobs"), ("get", "jobsets")]
+    assert decided(api)
+
+
+@forgetful
 def test_any_sender_for_the_audience_is_served_when_no_senders_are_listed(api, functions):
     fn = functions(KAI_FN_AUDIENCE=AUDIENCE)
     tj = seed_llama(api)
     assert send(fn.url, resource(tj), token=api.issue_token("team-a", "default", audiences=[AUDIENCE])).status == 200
-    assert api.get(TRAINER, "TrainJob", NS, NAME)["spec"]["suspend"] is False
+    assert decided(api)
 
 
+@forgetful
 def test_a_stream_of_events_with_one_token_costs_one_review(api, secured):
     tj = seed_llama(api)
     token = api.issue_token(*SOURCE, audiences=[AUDIENCE])
@@ -145,8 +183,8 @@ def test_unauthenticated_a_forged_body_cannot_bring_a_trainjob_into_scope(api, f
     forged["metadata"]["labels"] = {"kai.scheduler/queue": "team-a"}  # not what the cluster holds
     api.reset_calls()
     assert send(function.url, resource(forged)).status == 200
-    assert verbs(api) == [("get", "trainjobs"), ("get", "clustertrainingruntimes")]
-    assert api.list(KAI_PG, "PodGroup", NS) == []
+    assert verbs(api) == [("get", "trainjobs"), ("get", "jobsets"), ("get", "clustertrainingruntimes")]
+    assert api.list(KAI_PG, "PodGroup", NS) == [] and api.writes() == []
 
 
 def test_unauthenticated_a_forged_body_of_a_trainjob_that_does_not_exist_costs_one_get(api, function):
@@ -155,8 +193,26 @@ def test_unauthenticated_a_forged_body_of_a_trainjob_that_does_not_exist_costs_o
     assert verbs(api) == [("get", "trainjobs")]
 
 
-def test_unauthenticated_a_body_showing_the_work_done_costs_nothing(api, function):
-    tj = sample_object("trainjob-llama-finetune")
-    tj["metadata"]["annotations"] = {"kai-fn/podgroup": "pg"}
-    assert send(function.url, resource(tj)).status == 200
+@forgetful
+def test_unauthenticated_a_body_claiming_the_work_done_is_not_taken_for_it(api, function):
+    """The decision lives on the JobSet: a TrainJob body carrying a (legacy) marker is read again, and the held
+    JobSet the live objects show is decided."""
+    seed_llama(api)
+    forged = api.get(TRAINER, "TrainJob", NS, NAME)
+    forged["metadata"]["annotations"] = {"kai-fn/podgroup": "pg"}
+    api.reset_calls()
+    answer = send(function.url, resource(forged))
+    assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "done")
+    assert verbs(api)[:2] == [("get", "trainjobs"), ("get", "jobsets")]
+    assert decided(api)
+
+
+@forgetful
+def test_unauthenticated_the_delete_of_a_decided_jobset_costs_nothing(api, function):
+    """Its decision took the label off, so the JobSet left the source's selector: that comes as a delete."""
+    seed_llama(api)
+    assert send(function.url, resource(api.get(JOBSET, "JobSet", NS, NAME))).status == 200
+    api.reset_calls()
+    answer = send(function.url, resource(api.get(JOBSET, "JobSet", NS, NAME), "delete"))
+    assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "ignored")
     assert api.calls == []

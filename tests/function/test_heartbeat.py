@@ -43,12 +43,14 @@ def test_a_successful_resync_sets_the_gauge_and_renews_the_lease_with_one_patch(
     assert abs(renewed(api).timestamp() - scrape(function.url)[GAUGE]) < 1
 
 
-def test_a_resync_that_cannot_list_the_trainjobs_leaves_gauge_and_lease_as_they_were(api, function):
+@pytest.mark.parametrize("listed", ["trainjobs", "jobsets", "podgroups"])
+def test_a_resync_that_cannot_list_what_it_joins_leaves_gauge_and_lease_as_they_were(api, function, listed):
+    """The resync joins three LISTs (TrainJobs, JobSets, kai_fn's PodGroups): without any of them it did not run."""
     seed(api, lease())
     assert send(function.url, ping()).status == 200
     last, stamp = scrape(function.url)[GAUGE], renewed(api)
     api.reset_calls()
-    api.faults = lambda call: Fault(status=500) if call.resource == "trainjobs" else None
+    api.faults = lambda call: Fault(status=500) if call.verb == "list" and call.resource == listed else None
     assert send(function.url, ping()).status == 503
     assert [c for c in api.calls if c.resource == "leases"] == []
     assert (scrape(function.url)[GAUGE], renewed(api)) == (last, stamp)

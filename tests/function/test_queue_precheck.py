@@ -1,4 +1,5 @@
-"""The queue pre-check through the real function server: a gang that can never run in its queue is not made."""
+"""The queue pre-check through the real function server: a gang that can never run in its queue is not made, and
+its JobSet stays held (the admission policy's hold: suspended, ``kai-fn/held``) until the queue can take it."""
 from __future__ import annotations
 
 import copy
@@ -7,6 +8,9 @@ import pytest
 
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
+
+# Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
+pytestmark = pytest.mark.usefixtures("forgetful")
 
 NS, NAME = "team-a", "llama-finetune"
 UID = "6f1c2b9e-3d4a-4e5f-8a7b-9c0d1e2f3a4b"
@@ -32,13 +36,23 @@ def events_of(api, reason):
 
 
 def released(api):
-    tj = api.get(TRAINER, "TrainJob", NS, NAME)
-    return tj["spec"]["suspend"] is False and "kai-fn/podgroup" in (tj["metadata"].get("annotations") or {})
+    """Its JobSet decided (the gang's PodGroup named), no longer held, resumed; its TrainJob never written."""
+    js = api.get(JOBSET, "JobSet", NS, NAME)
+    assert [c for c in api.writes() if c.resource == "trainjobs"] == []
+    return (js["spec"]["suspend"] is False and "kai-fn/podgroup" in (js["metadata"].get("annotations") or {})
+            and "kai-fn/held" not in (js["metadata"].get("labels") or {}))
+
+
+def still_held(api):
+    js = api.get(JOBSET, "JobSet", NS, NAME)
+    return (js["spec"]["suspend"] is True and (js["metadata"].get("labels") or {}).get("kai-fn/held") == "true"
+            and "kai-fn/podgroup" not in (js["metadata"].get("annotations") or {}))
 
 
 def assert_refused_untouched(api, jobset_before):
     tj = api.get(TRAINER, "TrainJob", NS, NAME)
-    assert tj["spec"]["suspend"] is True and not (tj["metadata"].get("annotations") or {})
+    assert "suspend" not in tj["spec"] and not (tj["metadata"].get("annotations") or {})
+    assert still_held(api)
     assert api.list(KAI_PG, "PodGroup", NS) == []
     assert api.get(JOBSET, "JobSet", NS, NAME) == jobset_before
     assert [(c.verb, c.resource) for c in api.writes()] == [("create", "events")]
@@ -62,7 +76,7 @@ REFUSED = {
 
 
 @pytest.mark.parametrize("case", REFUSED, ids=list(REFUSED))
-def test_a_gang_that_can_never_run_in_its_queue_is_refused_and_left_suspended(api, function, case):
+def test_a_gang_that_can_never_run_in_its_queue_is_refused_and_its_jobset_left_held(api, function, case):
     queues, reason, words = REFUSED[case]
     tj = seed_llama(api, *queues)
     jobset_before = api.get(JOBSET, "JobSet", NS, NAME)
@@ -71,7 +85,7 @@ def test_a_gang_that_can_never_run_in_its_queue_is_refused_and_left_suspended(ap
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "blocked")
     (warning,) = events_of(api, reason)
     assert warning["type"] == "Warning" and words in warning["message"], warning["message"]
-    assert "stays suspended" in warning["message"]
+    assert "its JobSet stays held" in warning["message"]
     assert_refused_untouched(api, jobset_before)
 
 
@@ -82,7 +96,7 @@ def test_a_non_preemptible_gang_is_held_to_its_queues_quota_a_preemptible_one_is
     assert send(function.url, resource(tj)).status == 200
     (warning,) = events_of(api, "GangExceedsQueue")
     assert "over the quota 4 GPUs of Queue team-a; a non-preemptible gang may not exceed quota" in warning["message"]
-    assert not released(api)
+    assert not released(api) and still_held(api)
 
     other = sample_object("trainjob-llama-finetune")  # the same gang, preemptible: the quota does not bind it
     api.delete(TRAINER, "TrainJob", NS, NAME)
@@ -94,9 +108,9 @@ def test_a_non_preemptible_gang_is_held_to_its_queues_quota_a_preemptible_one_is
 def test_a_refused_gang_proceeds_at_the_resync_once_its_queue_is_fixed(api, function):
     tj = seed_llama(api, team_a(gpu={"quota": 4, "limit": 4}))
     assert send(function.url, resource(tj)).status == 200
-    assert not released(api)
+    assert not released(api) and still_held(api)
     api.put(team_a())  # the admin raises the limit
-    assert send(function.url, ping()).status == 200  # the resync lists it: suspended, no marker
+    assert send(function.url, ping()).status == 200  # the resync lists it: its JobSet still held
     assert released(api)
     assert len(api.list(KAI_PG, "PodGroup", NS)) == 1
 
@@ -139,7 +153,7 @@ def test_the_scheduler_plugins_flavor_has_no_kai_queue_to_check(api, functions):
     assert released(api) and "queues" not in {c.resource for c in api.calls}
 
 
-def test_a_new_trainjob_costs_five_calls_with_warm_caches(api, functions):
+def test_a_new_trainjob_costs_four_calls_with_warm_caches(api, functions):
     """Authenticated delivery, so the event's body is trusted (unauthenticated, the TrainJob is read first)."""
     fn = functions(KAI_FN_RUNTIME_CACHE_SECONDS="30", KAI_FN_AUDIENCE="kai-fn")
     token = api.issue_token("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource", ["kai-fn"])
@@ -154,14 +168,15 @@ def test_a_new_trainjob_costs_five_calls_with_warm_caches(api, functions):
     api.reset_calls()
     assert send(fn.url, resource(api.get(TRAINER, "TrainJob", NS, "gpt-small")), token=token).status == 200
     assert [(c.verb, c.resource) for c in api.calls] == [
-        ("get", "jobsets"), ("create", "podgroups"), ("patch", "jobsets"), ("patch", "trainjobs"), ("create", "events")]
+        ("get", "jobsets"), ("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
 
 
-def test_a_duplicate_of_a_refused_trainjob_writes_no_second_warning(api, function):
+def test_a_duplicate_of_a_refused_trainjob_or_of_its_held_jobset_writes_no_second_warning(api, function):
     tj = seed_llama(api, team_a(gpu={"quota": 4, "limit": 4}))
-    for _ in range(3):
-        assert send(function.url, resource(tj)).status == 200
-    assert len(events_of(api, "GangExceedsQueue")) == 1
+    js = api.get(JOBSET, "JobSet", NS, NAME)
+    answers = [send(function.url, event) for event in (resource(tj), resource(js), resource(tj, "update"))]
+    assert [(a.status, a.headers.get("X-Kai-Fn-Outcome")) for a in answers] == [(200, "blocked")] * 3
+    assert len(events_of(api, "GangExceedsQueue")) == 1 and still_held(api)
     assert [c.status for c in api.writes()] == [201, 409, 409]
 
 
@@ -170,7 +185,7 @@ def test_a_duplicate_of_a_refused_trainjob_writes_no_second_warning(api, functio
     ("create", "podgroups", {"KAI_FN_QUEUE_CHECK": "off"}),
 ], ids=["queue-api-missing", "podgroup-api-missing"])
 def test_kai_not_installed_is_one_clear_warning_not_a_retry_for_ever(api, functions, verb, kind, settings):
-    """404 on KAI's own kinds: their CRDs are not installed. The TrainJob stays suspended with one Warning, and each
+    """404 on KAI's own kinds: their CRDs are not installed. The JobSet stays held with one Warning, and each
     later event repeats the same one (deduplicated by name) instead of answering 503 for ever."""
     from kai_fn.local.emulator import Fault
 
@@ -182,6 +197,6 @@ def test_kai_not_installed_is_one_clear_warning_not_a_retry_for_ever(api, functi
     api.faults = None
     assert [(a.status, a.headers.get("X-Kai-Fn-Outcome")) for a in answers] == [(200, "blocked")] * 2
     (warning,) = events_of(api, "SchedulerNotInstalled")
-    assert "is KAI Scheduler installed" in warning["message"] and "stays suspended" in warning["message"]
+    assert "is KAI Scheduler installed" in warning["message"] and "Its JobSet stays held" in warning["message"]
     assert api.get(TRAINER, "TrainJob", NS, NAME) == tj and api.get(JOBSET, "JobSet", NS, NAME) == jobset_before
     assert api.list(KAI_PG, "PodGroup", NS) == []
