@@ -95,14 +95,14 @@ def test_explain_refuses_flags_that_contradict_its_trainjob(api, capsys, args, m
 
 
 def test_n_and_all_namespaces_together_is_a_usage_error(capsys):
-    with pytest.raises(SystemExit) as exit_:
+    with pytest.raises(SystemExit, match="^2$") as exit_:
         cli.main(["-n", NS, "status", "-A"])
     assert exit_.value.code == 2 and "give -n NAMESPACE or -A, not both" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("prog", ["kai-fn", "kubectl kai-fn"])
 def test_help_says_what_it_is_for_and_how_kubectl_passes_the_flags(capsys, prog):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^0$"):
         cli.main(["--help"], prog=prog)
     text = capsys.readouterr().out
     assert text.startswith(f"usage: {prog} ")

@@ -64,16 +64,17 @@ def test_writes_to_a_deleted_trainjob_are_gone_and_gets_are_none(api):
     assert session.calls == 3
 
 
-@pytest.mark.parametrize("fault, raised", [
-    (Fault(status=404), Gone), (Fault(status=409), Stale), (Fault(status=500), Transient), (Fault(status=403), Transient),
-    (Fault(hang=1.5), Transient),
+@pytest.mark.parametrize("fault, raised, match", [
+    (Fault(status=404), Gone, "^PodGroup team-a/pg$"), (Fault(status=409), Stale, "^PodGroup team-a/pg$"),
+    (Fault(status=500), Transient, "^API 500 "), (Fault(status=403), Transient, "^API 403 "),
+    (Fault(hang=1.5), Transient, "^API unreachable or too slow: "),
 ])
-def test_podgroup_mark_patch_failures_map_by_status_code(api, fault, raised):
+def test_podgroup_mark_patch_failures_map_by_status_code(api, fault, raised, match):
     """The gang's marks (kai-fn/bound, kai-fn/timed-out) are merge patches of its main PodGroup."""
     seed(api, {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
                "metadata": {"name": "pg", "namespace": "team-a"}, "spec": {"minMember": 1, "queue": "team-a"}})
     api.faults = lambda call: fault
-    with pytest.raises(raised):
+    with pytest.raises(raised, match=match):
         cluster(api, KAI_FN_API_TIMEOUT_SECONDS=1).session().patch_podgroup(
             "scheduling.run.ai/v2alpha2", "team-a", "pg", {"metadata": {"annotations": {"kai-fn/bound": "now"}}})
 
