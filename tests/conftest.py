@@ -112,8 +112,9 @@ def function(functions: Functions, api: Emulator) -> FunctionProcess:
 
 @pytest.fixture
 def forgetful(functions: Functions) -> Iterator[None]:
-    """After the test, the function servers it used are started afresh (see Functions.forget): use it in modules
-    whose tests decide TrainJobs of the samples' uids, which every test of the module seeds again."""
+    """Before and after the test, the function servers are started afresh (see Functions.forget): use it in modules
+    whose tests decide TrainJobs of the samples' uids, which every test (of any module) may seed again."""
+    functions.forget()
     yield
     functions.forget()
 
