@@ -209,33 +209,28 @@ class Session:
         return self._list(self._custom.list_namespaced_custom_object, group, version, namespace, "jobsets", **extra)
 
     def patch_podgroup(self, api_version: str, namespace: str, name: str, merge: dict[str, Any]) -> None:
-        """A JSON merge patch of one of kai_fn's PodGroups (the gang's marks); one that names
-        ``metadata.resourceVersion`` raises :class:`Stale` if it changed."""
+        """A JSON merge patch of one of kai_fn's PodGroups (the gang's marks)."""
         group, version = api_version.split("/")
-        try:
-            self._call(self._custom.patch_namespaced_custom_object, group, version, namespace, "podgroups", name,
-                       merge, field_manager=keys.FIELD_MANAGER, _content_type=MERGE_PATCH)
-        except ApiException as error:
-            if error.status == 404:
-                raise Gone(f"PodGroup {namespace}/{name}") from None
-            if error.status == 409:
-                raise Stale(f"PodGroup {namespace}/{name}") from None
-            raise Transient(f"API {error.status} on patch podgroup") from None
+        self._merge(group, version, namespace, "podgroups", "PodGroup", name, merge)
 
     def patch_trainjob(self, namespace: str, name: str, merge: dict[str, Any]) -> dict[str, Any]:
-        """A JSON merge patch, answered with the TrainJob as written; one that names ``metadata.resourceVersion``
-        raises :class:`Stale` if it changed."""
+        """A JSON merge patch, answered with the TrainJob as written."""
+        written = self._merge(keys.TRAINER_GROUP, keys.TRAINER_VERSION, namespace, "trainjobs", "TrainJob", name, merge)
+        return written if isinstance(written, dict) else {}
+
+    def _merge(self, group: str, version: str, namespace: str, plural: str, kind: str, name: str,
+               merge: dict[str, Any]) -> Any:
+        """One that names ``metadata.resourceVersion`` raises :class:`Stale` if the object changed since; one of an
+        object deleted meanwhile :class:`Gone`."""
         try:
-            written = self._call(self._custom.patch_namespaced_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,
-                                 namespace, "trainjobs", name, merge, field_manager=keys.FIELD_MANAGER,
-                                 _content_type=MERGE_PATCH)
+            return self._call(self._custom.patch_namespaced_custom_object, group, version, namespace, plural, name,
+                              merge, field_manager=keys.FIELD_MANAGER, _content_type=MERGE_PATCH)
         except ApiException as error:
             if error.status == 404:
-                raise Gone(f"TrainJob {namespace}/{name}") from None
+                raise Gone(f"{kind} {namespace}/{name}") from None
             if error.status == 409:
-                raise Stale(f"TrainJob {namespace}/{name}") from None
-            raise Transient(f"API {error.status} on patch trainjob") from None
-        return written if isinstance(written, dict) else {}
+                raise Stale(f"{kind} {namespace}/{name}") from None
+            raise Transient(f"API {error.status} on patch {plural[:-1]}") from None
 
     def _post(self, path: str, body: dict[str, Any], _request_timeout: float, **path_params: str) -> Any:
         """POST a core kind through the ApiClient: CoreV1Api (or AuthenticationV1Api) would cost a 1.7 s import

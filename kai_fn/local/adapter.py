@@ -33,7 +33,7 @@ import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from kai_fn.local.process import REPO
+from kai_fn.local.process import REPO, Started, built
 
 log = logging.getLogger(__name__)
 BINARY = "apiserver_receive_adapter"
@@ -168,11 +168,7 @@ def reflectors(spec: SourceSpec, namespaces: list[str]) -> set[str]:
 # -- the binary, one process ---------------------------------------------------------------------------------------
 
 def eventing_dir() -> Path:
-    """Where ``testbed/build.sh eventing`` put the binaries (cached: a warm call builds nothing)."""
-    done = subprocess.run([str(REPO / "testbed" / "build.sh"), "eventing"], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"testbed/build.sh eventing failed:\n{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1].split("=", 1)[1])
+    return built("eventing")
 
 
 def binary() -> Path:
@@ -269,7 +265,7 @@ def ensure(call: Any, *args: Any) -> None:
 
 
 @dataclass
-class RealApiServerSource:
+class RealApiServerSource(Started):
     """Knative's adapter for one ApiServerSource manifest, as a context manager; ``oidc`` sends tokens for the
     manifest's ``sink.audience`` (as with ``authentication-oidc`` on). ``log_path`` gets every process's lines."""
 
@@ -414,12 +410,6 @@ class RealApiServerSource:
         if self._log:
             self._log.close()
         self._tmp.cleanup()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def manifests(directory: Path = REPO / "knative" / "base") -> Iterator[Path]:

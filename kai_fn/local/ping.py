@@ -22,6 +22,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kai_fn.local.adapter import AdapterProcess, child_name, ensure, eventing_dir, free_port
+from kai_fn.local.process import Started
 
 SYSTEM_NAMESPACE = "knative-eventing"
 ACCOUNT = "pingsource-mt-adapter"
@@ -46,7 +47,7 @@ def status(manifest: dict[str, Any], sink: str, generation: int, *, oidc: bool) 
 
 
 @dataclass
-class RealPingSource:
+class RealPingSource(Started):
     api: client.ApiClient
     manifest: dict[str, Any]  # knative/base's PingSource, rendered (metadata.namespace set)
     sink: str
@@ -138,8 +139,3 @@ class RealPingSource:
             self._log.close()
         self._tmp.cleanup()
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -32,7 +32,23 @@ def functions_framework_command(port: int, source: Path = REPO / "main.py", targ
             "--host", "127.0.0.1", "--port", str(port)]
 
 
-class FunctionProcess:
+class Started:
+    """``with`` over ``start()`` and ``stop()``: what the harness starts, it stops."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class FunctionProcess(Started):
     """Start with ``env`` (e.g. KUBECONFIG and KAI_* settings) added to this process's environment."""
 
     def __init__(self, env: dict[str, str], *, log: IO[bytes] | int | None = subprocess.DEVNULL,
@@ -77,8 +93,10 @@ class FunctionProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
-    def __enter__(self) -> Self:
-        return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+def built(component: str) -> Path:
+    """Where ``testbed/build.sh <component>`` put its binaries (cached by version: a warm call builds nothing)."""
+    done = subprocess.run([str(REPO / "testbed" / "build.sh"), component], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"testbed/build.sh {component} failed:\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1].split("=", 1)[1])

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Self
 
-from kai_fn.local.process import REPO, FunctionProcess
+from kai_fn.local.process import FunctionProcess, built
 
 BINARY = "queue"
 REVISION = "kai-fn-00001"
@@ -45,11 +45,7 @@ _REQUEST_LINE = re.compile(r'^\{"httpRequest":')
 
 
 def serving_dir() -> Path:
-    """Where ``testbed/build.sh serving`` put the binary (cached: a warm call builds nothing)."""
-    done = subprocess.run([str(REPO / "testbed" / "build.sh"), "serving"], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"testbed/build.sh serving failed:\n{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1].split("=", 1)[1])
+    return built("serving")
 
 
 def free_port() -> int:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
+from kai_fn.local.process import Started
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -54,7 +56,7 @@ class Request:
 Script = Callable[[Request, int], "Answer | int"]
 
 
-class ScriptedSink:
+class ScriptedSink(Started):
     def __init__(self, script: Script = lambda request, n: 200, port: int = 0) -> None:
         self.script = script
         self.requests: list[Request] = []
@@ -126,8 +128,3 @@ class ScriptedSink:
         self.server.shutdown()
         self.server.server_close()
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
