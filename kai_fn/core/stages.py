@@ -1,28 +1,8 @@
-"""Which pods KAI can gang together: a runtime's replicatedJobs in start waves, one PodGroup each.
+"""Which pods KAI can gang together: a runtime's replicatedJobs in start waves, one flat PodGroup each.
 
-KAI binds a gang only when ``minMember`` of its pods are pending together and all fit (FACTS.md §2). A
-replicatedJob that ``dependsOn`` another is created by JobSet only once that one is ``Complete`` (its pods have
-finished, and KAI's scheduler no longer sees finished pods at all: its pod informer drops Succeeded and Failed) or
-``Ready`` (its pods are already bound and running). So a replicatedJob and one it depends on are never pending
-together, and no single gang over both can ever be met:
-
-- one flat ``minMember`` over every pod set waits for pods that do not exist yet: nothing ever starts;
-- one PodGroup with a subgroup per replicatedJob and ``minSubGroup: 1`` (what kai_fn made before) deadlocks too:
-  KAI asks the first unsatisfied subgroups in name order for pods, the finished initializer's subgroup stays
-  unsatisfied for ever (0 of its ``minMember`` visible) so ``node`` is never asked, and an initializer that sorts
-  after ``node`` never starts at all; meanwhile KAI's stale-gang eviction takes a running initializer down after
-  the grace period, since ``node`` is below its ``minMember`` (``StaleJob``), again and again;
-- KAI's own podgrouper makes ``minSubGroup`` = the number of replicatedJobs: it waits for a trainer that cannot
-  exist before the initializers finish.
-
-So the replicatedJobs are put in waves: a job with no ``dependsOn`` is in wave 0, any other one wave after the
-latest job it depends on. The jobs of one wave start together and are one flat gang, ``minMember`` every pod of
-theirs (``parallelism`` × ``replicas``, as the pods exist); each wave is a PodGroup of its own. The main wave, the
-one with the trainer (the ``node`` job, else the first ``trainer`` ancestor, else the last wave), is the gang whose
-binding is reported (``GangBound``), timed (the schedule timeout) and named on the TrainJob
-(``pg-<name>-<uid>``); the others are ``pg-<name>-<uid>-stage-<wave>``. A flat runtime has one wave: one PodGroup,
-unchanged. MPI's launcher (``dependsOn: node, Ready``) is a wave after the nodes: the nodes are ganged, and the
-launcher, which JobSet creates only once they run, follows.
+A job that ``dependsOn`` another is never pending with it (JobSet makes it once the other is ``Complete`` or
+``Ready``), so no one gang over both can be met; each wave (no ``dependsOn``: wave 0; else one after the latest it
+depends on) is a gang of its own, the trainer's the main one. docs/how-it-decides.md ("Layout") says why in KAI's terms.
 """
 from __future__ import annotations
 

@@ -83,8 +83,9 @@ class Reconciler:
     """One TrainJob's pass; each method is one step, and returns the Outcome when the pass ends there."""
 
     def __init__(self, session: Session, settings: Settings, obj: dict[str, Any],
-                 jobset: dict[str, Any] | None = None) -> None:
+                 jobset: dict[str, Any] | None = None, moment: datetime.datetime | None = None) -> None:
         self.session, self.settings, self.obj, self.jobset = session, settings, obj, jobset
+        self.now = moment or now()  # one clock reading per pass
         meta = obj.get("metadata", {})
         self.namespace, self.name, self.uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
 
@@ -202,7 +203,7 @@ class Reconciler:
             resume = waits is None and triage.marks(self.obj, jobset).held
             decision = None if kept else {keys.MARKER_PODGROUP: result.podgroup_name}
             if resume:
-                decision = {**(decision or {}), keys.RELEASED_AT_ANNOTATION: stamp(now())}
+                decision = {**(decision or {}), keys.RELEASED_AT_ANNOTATION: stamp(self.now)}
             try:
                 ops = jobset_patch(result, jobset, decision, resume)
             except MissingReplicatedJob as missing:

@@ -38,7 +38,7 @@ def resync(session: Session, settings: Settings, offer: Offer | None = None) -> 
     inline = [e for e in owed if e not in queued]
     for entry in session.cluster.take_turn("owed", inline, settings.resync_limit, inventory.creation_order):
         try:
-            result = Reconciler(session, settings, entry.trainjob, entry.jobset).run().result
+            result = Reconciler(session, settings, entry.trainjob, entry.jobset, moment).run().result
         except (Retry, Transient):
             result = "retry"
         tally[result] = tally.get(result, 0) + 1
