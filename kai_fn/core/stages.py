@@ -23,6 +23,13 @@ binding is reported (``GangBound``), timed (the schedule timeout) and named on t
 (``pg-<name>-<uid>``); the others are ``pg-<name>-<uid>-stage-<wave>``. A flat runtime has one wave: one PodGroup,
 unchanged. MPI's launcher (``dependsOn: node, Ready``) is a wave after the nodes: the nodes are ganged, and the
 launcher, which JobSet creates only once they run, follows.
+
+A wave that starts once an earlier one is ``Ready`` (every ``dependsOn`` of it ``Ready``: MPI's launcher) must not
+be left to follow on its own, though: its predecessor's gang would bind and hold its GPUs while the later pods wait
+for room (a half-job hold). With ``reserve`` (the KAI flavor), such a pod set joins the wave it waits for: one gang,
+``minMember`` counting its pods too, whose places placeholder pods hold until JobSet makes the real pods
+(:mod:`kai_fn.core.reserve`). A ``Complete`` dependency (initializers) still starts a new wave: the earlier pods are
+gone, and hold nothing, by the time the later ones exist.
 """
 from __future__ import annotations
 
@@ -38,6 +45,8 @@ class Stage:
     wave: int
     pod_sets: tuple[PodSet, ...]
     main: bool
+    reserved: tuple[PodSet, ...] = ()  # of pod_sets, those JobSet makes later: placeholders hold their places
+
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -46,15 +55,16 @@ class Stage:
     @property
     def min_member(self) -> int:
         """Every pod of the wave: KAI must see all that exist, or it binds some of them and leaves the rest."""
-        return sum(ps.count * max(ps.replicas, 1) for ps in self.pod_sets)
+        return sum(ps.pods for ps in self.pod_sets)
 
     def podgroup_name(self, main_name: str) -> str:
         return main_name if self.main else f"{main_name}-stage-{self.wave}"
 
 
-def waves(sets: Sequence[PodSet]) -> dict[str, int]:
-    """The wave of each pod set: 0 without ``dependsOn``, else one after the latest it depends on. A name that is
-    not a pod set (JobSet's webhook refuses it) is ignored; a cycle (refused too) cannot loop."""
+def waves(sets: Sequence[PodSet], reserve: bool = False) -> dict[str, int]:
+    """The wave of each pod set: 0 without ``dependsOn``, else one after the latest it depends on; with ``reserve``,
+    a set that waits only for ``Ready`` ones is in the latest of their waves. A name that is not a pod set (JobSet's
+    webhook refuses it) is ignored; a cycle (refused too) cannot loop."""
     by_name = {ps.name: ps for ps in sets}
     found: dict[str, int] = {}
 
@@ -62,20 +72,24 @@ def waves(sets: Sequence[PodSet]) -> dict[str, int]:
         if name in found:
             return found[name]
         deps = [d for d in by_name[name].depends_on if d in by_name and d not in seen]
-        found[name] = 1 + max((wave_of(d, seen | {name}) for d in deps), default=-1)
+        step = 0 if reserve and by_name[name].after_ready and deps else 1
+        found[name] = step + max((wave_of(d, seen | {name}) for d in deps), default=-1)
         return found[name]
 
     return {ps.name: wave_of(ps.name, frozenset()) for ps in sets}
 
 
-def stages(sets: Sequence[PodSet]) -> tuple[Stage, ...]:
-    """The waves in start order, one Stage each; exactly one of them is main."""
+def stages(sets: Sequence[PodSet], reserve: bool = False) -> tuple[Stage, ...]:
+    """The waves in start order, one Stage each; exactly one of them is main. ``reserve``: see the module."""
     if not sets:
         return ()
-    wave = waves(sets)
+    wave = waves(sets, reserve)
+    names = {ps.name for ps in sets}
+    later = {ps.name for ps in sets if reserve and ps.after_ready and names.intersection(ps.depends_on)}
     numbers = sorted(set(wave.values()))
     main_wave = _main_wave(sets, wave)
-    return tuple(Stage(n, tuple(ps for ps in sets if wave[ps.name] == n), n == main_wave) for n in numbers)
+    return tuple(Stage(n, tuple(ps for ps in sets if wave[ps.name] == n), n == main_wave,
+                       tuple(ps for ps in sets if wave[ps.name] == n and ps.name in later)) for n in numbers)
 
 
 def _main_wave(sets: Sequence[PodSet], wave: dict[str, int]) -> int:
