@@ -107,8 +107,8 @@ class Plan:
         held = f", places held for {self.reserves.replace('=', ': ')}" if self.reserves else ""
         if len(self.stages) <= 1:
             return f"minMember {self.stages[0].min_member if self.stages else self.min_member}{held}"
-        return held.lstrip(", ") + ("; " if held else "") + "stages " + "; ".join(f"{s.podgroup} ({', '.join(s.replicated_jobs)}: minMember {s.min_member})"
-                                     for s in self.stages)
+        return held.lstrip(", ") + ("; " if held else "") + "stages " + "; ".join(
+            f"{s.podgroup} ({', '.join(s.replicated_jobs)}: minMember {s.min_member})" for s in self.stages)
 
     def summary(self) -> dict[str, Any]:
         """What the plan decided, for the CLI, Events and logs."""

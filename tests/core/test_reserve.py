@@ -71,7 +71,8 @@ def test_the_placeholder_is_the_launchers_size_in_the_nodes_gang(rt, num_nodes, 
     (pod,) = result.placeholders
     assert result.podgroup["spec"]["minMember"] == min_member and result.stage_podgroups == ()
     assert pod["spec"]["containers"][0]["resources"] == {"requests": requests, **({"limits": limits} if limits else {})}
-    assert pod["metadata"]["annotations"] == {"pod-group-name": f"pg-job-{UID}", "kai.scheduler/skip-podgrouper": "true"}
+    assert pod["metadata"]["annotations"] == {"pod-group-name": f"pg-job-{UID}",
+                                              "kai.scheduler/skip-podgrouper": "true"}
     assert pod["metadata"]["name"] == "job-launcher-placeholder-0"
     assert pod["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kai-fn", "kai-fn/trainjob": "job",
                                          "kai-fn/trainjob-uid": UID, "kai-fn/placeholder-for": "launcher",
