@@ -9,6 +9,8 @@
 - The hand-over window: the moment JobSet makes the launcher, gangs of one 8-GPU pod each are submitted on a pool with
   no other room; kai_fn deletes the placeholder, and the launcher, not a competitor, gets its place. Timings reported.
 - No placeholder outlives its use or its TrainJob.
+- KAI's order, measured: a gang whose PodGroup is older than the MPI gang's, pending for exactly the launcher's room,
+  gets that room when the placeholder goes (the one case the hand-over can lose; docs/reservation.md).
 """
 from __future__ import annotations
 
@@ -76,6 +78,11 @@ def test_a_second_gang_holds_nothing_until_all_of_it_fits_then_binds_whole(shape
     second = watch_fare(chain, ns, "second", shape, time.monotonic(), DEADLINE_S)
     assert second.outcome == "bound", f"{shape.name}: {second}\n{seen()}"
     wait_for("no placeholder outlives its use", lambda: not placeholders(core, ns), deadline_s=30, explain=seen)
+    submit(chain, ns, "third", shape, shape.name)  # 2 nodes free: it waits whole, its placeholder pending
+    wait_for("the third's placeholder exists", lambda: placeholders(core, ns), deadline_s=DEADLINE_S, explain=seen)
+    client.CustomObjectsApi(chain.api).delete_namespaced_custom_object(*TRAINER, ns, "trainjobs", "third")
+    wait_for("no placeholder outlives its TrainJob (garbage collected with it)", lambda: not placeholders(core, ns),
+             deadline_s=60, explain=seen)
     client.CustomObjectsApi(chain.api).delete_namespaced_custom_object(*TRAINER, ns, "trainjobs", "second")
     REPORT.append(f"reservation ({shape.name}, 5x8): first bound whole in {first.seconds:.1f} s; the second held "
                   f"{most} pods for {HELD_S:.0f} s with 2 nodes free, then bound whole {second.seconds:.1f} s after "
@@ -158,3 +165,45 @@ def _delete(call) -> None:
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+def test_kais_order_an_older_gang_waiting_for_exactly_the_freed_room_takes_it_first(chain, pool, namespaces):
+    """The window's one loss, measured: KAI orders pending gangs of a queue by priority, then those below their
+    minMember first, then by their PodGroup's age (docs/reservation.md). A gang whose PodGroup is older than the
+    MPI gang's, pending for exactly the placeholder's room, gets it when the placeholder goes; the launcher then
+    waits with its nodes held until room frees up, and is placed the moment it does."""
+    nodes = pool("rsv-older")
+    nodes.ensure(AS_NODE.nodes)
+    ns = namespaces("rsv-older")
+    objs, core = client.CustomObjectsApi(chain.api), client.CoreV1Api(chain.api)
+    objs.create_namespaced_custom_object(*TRAINER, ns, "trainingruntimes", AS_NODE.runtime(ns, nodes.name))
+    seen = lambda: table(chain, ns)  # noqa: E731
+    group, rival = competitor(ns, nodes.name, 0)
+    objs.create_namespaced_custom_object("scheduling.run.ai", "v2alpha2", ns, "podgroups", group)
+    time.sleep(1.1)  # creationTimestamp has whole seconds: the rival's PodGroup is strictly older
+    submit(chain, ns, "mpi", AS_NODE, AS_NODE.name)
+    launcher_of = replace(AS_NODE, trainer_jobs=("launcher",), trainer_pods=1)
+    nodes_of = replace(AS_NODE, trainer_jobs=("node",), trainer_pods=2)
+    wait_for("the nodes and the placeholder are bound (the pool is full)", lambda: len(
+        [p for p in trainer_pods(core, ns, "mpi", nodes_of) + placeholders(core, ns) if p.spec.node_name]) == 3,
+        deadline_s=DEADLINE_S, explain=seen)
+    early = trainer_pods(core, ns, "mpi", launcher_of)
+    core.create_namespaced_pod(ns, rival)  # pending: no room left
+    name = rival["metadata"]["name"]
+    placed = lambda: (core.read_namespaced_pod(name, ns).spec.node_name,  # noqa: E731
+                      next((p.spec.node_name for p in trainer_pods(core, ns, "mpi", launcher_of)), None))
+    wait_for("the rival or the launcher is placed", lambda: any(placed()), deadline_s=DEADLINE_S, explain=seen)
+    time.sleep(2)  # KAI's next sessions: the one left waits on
+    took, launcher_node = placed()
+    assert bool(took) != bool(launcher_node), f"one node freed, two placed?\n{seen()}"
+    if launcher_node:
+        outcome = "the launcher got its place" + (" (it existed before the rival's pod)" if early else "")
+    else:
+        outcome = f"the older rival took the placeholder's node ({took}); the launcher waited with its nodes held"
+        core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+        again = watch_fare(chain, ns, "mpi", AS_NODE, time.monotonic(), DEADLINE_S)
+        assert again.outcome == "bound", f"{again}\n{seen()}"
+        outcome += f", and was placed {again.seconds:.1f} s after the rival was deleted"
+    REPORT.append(f"hand-over window, a rival gang older than the MPI gang pending for exactly its launcher's room: "
+                  f"{outcome}")
+    wait_for("no placeholder outlives its use", lambda: not placeholders(core, ns), deadline_s=30, explain=seen)
