@@ -74,6 +74,7 @@ SETTINGS_DEFAULTS = {
     "KAI_FN_SCHEDULE_TIMEOUT_SECONDS": "",
     "KAI_FN_ON_TIMEOUT": "event",
     "KAI_FN_STALENESS_GRACE_PERIOD": "-1s",
+    "KAI_FN_PLACEHOLDER_IMAGE": "registry.k8s.io/pause:3.10",
     "KAI_FN_HEARTBEAT_LEASE": "kai-fn/kai-fn-resync",
 }
 
