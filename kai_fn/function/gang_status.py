@@ -79,7 +79,7 @@ def hand_over(session: Session, podgroup: dict[str, Any], owner: dict[str, Any])
     jobset = session.jobset(ns, name)
     if jobset is None or not triage.controlled_by(jobset, uid) or triage.marks(trainjob, jobset).podgroup != pg_name:
         return None
-    done, changed = reserve.settle(session, trainjob, jobset, pg_name, None)
+    done, changed = reserve.settle(session, trainjob, jobset, pg_name, None, unmarked=True)
     return Outcome("done", done, ns, name, uid, pg_name) if changed else None
 
 

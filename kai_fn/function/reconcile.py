@@ -114,7 +114,7 @@ class Reconciler:
                 return self.release_legacy(f"gang {marks.podgroup} in place")
             if marks.reserves:  # places held for a later wave: never "nothing left to do" (kai_fn/function/reserve.py)
                 done, changed = reserve.settle(self.session, self.obj, jobset, marks.podgroup,
-                                               self.planned_placeholders)
+                                               lambda: reserve.planned(self.session, self.settings, self.obj))
                 return self.outcome("done" if changed else "skipped", done, marks.podgroup)
             self.session.cluster.recent.decided(self.uid)
             return self.outcome("skipped", "already gang-scheduled", marks.podgroup)
@@ -145,14 +145,6 @@ class Reconciler:
         if jobset is None:
             raise NotYet(NOT_CREATED)
         return self.apply(result, jobset)
-
-    def planned_placeholders(self) -> tuple[dict[str, Any], ...]:
-        """The placeholders of the TrainJob's plan, to make them again (a resume, a restart of its JobSet)."""
-        job = parse(TrainJob, self.obj)
-        raw = self.session.runtime(target(job))
-        if raw is None:
-            return ()
-        return plan(job, parse(Runtime, raw), **self.settings.planning()).placeholders
 
     def live_jobset(self) -> dict[str, Any] | None:
         """The TrainJob's JobSet, or None while Trainer has not made it."""

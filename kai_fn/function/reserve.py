@@ -15,8 +15,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kai_fn.core import keys, reserve, triage
+from kai_fn.core.models import Runtime, TrainJob, parse
+from kai_fn.core.plan import plan
+from kai_fn.core.runtime import target
 from kai_fn.function import metrics
 from kai_fn.function.cluster import Gone, Session, Transient
+from kai_fn.function.settings import Settings
 
 Planned = Callable[[], Sequence[dict[str, Any]]]  # the placeholders the plan makes (a runtime read: only when needed)
 
@@ -39,11 +43,21 @@ def make(session: Session, bodies: Sequence[dict[str, Any]]) -> int:
     return created
 
 
+def planned(session: Session, settings: Settings, trainjob: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The placeholders of the TrainJob's plan, to make them again (a resume, a restart of its JobSet)."""
+    job = parse(TrainJob, trainjob)
+    raw = session.runtime(target(job))
+    return plan(job, parse(Runtime, raw), **settings.planning()).placeholders if raw is not None else ()
+
+
 def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroup: str,
-           planned: Planned | None, pods: list[dict[str, Any]] | None = None) -> tuple[str, bool]:
+           planned: Planned | None, pods: list[dict[str, Any]] | None = None, *,
+           unmarked: bool = False) -> tuple[str, bool]:
     """Bring the TrainJob's placeholders to what :func:`kai_fn.core.reserve.step` wants: what was done, in words,
     and whether any placeholder was made or deleted.
-    ``planned`` None: make none (the PodGroup source only hands places over; the TrainJob's pass makes them)."""
+    ``planned`` None: make none (the PodGroup source only hands places over; the TrainJob's pass makes them).
+    ``unmarked``: the gang is known to lack ``kai-fn/reservation-ended``: mark it even if another delivery deleted
+    the placeholders (and then stopped), so that the gang's later events cost nothing."""
     meta = triage.meta(trainjob)
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
     reserves = reserve.parse_reserves(triage.notes(jobset).get(keys.RESERVES_ANNOTATION))
@@ -68,12 +82,13 @@ def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | 
         gone = sum(1 for n in step.delete if session.delete_pod(ns, n, uids.get(n)))
         metrics.PLACEHOLDERS.labels("handed_over" if step.handed_over else "deleted").inc(len(step.delete))
         done.append(f"{gone} placeholder(s) deleted")
-        if step.handed_over or step.finished:
-            stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            ended = f"{stamp} {'handed-over' if step.handed_over else 'finished'}"
-            try:
-                session.patch_podgroup(keys.KAI_PODGROUP_API, ns, podgroup,
-                                       {"metadata": {"annotations": {keys.RESERVATION_ENDED_ANNOTATION: ended}}})
-            except Gone:
-                pass
+    if (step.delete or unmarked) and (step.handed_over or step.finished):
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        ended = f"{stamp} {'handed-over' if step.handed_over else 'finished'}"
+        try:
+            session.patch_podgroup(keys.KAI_PODGROUP_API, ns, podgroup,
+                                   {"metadata": {"annotations": {keys.RESERVATION_ENDED_ANNOTATION: ended}}})
+            done.append("the gang marked")
+        except Gone:
+            pass
     return f"{step.why}{': ' + ', '.join(done) if done else ''}", bool(done)

@@ -142,3 +142,13 @@ def test_a_trainjob_without_a_later_ready_wave_gets_no_placeholder_and_is_rememb
     api.reset_calls()
     assert send(function.url, resource(tj, "update")).status == 200
     assert placeholders(api) == [] and api.calls == [], "decided, nothing left to do: no API call"
+
+
+def test_a_hand_over_cut_short_before_its_mark_is_marked_by_the_gangs_next_event(api, function):
+    """Another delivery deleted the placeholder and stopped before marking the gang: the next PodGroup event marks it,
+    so the gang's later events cost nothing."""
+    released(api, function.url)
+    nodes_run(api, launcher=True)
+    api.delete("v1", "Pod", NS, HOLDER)
+    assert send(function.url, resource(api.get(KAI_PG, "PodGroup", NS, PG), "update")).status == 200
+    assert (ended(api) or "").endswith(" handed-over")
