@@ -71,7 +71,10 @@ def _pod(namespace: str, trainjob: str, uid: str, podgroup: str, queue: str | No
     spec = ps.pod_spec
     pod_spec: dict[str, Any] = {
         "schedulerName": spec.scheduler_name or keys.KAI_SCHEDULER_NAME,
-        "containers": [{"name": PLACEHOLDER_CONTAINER, "image": image, "resources": resources}],
+        "containers": [{"name": PLACEHOLDER_CONTAINER, "image": image, "resources": resources,
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
+        # Admitted where Pod Security is "restricted": it runs nothing (pause runs as 65535).
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "seccompProfile": {"type": "RuntimeDefault"}},
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 0,  # its place is freed the moment it is deleted
         "automountServiceAccountToken": False,

@@ -93,6 +93,9 @@ def test_the_placeholder_is_placed_as_the_launcher_would_be():
     assert {k: spec[k] for k in PLACED} == PLACED
     assert spec["schedulerName"] == "kai-scheduler" and spec["containers"][0]["image"] == "mirror/pause:1"
     assert spec["terminationGracePeriodSeconds"] == 0 and spec["restartPolicy"] == "Always"
+    assert spec["securityContext"]["runAsNonRoot"] is True  # Pod Security "restricted" admits it
+    assert spec["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False,
+                                                        "capabilities": {"drop": ["ALL"]}}
 
 
 def test_every_pod_of_a_reserved_set_gets_a_placeholder():
