@@ -394,13 +394,16 @@ class Session:
         return list(found.get("items") or [])
 
     def create_pod(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        """The pod as written; None when one of that name exists already (409; kept untouched)."""
+        """The pod as written; None when one of that name exists already (409; kept untouched). :class:`Gone` when
+        its namespace is being deleted (403: nothing is made there any more)."""
         try:
             return self._call(self._post, "/api/v1/namespaces/{namespace}/pods", body,
                               namespace=body["metadata"]["namespace"])
         except ApiException as error:
             if error.status == 409:
                 return None
+            if error.status == 403 and "being terminated" in str(error.body):
+                raise Gone(f"namespace {body['metadata']['namespace']} is being deleted") from None
             raise Transient(f"API {error.status} on create pod") from None
 
     def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> bool:

@@ -63,18 +63,23 @@ def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | 
     reserves = reserve.parse_reserves(triage.notes(jobset).get(keys.RESERVES_ANNOTATION))
     marks = triage.marks(trainjob, jobset)
 
+    running = marks.running and not marks.deleting and not triage.deleting(jobset)
+
     def now_step(listed: list[dict[str, Any]] | None) -> tuple[reserve.Step, list[dict[str, Any]]]:
         held = session.placeholders(ns, uid)
-        found = listed if listed is not None else (session.jobset_pods(ns, name) if marks.running else [])
-        return reserve.step(trainjob=name, reserves=reserves, running=marks.running and not marks.deleting,
-                            finished=reserve.finished(jobset), pods=found, held=held), held
+        found = listed if listed is not None else (session.jobset_pods(ns, name) if running else [])
+        return reserve.step(trainjob=name, reserves=reserves, running=running, finished=reserve.finished(jobset),
+                            pods=found, held=held), held
 
     step, held = now_step(pods)
     done = []
     if step.create and planned is not None:
         wanted = [b for b in planned() if b["metadata"]["name"] in step.create]
-        if made := make(session, wanted):
-            done.append(f"{made} placeholder(s) made")
+        try:
+            if made := make(session, wanted):
+                done.append(f"{made} placeholder(s) made")
+        except Gone as gone:  # its namespace is being deleted
+            return f"no place to hold: {gone}", False
         # JobSet may have made the pods meanwhile: look again, so a placeholder never outlives its use.
         step, held = now_step(None)
     if step.delete:

@@ -222,3 +222,27 @@ def test_kais_order_an_older_gang_waiting_for_exactly_the_freed_room_takes_it_fi
     REPORT.append(f"hand-over window, a rival gang older than the MPI gang pending for exactly its launcher's room: "
                   f"{outcome}")
     wait_for("no placeholder outlives its use", lambda: not placeholders(core, ns), deadline_s=30, explain=seen)
+
+
+def test_a_suspended_mpi_trainjob_lets_its_place_go_and_holds_it_again_on_resume(chain, pool, namespaces):
+    """Suspended (as Kueue or its user would), JobSet deletes its pods and kai_fn the placeholder; resumed, the nodes
+    come back without a launcher, below the gang's minMember: kai_fn holds the launcher's place again, and the gang
+    binds whole."""
+    nodes = pool("rsv-resume")
+    nodes.ensure(AS_NODE.nodes)
+    ns = namespaces("rsv-resume")
+    objs, core = client.CustomObjectsApi(chain.api), client.CoreV1Api(chain.api)
+    objs.create_namespaced_custom_object(*TRAINER, ns, "trainingruntimes", AS_NODE.runtime(ns, nodes.name))
+    seen = lambda: table(chain, ns)  # noqa: E731
+    first = watch_fare(chain, ns, "mpi", AS_NODE, submit(chain, ns, "mpi", AS_NODE, AS_NODE.name), DEADLINE_S)
+    assert first.outcome == "bound", f"{first}\n{seen()}"
+    objs.patch_namespaced_custom_object(*TRAINER, ns, "trainjobs", "mpi", {"spec": {"suspend": True}})
+    wait_for("its pods and placeholder gone", lambda: not trainer_pods(core, ns, "mpi", AS_NODE)
+             and not placeholders(core, ns), deadline_s=DEADLINE_S, explain=seen)
+    resumed = time.monotonic()
+    objs.patch_namespaced_custom_object(*TRAINER, ns, "trainjobs", "mpi", {"spec": {"suspend": False}})
+    again = watch_fare(chain, ns, "mpi", AS_NODE, resumed, DEADLINE_S)
+    assert again.outcome == "bound", f"{again}\n{seen()}"
+    wait_for("no placeholder outlives its use", lambda: not placeholders(core, ns), deadline_s=30, explain=seen)
+    REPORT.append(f"reservation after a suspend: the placeholder went with the pods; resumed, bound whole again in "
+                  f"{again.seconds:.1f} s")
