@@ -74,6 +74,7 @@ SETTINGS_DEFAULTS = {
     "KAI_FN_SCHEDULE_TIMEOUT_SECONDS": "",
     "KAI_FN_ON_TIMEOUT": "event",
     "KAI_FN_STALENESS_GRACE_PERIOD": "-1s",
+    "KAI_FN_PLACEHOLDER_IMAGE": "registry.k8s.io/pause:3.10",
     "KAI_FN_HEARTBEAT_LEASE": "kai-fn/kai-fn-resync",
 }
 
@@ -96,6 +97,8 @@ HEARTBEAT_LEASE = "kai-fn-resync"
 # create, get; patch: the gang's marks (kai-fn/bound, kai-fn/timed-out); list: the resync's released gangs
 KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get", "patch", "list")} | {
     ("scheduling.run.ai", "queues", "list"),  # the queue pre-check
+    ("", "pods", "create"),  # placeholders holding MPI's launcher's place in its nodes' gang (kai_fn/core/reserve.py)
+    ("", "pods", "delete"),  # ... deleted once JobSet made the launcher, or the JobSet stopped
 }
 SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", v) for v in ("create", "get", "patch", "list")}
 FUNCTION_TRIPLES = {

@@ -124,6 +124,11 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
         "conditions": [{"reason": r.reason, "message": r.message, "queue": r.queue} for r in reasons],
         "pods": {rj: {"bound": b, "waiting": w} for rj, (b, w) in gang.per_replicated_job(pods).items()},
     }
+    if result.placeholders:  # MPI's launcher: its place held in the gang until JobSet makes it
+        held = session.placeholders(namespace, triage.meta(obj).get("uid", "")) if released else []
+        out.kai["placeholders"] = [{"name": triage.meta(p).get("name"), "for": triage.labels(p).get(
+            keys.PLACEHOLDER_LABEL), "node": (p.get("spec") or {}).get("nodeName")} for p in held]
+        out.kai["reservation"] = states.reservation(podgroup) or "not made yet: made when its JobSet is released"
     queue_rows, queue_problem = queue_view(session, result)
     out.kai["queue"] = queue_rows
     if marks.timed_out is not None and not released:
@@ -285,6 +290,10 @@ def render(report: Report) -> str:
     if "pods" in kai:
         rows = [[rj, c["bound"], c["waiting"]] for rj, c in kai["pods"].items()]
         out += ["PODS", table(rows, ["REPLICATED JOB", "BOUND", "WAITING"]) if rows else "  none yet", ""]
+    if "reservation" in kai:
+        rows = [[p["name"], p["for"], p["node"] or "-"] for p in kai.get("placeholders") or []]
+        out += ["RESERVATION", f"  {kai['reservation']}"]
+        out += [table(rows, ["PLACEHOLDER", "HOLDS THE PLACE OF", "NODE"]) if rows else "  no placeholder pod now", ""]
     out.append(f"NEXT: {report.next}")
     return "\n".join(out)
 

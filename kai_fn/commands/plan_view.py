@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kai_fn.core import keys, reserve
 from kai_fn.core.plan import Plan
 
 
@@ -19,6 +20,10 @@ def summary(plan: Plan) -> dict[str, Any]:
         "queue": plan.queue,
         "podSets": [{"name": p.name, "count": p.count, "requests": p.requests} for p in plan.pod_sets],
     }
+    if plan.reserves:
+        out["reserves"] = [{"replicatedJob": job, "pods": count, "placeholders": [
+            p["metadata"]["name"] for p in plan.placeholders if p["metadata"]["labels"][keys.PLACEHOLDER_LABEL] == job]}
+            for job, count in reserve.parse_reserves(plan.reserves).items()]
     if plan.flavor == "kai":
         out["podGroups"] = [{"name": s.podgroup, "replicatedJobs": list(s.replicated_jobs),
                              "minMember": s.min_member, **({"main": True} if s.main else {})} for s in plan.stages]

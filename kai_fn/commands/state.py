@@ -14,6 +14,9 @@ Events) in; a :class:`Reading` out. The states, in the order an operator should 
   or running without ever being held;
 - ``bound``: every pod of the gang on a node (``kai-fn/bound``, or the pods say so now).
 
+MPI's launcher: while placeholders hold its place in the nodes' gang (``kai-fn/reserves`` on the main PodGroup, not
+yet ``kai-fn/reservation-ended``), ``waiting`` says so, and every reading carries ``reservation``.
+
 Stages: "bound" is judged on the PodGroup the decision ``kai-fn/podgroup`` names (the trainer stage), while KAI's
 reasons are gathered from every PodGroup of the TrainJob (label ``kai-fn/trainjob-uid``), each stage's included.
 """
@@ -26,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kai_fn.core import gang, keys, triage
+from kai_fn.core import gang, keys, reserve, triage
 from kai_fn.core.schedule_timeout import parse_time, stamp
 from kai_fn.function import report
 
@@ -86,6 +89,7 @@ class Reading:
     min_member: int | None = None
     gpus: str | None = None
     podgroup: str | None = None
+    reservation: str | None = None  # places held for a later wave (MPI's launcher), or when they were handed over
 
     def age(self, now: datetime.datetime) -> float:
         return (now - self.since).total_seconds() if self.since else 0.0
@@ -93,7 +97,7 @@ class Reading:
     def as_dict(self) -> dict[str, Any]:
         return {"namespace": self.namespace, "name": self.name, "state": self.state, "reason": self.reason,
                 "since": stamp(self.since) if self.since else None, "queue": self.queue, "minMember": self.min_member,
-                "gpus": self.gpus, "podGroup": self.podgroup}
+                "gpus": self.gpus, "podGroup": self.podgroup, "reservation": self.reservation}
 
 
 def in_scope(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None, podgroups: Sequence[dict[str, Any]] = (),
@@ -172,10 +176,23 @@ def read(trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroups: Seq
     if main is None:
         return reading("waiting", f"its PodGroup {marks.podgroup} is gone, so its pods never schedule: resubmit it",
                        marks.resumed)
+    held = f"; {note}" if (note := reservation(main)) and reserve.ended(main) is None else ""
     if kai:
-        return reading("waiting", f"KAI: {kai}", marks.resumed)
-    return reading("waiting", f"the scheduler has not placed it yet ({counted.summary() if counted else ''})",
+        return reading("waiting", f"KAI: {kai}{held}", marks.resumed)
+    return reading("waiting", f"the scheduler has not placed it yet ({counted.summary() if counted else ''}){held}",
                    marks.resumed)
+
+
+def reservation(main: dict[str, Any] | None) -> str | None:
+    """Places held in the gang for pods JobSet makes later (kai_fn/core/reserve.py), in words; None without any."""
+    held = reserve.parse_reserves(triage.notes(main).get(keys.RESERVES_ANNOTATION))
+    if not held:
+        return None
+    what = ", ".join(f"{job} ({count} pod{'s' if count > 1 else ''})" for job, count in held.items())
+    if (ended := reserve.ended(main)) is not None:
+        moment, why = ended
+        return f"the places of {what} were {'handed over' if why == 'handed-over' else 'let go: ' + why} at {moment}"
+    return f"placeholder pods hold the places of {what} in the gang until JobSet makes them"
 
 
 def reasons(podgroups: Sequence[dict[str, Any]], main: dict[str, Any] | None = None) -> tuple[gang.Reason, ...]:
@@ -212,4 +229,5 @@ def _gang_of(trainjob: dict[str, Any], main: dict[str, Any] | None) -> dict[str,
     resources = dict(part.split("=", 1) for part in (notes.get(keys.MIN_RESOURCES_ANNOTATION) or "").split(",")
                      if "=" in part)
     return {"queue": spec.get("queue") or label, "min_member": sum(gang.minima(main).values()) or None,
-            "gpus": next((resources[g] for g in _GPUS if g in resources), None), "podgroup": main["metadata"]["name"]}
+            "gpus": next((resources[g] for g in _GPUS if g in resources), None), "podgroup": main["metadata"]["name"],
+            "reservation": reservation(main)}

@@ -69,3 +69,11 @@ MIN_RESOURCES_ANNOTATION = "kai-fn/min-resources"
 STAGE_ANNOTATION = "kai-fn/replicated-jobs"  # a staged gang's PodGroup: the replicatedJobs of its wave
 RELEASED_AT_ANNOTATION = "kai-fn/released-at"  # on the JobSet: when kai_fn resumed it
 SCHEDULE_TIMEOUT_ANNOTATION = "kai-fn/schedule-timeout-seconds"  # TrainJob: override; PodGroup: the default
+# A later wave reserved in an earlier wave's gang (kai_fn/core/reserve.py, docs/reservation.md): on the main PodGroup
+# and in the JobSet's decision, the replicatedJobs whose places are held and their pods (`launcher=1`); on each
+# placeholder pod, the replicatedJob it holds a place for; on the main PodGroup, when kai_fn deleted the last
+# placeholder and why (`<time> handed-over`: JobSet made the pods; `<time> finished`: the JobSet finished first).
+RESERVES_ANNOTATION = "kai-fn/reserves"
+PLACEHOLDER_LABEL = "kai-fn/placeholder-for"
+RESERVATION_ENDED_ANNOTATION = "kai-fn/reservation-ended"
+READY = "Ready"  # a dependsOn status: the job starts once the jobs it depends on run (JobSet)

@@ -73,6 +73,10 @@ class PodSpec(Model):
     resources: Resources | None = None
     scheduler_name: StrictStr | None = None
     priority_class_name: StrictStr | None = None
+    # Where the pods may go: a placeholder holding a pod's place must be placed as that pod would be.
+    node_selector: dict[StrictStr, StrictStr] = {}
+    tolerations: list[dict[StrictStr, Any]] = []
+    affinity: dict[StrictStr, Any] | None = None
 
 
 class PodTemplate(Model):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from kai_fn.core import keys, validation
+from kai_fn.core import keys, reserve, validation
 from kai_fn.core.models import Runtime, TrainJob
 from kai_fn.core.podsets import PodSet, pod_sets, total_requests
 from kai_fn.core.queue_check import Gang, gangs
@@ -75,6 +75,9 @@ class Plan:
     pod_sets: tuple[PodSetSummary, ...] = ()
     gangs: tuple[Gang, ...] = ()  # what KAI must place at once, in KAI's units (the queue pre-check)
     problems: tuple[Problem, ...] = ()
+    # KAI flavor: pods of later waves held in an earlier wave's gang until JobSet makes them (kai_fn/core/reserve.py)
+    placeholders: tuple[dict[str, Any], ...] = ()
+    reserves: str = ""  # `launcher=1`: the replicatedJobs whose places are held, and their pods
 
     @property
     def blocked(self) -> bool:
@@ -105,9 +108,11 @@ def kai_podgroup_name(job: TrainJob) -> str:
 
 
 def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_queue: str = "default-queue",
-         schedule_timeout_seconds: int | None = None, staleness_grace_period: str | None = NEVER_STALE) -> Plan:
+         schedule_timeout_seconds: int | None = None, staleness_grace_period: str | None = NEVER_STALE,
+         placeholder_image: str = reserve.DEFAULT_IMAGE) -> Plan:
     """``schedule_timeout_seconds``: kai_fn's own timeout for a KAI gang whose runtime has no podGroupPolicy.kai.
-    ``staleness_grace_period``: each KAI PodGroup's ``stalenessGracePeriod`` (a Go duration), None for KAI's."""
+    ``staleness_grace_period``: each KAI PodGroup's ``stalenessGracePeriod`` (a Go duration), None for KAI's.
+    ``placeholder_image``: the image of the pods that hold a later wave's places (KAI flavor)."""
     check_matches(job, runtime)
     base = Plan(namespace=job.metadata.namespace, trainjob=job.metadata.name, uid=job.metadata.uid, flavor=flavor)
     if reason := out_of_scope(job, runtime):
@@ -116,7 +121,7 @@ def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_que
     sets = pod_sets(job, runtime)
     policy = gang_policy(job, runtime, sets, default_queue)
     resources = {k: str(q) for k, q in sorted(total_requests(sets).items())}
-    waves = stages(sets)
+    waves = stages(sets, reserve=flavor == "kai")
     problems = list(policy.problems) + _pod_set_problems(sets)
     base = replace(
         base,
@@ -131,7 +136,7 @@ def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_que
     )
     if flavor == "kai":
         base = replace(base, gangs=gangs(waves))
-        return _kai(base, job, waves, policy, problems, staleness_grace_period)
+        return _kai(base, job, waves, policy, problems, staleness_grace_period, placeholder_image)
     return _scheduler_plugins(base, job, sets, waves, problems)
 
 
@@ -143,7 +148,7 @@ def _timeout(policy: GangPolicy, flavor: Flavor, label_only: int | None) -> int 
 
 
 def _kai(base: Plan, job: TrainJob, waves: tuple[Stage, ...], policy: GangPolicy, problems: list[Problem],
-         staleness: str | None) -> Plan:
+         staleness: str | None, image: str) -> Plan:
     main_name = kai_podgroup_name(job)
     names = {stage.wave: stage.podgroup_name(main_name) for stage in waves}
     for stage in waves:
@@ -167,10 +172,21 @@ def _kai(base: Plan, job: TrainJob, waves: tuple[Stage, ...], policy: GangPolicy
         for stage in waves for ps in stage.pod_sets
     )
     main = main_stage(waves) if waves else None
+    held = tuple(p for s in waves for p in reserve.placeholders(
+        namespace=job.metadata.namespace, trainjob=job.metadata.name, uid=job.metadata.uid,
+        podgroup=names[s.wave], queue=policy.queue, sets=s.reserved, image=image))
+    for pod in held:
+        if why := validation.dns_subdomain(pod["metadata"]["name"]):
+            problems.append(Problem(f"placeholder pod metadata.name {pod['metadata']['name']!r}", why))
+    for s in waves:
+        if s.reserved:
+            podgroups[s.wave]["metadata"]["annotations"][keys.RESERVES_ANNOTATION] = reserve.reserves_text(s.reserved)
     base = replace(
         base,
         stages=tuple(StageSummary(names[s.wave], s.names, s.min_member, s.main) for s in waves),
         stage_podgroups=tuple(podgroups[s.wave] for s in waves if not s.main),
+        placeholders=held,
+        reserves=reserve.reserves_text(ps for s in waves for ps in s.reserved),
     )
     return _finish(base, problems, podgroups[main.wave] if main else None, templates,
                    {keys.KAI_SKIP_PODGROUPER: "true"})
@@ -290,6 +306,6 @@ def _podgroup_annotations(base: Plan, stage: Stage | None) -> dict[str, str]:
 def _finish(base: Plan, problems: list[Problem], podgroup: dict[str, Any], templates: tuple[PodTemplateChange, ...],
             jobset_annotations: dict[str, str]) -> Plan:
     if any(p.blocking for p in problems):
-        return replace(base, problems=tuple(problems))
+        return replace(base, problems=tuple(problems), placeholders=())
     return replace(base, podgroup=podgroup, pod_templates=templates, jobset_annotations=jobset_annotations,
                     problems=tuple(problems))

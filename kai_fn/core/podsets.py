@@ -7,7 +7,7 @@ included (MPI: the one named ``node``, less one when the launcher runs as a node
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kai_fn.core import keys
 from kai_fn.core.models import Container, MLPolicy, PodSpec, ReplicatedJob, Resources, Runtime, TrainJob
@@ -31,6 +31,13 @@ class PodSet:
     pod_spec: PodSpec
     depends_on: tuple[str, ...]
     replicas: int = 1  # not in count (as Trainer), but more pods than minMember may exist
+    labels: dict[str, str] = field(default_factory=dict)  # the pod template's
+    after_ready: bool = False  # every dependsOn is `Ready`: JobSet makes its pods once those jobs run
+
+    @property
+    def pods(self) -> int:
+        """Every pod of the set, ``replicas`` included: what a wave's gang and its placeholders count."""
+        return self.count * max(self.replicas, 1)
 
 
 def pod_sets(job: TrainJob, runtime: Runtime) -> list[PodSet]:
@@ -53,6 +60,8 @@ def pod_sets(job: TrainJob, runtime: Runtime) -> list[PodSet]:
             pod_spec=spec,
             depends_on=tuple(d.name for d in rj.depends_on),
             replicas=rj.replicas,
+            labels=dict(rj.template.spec.template.metadata.labels),
+            after_ready=bool(rj.depends_on) and all(d.status == keys.READY for d in rj.depends_on),
         ))
     if trainer is not None and trainer.num_nodes is not None:
         _set_num_nodes(sets, ml, trainer.num_nodes)

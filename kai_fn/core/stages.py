@@ -3,6 +3,8 @@
 A job that ``dependsOn`` another is never pending with it (JobSet makes it once the other is ``Complete`` or
 ``Ready``), so no one gang over both can be met; each wave (no ``dependsOn``: wave 0; else one after the latest it
 depends on) is a gang of its own, the trainer's the main one. docs/how-it-decides.md ("Layout") says why in KAI's terms.
+With ``reserve`` (the KAI flavor), a job that starts once its predecessor is ``Ready`` (MPI's launcher) joins that
+wave instead, its places held by placeholder pods (:mod:`kai_fn.core.reserve`, docs/reservation.md).
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ class Stage:
     wave: int
     pod_sets: tuple[PodSet, ...]
     main: bool
+    reserved: tuple[PodSet, ...] = ()  # of pod_sets, those JobSet makes later: placeholders hold their places
+
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -26,15 +30,16 @@ class Stage:
     @property
     def min_member(self) -> int:
         """Every pod of the wave: KAI must see all that exist, or it binds some of them and leaves the rest."""
-        return sum(ps.count * max(ps.replicas, 1) for ps in self.pod_sets)
+        return sum(ps.pods for ps in self.pod_sets)
 
     def podgroup_name(self, main_name: str) -> str:
         return main_name if self.main else f"{main_name}-stage-{self.wave}"
 
 
-def waves(sets: Sequence[PodSet]) -> dict[str, int]:
-    """The wave of each pod set: 0 without ``dependsOn``, else one after the latest it depends on. A name that is
-    not a pod set (JobSet's webhook refuses it) is ignored; a cycle (refused too) cannot loop."""
+def waves(sets: Sequence[PodSet], reserve: bool = False) -> dict[str, int]:
+    """The wave of each pod set: 0 without ``dependsOn``, else one after the latest it depends on; with ``reserve``,
+    a set that waits only for ``Ready`` ones is in the latest of their waves. A name that is not a pod set (JobSet's
+    webhook refuses it) is ignored; a cycle (refused too) cannot loop."""
     by_name = {ps.name: ps for ps in sets}
     found: dict[str, int] = {}
 
@@ -42,20 +47,24 @@ def waves(sets: Sequence[PodSet]) -> dict[str, int]:
         if name in found:
             return found[name]
         deps = [d for d in by_name[name].depends_on if d in by_name and d not in seen]
-        found[name] = 1 + max((wave_of(d, seen | {name}) for d in deps), default=-1)
+        step = 0 if reserve and by_name[name].after_ready and deps else 1
+        found[name] = step + max((wave_of(d, seen | {name}) for d in deps), default=-1)
         return found[name]
 
     return {ps.name: wave_of(ps.name, frozenset()) for ps in sets}
 
 
-def stages(sets: Sequence[PodSet]) -> tuple[Stage, ...]:
-    """The waves in start order, one Stage each; exactly one of them is main."""
+def stages(sets: Sequence[PodSet], reserve: bool = False) -> tuple[Stage, ...]:
+    """The waves in start order, one Stage each; exactly one of them is main. ``reserve``: see the module."""
     if not sets:
         return ()
-    wave = waves(sets)
+    wave = waves(sets, reserve)
+    names = {ps.name for ps in sets}
+    later = {ps.name for ps in sets if reserve and ps.after_ready and names.intersection(ps.depends_on)}
     numbers = sorted(set(wave.values()))
     main_wave = _main_wave(sets, wave)
-    return tuple(Stage(n, tuple(ps for ps in sets if wave[ps.name] == n), n == main_wave) for n in numbers)
+    return tuple(Stage(n, tuple(ps for ps in sets if wave[ps.name] == n), n == main_wave,
+                       tuple(ps for ps in sets if wave[ps.name] == n and ps.name in later)) for n in numbers)
 
 
 def _main_wave(sets: Sequence[PodSet], wave: dict[str, int]) -> int:

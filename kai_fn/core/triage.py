@@ -87,6 +87,7 @@ class Marks:
     bound: datetime.datetime | None = None
     timed_out: datetime.datetime | None = None
     resumed: datetime.datetime | None = None  # when the JobSet last started running
+    reserves: str | None = None  # the decision holds places for later waves (`launcher=1`, kai_fn/core/reserve.py)
 
     @property
     def decided(self) -> bool:
@@ -127,6 +128,7 @@ def marks(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None,
         deleting=deleting(trainjob),
         bound=parse_time(pg_notes.get(keys.GANG_BOUND_ANNOTATION) or job_notes.get(keys.GANG_BOUND_ANNOTATION)),
         timed_out=parse_time(pg_notes.get(keys.TIMED_OUT_ANNOTATION) or job_notes.get(keys.TIMED_OUT_ANNOTATION)),
+        reserves=set_notes.get(keys.RESERVES_ANNOTATION) if podgroup_name else None,
         resumed=max(filter(None, (resumed_at(jobset), parse_time(job_notes.get(keys.RELEASED_AT_ANNOTATION)))),
                     default=None),
     )

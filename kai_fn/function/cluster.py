@@ -299,6 +299,41 @@ class Session:
             raise Transient(f"API {error.status} on list pods") from None
         return list(found.get("items") or [])
 
+    def placeholders(self, namespace: str, trainjob_uid: str) -> list[dict[str, Any]]:
+        """The placeholder pods kai_fn made for a TrainJob (kai_fn/core/reserve.py), by their labels."""
+        try:
+            found = self._call(self._list_pods, namespace,
+                               f"{keys.TRAINJOB_UID_LABEL}={trainjob_uid},{keys.PLACEHOLDER_LABEL}")
+        except ApiException as error:
+            raise Transient(f"API {error.status} on list pods") from None
+        return list(found.get("items") or [])
+
+    def create_pod(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The pod as written; None when one of that name exists already (409; kept untouched). :class:`Gone` when
+        its namespace is being deleted (403: nothing is made there any more)."""
+        try:
+            return self._call(self._post, "/api/v1/namespaces/{namespace}/pods", body,
+                              namespace=body["metadata"]["namespace"])
+        except ApiException as error:
+            if error.status == 409:
+                return None
+            if error.status == 403 and "being terminated" in str(error.body):
+                raise Gone(f"namespace {body['metadata']['namespace']} is being deleted") from None
+            raise Transient(f"API {error.status} on create pod") from None
+
+    def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> bool:
+        """False when it is gone already (404), or is another pod of that name now (``uid`` precondition: 409)."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                **({"preconditions": {"uid": uid}} if uid else {})}
+        try:
+            self._call(self._request, "DELETE", "/api/v1/namespaces/{namespace}/pods/{name}", body=body,
+                       namespace=namespace, name=name)
+        except ApiException as error:
+            if error.status in (404, 409):
+                return False
+            raise Transient(f"API {error.status} on delete pod") from None
+        return True
+
     def list_trainjobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
         if namespace is None:
             return self._list(self._custom.list_cluster_custom_object, keys.TRAINER_GROUP, keys.TRAINER_VERSION,

@@ -14,7 +14,7 @@ from typing import Any
 
 from kai_fn.core import gang, keys, triage
 from kai_fn.core.stages import is_stage_of
-from kai_fn.function import metrics, report
+from kai_fn.function import metrics, report, reserve
 from kai_fn.function.cluster import Gone, Session, Transient
 from kai_fn.function.events import PodGroupEvent
 from kai_fn.function.inventory import Entry, creation_order
@@ -35,6 +35,10 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     if owner is None:
         return Outcome("ignored", "the PodGroup has no TrainJob owner", ns, pg_name, event.uid)
     recent = session.cluster.recent
+    if holding(podgroup):
+        handed = hand_over(session, podgroup, owner)
+        if handed is not None:
+            return handed
     if recent.is_bound(event.uid) or keys.GANG_BOUND_ANNOTATION in (meta.get("annotations") or {}):
         return Outcome("skipped", "already bound", ns, owner["name"], owner.get("uid"), pg_name)
     if event.type.endswith(".add") and not podgroup.get("status"):
@@ -55,6 +59,28 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     if outcome.result == "done" and outcome.reason.startswith(report.GANG_BOUND) or outcome.reason == "already bound":
         recent.bound(event.uid)
     return outcome
+
+
+def holding(podgroup: dict[str, Any]) -> bool:
+    """The gang holds places for a later wave (MPI's launcher), not yet handed over (kai_fn/core/reserve.py)."""
+    notes = (podgroup.get("metadata") or {}).get("annotations") or {}
+    return keys.RESERVES_ANNOTATION in notes and keys.RESERVATION_ENDED_ANNOTATION not in notes
+
+
+def hand_over(session: Session, podgroup: dict[str, Any], owner: dict[str, Any]) -> Outcome | None:
+    """KAI's controllers rewrite the gang's status when a pod joins it: the moment JobSet makes the launcher, its
+    placeholder goes (kai_fn/function/reserve.py). An Outcome when that was this event's work, else None (the gang's
+    status is looked at as for any other)."""
+    ns, name, uid = triage.meta(podgroup).get("namespace"), owner["name"], owner.get("uid")
+    pg_name = triage.meta(podgroup).get("name")
+    trainjob = session.trainjob(ns, name)
+    if trainjob is None or triage.meta(trainjob).get("uid") != uid:
+        return Outcome("ignored", "its TrainJob no longer exists", ns, name, uid, pg_name)
+    jobset = session.jobset(ns, name)
+    if jobset is None or not triage.controlled_by(jobset, uid) or triage.marks(trainjob, jobset).podgroup != pg_name:
+        return None
+    done, changed = reserve.settle(session, trainjob, jobset, pg_name, None, unmarked=True)
+    return Outcome("done", done, ns, name, uid, pg_name) if changed else None
 
 
 def owning_trainjob(podgroup: dict[str, Any]) -> dict[str, Any] | None:

@@ -71,3 +71,12 @@ def owed(entry: Entry, settings: Settings) -> bool:
     if marks.held or marks.legacy_owed:
         return True
     return marks.has_jobset and marks.jobset_suspended and settings.watches(entry.key[0])
+
+
+def holding(entry: Entry) -> bool:
+    """Its gang holds places for a later wave (MPI's launcher) that kai_fn has not handed over or let go yet: a pass
+    is owed whenever JobSet may have made those pods, or stopped (kai_fn/function/reserve.py); the resync is the
+    backstop for an event that was lost."""
+    notes = triage.notes(entry.podgroup)
+    return (entry.marks.reserves is not None and entry.podgroup is not None and not entry.marks.deleting
+            and keys.RESERVATION_ENDED_ANNOTATION not in notes)

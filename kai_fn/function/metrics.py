@@ -51,6 +51,11 @@ PRECHECK_REFUSALS = Counter(
     "kai_fn_precheck_refusals", "Gangs held back by the queue pre-check, by Event reason "
     "(QueueNotFound, GangExceedsQueue).", ["reason"], registry=REGISTRY,
 )
+PLACEHOLDERS = Counter(
+    "kai_fn_placeholders", "Placeholder pods holding a later wave's places (MPI's launcher) in its gang: 'created', "
+    "'handed_over' (deleted once JobSet made the pods), 'deleted' (the JobSet was suspended or finished).",
+    ["action"], registry=REGISTRY,
+)
 TIMEOUTS = Counter("kai_fn_schedule_timeouts", "Gangs not fully bound within their schedule timeout.",
                    registry=REGISTRY)
 # A timestamp, not a count, so an alert can tell how long ago the last resync succeeded from the last value

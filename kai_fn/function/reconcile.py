@@ -22,7 +22,7 @@ from kai_fn.core.plan import Plan, plan
 from kai_fn.core.queue_check import check
 from kai_fn.core.runtime import target
 from kai_fn.core.schedule_timeout import stamp
-from kai_fn.function import metrics, report
+from kai_fn.function import metrics, report, reserve
 from kai_fn.function.cluster import Gone, GuardFailed, NotServed, Session
 from kai_fn.function.events import RESYNC, TrainJobEvent
 from kai_fn.function.report import Outcome, Result
@@ -119,6 +119,10 @@ class Reconciler:
         if marks.podgroup is not None:
             if marks.legacy_owed:
                 return self.release_legacy(f"gang {marks.podgroup} in place")
+            if marks.reserves:  # places held for a later wave: never "nothing left to do" (kai_fn/function/reserve.py)
+                done, changed = reserve.settle(self.session, self.obj, jobset, marks.podgroup,
+                                               lambda: reserve.planned(self.session, self.settings, self.obj))
+                return self.outcome("done" if changed else "skipped", done, marks.podgroup)
             self.decided()
             return self.outcome("skipped", "already gang-scheduled", marks.podgroup)
         if marks.skipped is not None:
@@ -202,6 +206,8 @@ class Reconciler:
         for _ in range(_PATCH_ATTEMPTS):
             resume = waits is None and triage.marks(self.obj, jobset).held
             decision = None if kept else {keys.MARKER_PODGROUP: result.podgroup_name}
+            if decision is not None and result.reserves:
+                decision[keys.RESERVES_ANNOTATION] = result.reserves
             if resume:
                 decision = {**(decision or {}), keys.RELEASED_AT_ANNOTATION: stamp(self.now)}
             try:
@@ -221,6 +227,8 @@ class Reconciler:
                     if self.session.create_podgroup(podgroup):
                         created = True
                         metrics.GANGS_CREATED.inc()
+                if resume:  # the later wave's places, held in its gang before any pod of it exists
+                    reserve.make(self.session, result.placeholders)
             except NotServed as missing:
                 return self.warn(report.SCHEDULER_NOT_SERVED,
                                  f"{missing}: is {'KAI Scheduler' if self.settings.flavor == 'kai' else 'scheduler-plugins'}"
@@ -240,7 +248,7 @@ class Reconciler:
         """The JobSet carries the gang: release a TrainJob the earlier policy suspended, then say what was done."""
         if waits is None and triage.marks(self.obj).legacy_owed:
             self.release_trainjob()
-        if waits is None or triage.suspended(self.obj):
+        if (waits is None or triage.suspended(self.obj)) and not result.reserves:
             self.decided()  # nothing more is kai_fn's to do
         message = report.gang_created(result, created, waits)
         self.session.create_event(self.namespace, report.event_body(self.obj, report.GANG_CREATED, message,

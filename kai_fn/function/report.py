@@ -95,10 +95,11 @@ def configure_logging(level: str) -> None:
 
 def gang_text(plan: Plan) -> str:
     """The gang in a few words: ``minMember 4`` or each stage's PodGroup."""
+    held = f", places held for {plan.reserves.replace('=', ': ')}" if plan.reserves else ""
     if len(plan.stages) <= 1:
-        return f"minMember {plan.stages[0].min_member if plan.stages else plan.min_member}"
-    return "stages " + "; ".join(f"{s.podgroup} ({', '.join(s.replicated_jobs)}: minMember {s.min_member})"
-                                 for s in plan.stages)
+        return f"minMember {plan.stages[0].min_member if plan.stages else plan.min_member}{held}"
+    return held.lstrip(", ") + ("; " if held else "") + "stages " + "; ".join(
+        f"{s.podgroup} ({', '.join(s.replicated_jobs)}: minMember {s.min_member})" for s in plan.stages)
 
 
 def gang_created(plan: Plan, created: bool, waits: str | None) -> str:

@@ -30,7 +30,7 @@ def as_event(entry: inventory.Entry) -> TrainJobEvent:
 def resync(session: Session, settings: Settings, offer: Offer | None = None) -> Outcome:
     moment = now()
     entries = inventory.take(session, settings)
-    owed = [e for e in entries if inventory.owed(e, settings)]
+    owed = [e for e in entries if inventory.owed(e, settings) or inventory.holding(e)]
     tally: dict[str, int] = {}
     queued = [e for e in owed if offer is not None and offer(as_event(e))]
     if queued:

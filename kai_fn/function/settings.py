@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from kai_fn.core import validation
 from kai_fn.core.plan import NEVER_STALE, Flavor
+from kai_fn.core.reserve import DEFAULT_IMAGE as DEFAULT_PLACEHOLDER_IMAGE
 
 _GO_DURATION = re.compile(r"^-?(0|([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+)$")  # Go's time.ParseDuration
 QueueCheck = Literal["enforce", "warn", "off"]
@@ -40,6 +41,9 @@ class Settings(BaseSettings):
     schedule_timeout_seconds: int | None = Field(None, ge=0, alias="KAI_FN_SCHEDULE_TIMEOUT_SECONDS")
     on_timeout: OnTimeout = Field("event", alias="KAI_FN_ON_TIMEOUT")
     staleness_grace_period: str | None = Field(NEVER_STALE, alias="KAI_FN_STALENESS_GRACE_PERIOD")
+    # The image of the pods that hold MPI's launcher's place in its nodes' gang (kai_fn/core/reserve.py): it only
+    # has to start and do nothing; a mirror of it where registry.k8s.io is not reachable.
+    placeholder_image: str = Field(DEFAULT_PLACEHOLDER_IMAGE, min_length=1, alias="KAI_FN_PLACEHOLDER_IMAGE")
     # The resync's heartbeat: a Lease NAMESPACE/NAME renewed after each successful resync; empty: none written.
     heartbeat_lease: str = Field("kai-fn/kai-fn-resync", alias="KAI_FN_HEARTBEAT_LEASE")
 
@@ -101,7 +105,7 @@ class Settings(BaseSettings):
         """The settings the planner reads, as :func:`kai_fn.core.plan.plan` takes them."""
         return {"flavor": self.flavor, "default_queue": self.default_queue,
                 "schedule_timeout_seconds": self.schedule_timeout_seconds,
-                "staleness_grace_period": self.staleness_grace_period}
+                "staleness_grace_period": self.staleness_grace_period, "placeholder_image": self.placeholder_image}
 
     def watches(self, namespace: str) -> bool:
         return not self.namespaces or namespace in self.namespaces

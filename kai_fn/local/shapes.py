@@ -74,7 +74,7 @@ class Shape:
     nodes: str
     trainer_jobs: tuple[str, ...] = ("node",)
     trainer_pods: int = 2
-    stages: int = 1  # start waves: the PodGroups kai_fn makes
+    stages: int = 1  # the PodGroups kai_fn makes: one per start wave (a Ready-dependent wave joins its predecessor's)
 
     def runtime(self, namespace: str, pool: str, name: str | None = None) -> dict[str, Any]:
         jobs = []
@@ -99,10 +99,11 @@ SHAPES = (
     Shape("flat-torch", (node(),), {"numNodes": 1, "torch": {}}, 2, "2x8"),
     Shape("torch-initializers", (initializer("dataset-initializer"), initializer("model-initializer"),
                                  node(depends_on=INITIALIZERS)), {"numNodes": 1, "torch": {}}, 2, "2x8", stages=2),
+    # MPI: the launcher's place is held in the nodes' gang (kai_fn/core/reserve.py): one PodGroup, nodes + launcher.
     Shape("mpi-launcher-apart", (node(), launcher(CPU)), {"numNodes": 1, "mpi": {"runLauncherAsNode": False}}, 2,
-          "2x8", ("node", "launcher"), 3, stages=2),
+          "2x8", ("node", "launcher"), 3),
     Shape("mpi-launcher-as-node", (node(), launcher(GPU)), {"numNodes": 1, "mpi": {"runLauncherAsNode": True}}, 3,
-          "3x8", ("node", "launcher"), 3, stages=2),
+          "3x8", ("node", "launcher"), 3),
     Shape("jax", (node(),), {"numNodes": 1, "jax": {}}, 2, "2x8"),
     Shape("replicas", (_job("worker", "worker", GPU, ancestor=None, parallelism=1, replicas=2),), None, None, "2x8",
           ("worker",)),

@@ -97,6 +97,15 @@ def scenario_authenticated_delivery(api, url):
     assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "llama-finetune")), token=token).status == 200
 
 
+def scenario_mpi_launcher_place_held_then_handed_over(api, url):
+    """MPI's launcher: its placeholder made with the gang (KAI flavor), deleted once JobSet made the launcher."""
+    from tests.function import test_reservation as mpi
+    assert send(url, resource(mpi.seed_mpi(api))).status == 200
+    mpi.nodes_run(api, launcher=True)
+    assert send(url, resource(api.get(TRAINER, "TrainJob", NS, mpi.NAME), "update")).status == 200
+    assert mpi.placeholders(api) == []
+
+
 AUDIENCE = "kai-fn"
 SCENARIOS = [  # (scenario, the settings it runs with on top of the flavor)
     (scenario_new_trainjob_by_resource, {}),
@@ -108,6 +117,7 @@ SCENARIOS = [  # (scenario, the settings it runs with on top of the flavor)
     (scenario_upgrade_releases_a_trainjob_the_earlier_policy_suspended, {}),
     (scenario_schedule_timeout, {"KAI_FN_ON_TIMEOUT": "suspend"}),  # the one TrainJob write on a gang's path
     (scenario_authenticated_delivery, {"KAI_FN_AUDIENCE": AUDIENCE}),
+    (scenario_mpi_launcher_place_held_then_handed_over, {}),
 ]
 
 

@@ -1,0 +1,99 @@
+"""The placeholders' lifecycle (kai_fn/core/reserve.py says what they are): made with the gang, before its JobSet is
+released; deleted the moment JobSet has made the pods they hold places for, and whenever the JobSet is suspended or
+finished; made again when it runs again without those pods (a resume, a restart). Owned by the TrainJob, so they go
+with it.
+
+Two sources bring the moment a launcher pod appears: the PodGroup source (KAI's podgroupcontroller rewrites the
+gang's ``status.resourcesStatus`` when a pod joins it) and the TrainJob source (Trainer copies the JobSet's
+``replicatedJobsStatus``); the resync offers every TrainJob whose places are still held as a backstop. A TrainJob
+with a reservation is never remembered as decided (kai_fn/function/recent.py), so its events keep coming here.
+"""
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kai_fn.core import keys, reserve, triage
+from kai_fn.core.models import Runtime, TrainJob, parse
+from kai_fn.core.plan import plan
+from kai_fn.core.runtime import target
+from kai_fn.function import metrics
+from kai_fn.function.cluster import Gone, Session, Transient
+from kai_fn.function.settings import Settings
+
+Planned = Callable[[], Sequence[dict[str, Any]]]  # the placeholders the plan makes (a runtime read: only when needed)
+
+
+def make(session: Session, bodies: Sequence[dict[str, Any]]) -> int:
+    """Create each placeholder (idempotent: an existing one of the TrainJob is kept); the number created. One of that
+    name owned by another TrainJob (an earlier one of the same name, being deleted) is not ours: try again later."""
+    created = 0
+    for body in bodies:
+        if session.create_pod(body) is not None:
+            created += 1
+            continue
+        meta = body["metadata"]
+        uid = meta["ownerReferences"][0]["uid"]
+        mine = [p for p in session.placeholders(meta["namespace"], uid) if triage.meta(p).get("name") == meta["name"]]
+        if not mine:
+            raise Transient(f"pod {meta['namespace']}/{meta['name']} exists and is not this TrainJob's placeholder")
+    if created:
+        metrics.PLACEHOLDERS.labels("created").inc(created)
+    return created
+
+
+def planned(session: Session, settings: Settings, trainjob: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The placeholders of the TrainJob's plan, to make them again (a resume, a restart of its JobSet)."""
+    job = parse(TrainJob, trainjob)
+    raw = session.runtime(target(job))
+    return plan(job, parse(Runtime, raw), **settings.planning()).placeholders if raw is not None else ()
+
+
+def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroup: str,
+           planned: Planned | None, pods: list[dict[str, Any]] | None = None, *,
+           unmarked: bool = False) -> tuple[str, bool]:
+    """Bring the TrainJob's placeholders to what :func:`kai_fn.core.reserve.step` wants: what was done, in words,
+    and whether any placeholder was made or deleted.
+    ``planned`` None: make none (the PodGroup source only hands places over; the TrainJob's pass makes them).
+    ``unmarked``: the gang is known to lack ``kai-fn/reservation-ended``: mark it even if another delivery deleted
+    the placeholders (and then stopped), so that the gang's later events cost nothing."""
+    meta = triage.meta(trainjob)
+    ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
+    reserves = reserve.parse_reserves(triage.notes(jobset).get(keys.RESERVES_ANNOTATION))
+    marks = triage.marks(trainjob, jobset)
+
+    running = marks.running and not marks.deleting and not triage.deleting(jobset)
+
+    def now_step(listed: list[dict[str, Any]] | None) -> tuple[reserve.Step, list[dict[str, Any]]]:
+        held = session.placeholders(ns, uid)
+        found = listed if listed is not None else (session.jobset_pods(ns, name) if running else [])
+        return reserve.step(trainjob=name, reserves=reserves, running=running, finished=reserve.finished(jobset),
+                            pods=found, held=held), held
+
+    step, held = now_step(pods)
+    done = []
+    if step.create and planned is not None:
+        wanted = [b for b in planned() if b["metadata"]["name"] in step.create]
+        try:
+            if made := make(session, wanted):
+                done.append(f"{made} placeholder(s) made")
+        except Gone as gone:  # its namespace is being deleted
+            return f"no place to hold: {gone}", False
+        # JobSet may have made the pods meanwhile: look again, so a placeholder never outlives its use.
+        step, held = now_step(None)
+    if step.delete:
+        uids = {triage.meta(p).get("name"): triage.meta(p).get("uid") for p in held}
+        gone = sum(1 for n in step.delete if session.delete_pod(ns, n, uids.get(n)))
+        metrics.PLACEHOLDERS.labels("handed_over" if step.handed_over else "deleted").inc(len(step.delete))
+        done.append(f"{gone} placeholder(s) deleted")
+    if (step.delete or unmarked) and (step.handed_over or step.finished):
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        ended = f"{stamp} {'handed-over' if step.handed_over else 'finished'}"
+        try:
+            session.patch_podgroup(keys.KAI_PODGROUP_API, ns, podgroup,
+                                   {"metadata": {"annotations": {keys.RESERVATION_ENDED_ANNOTATION: ended}}})
+            done.append("the gang marked")
+        except Gone:
+            pass
+    return f"{step.why}{': ' + ', '.join(done) if done else ''}", bool(done)
