@@ -96,6 +96,7 @@ def test_invalid_setting_stops_with_its_name(tmp_path):
     assert "KAI_PODGROUP_FLAVOR" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.usefixtures("forgetful")  # the sample's uid: a server that decided it earlier would answer skipped
 def test_invoke_posts_a_sample_and_prints_the_answer(api, function):
     from tests.conftest import sample_object, seed
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
