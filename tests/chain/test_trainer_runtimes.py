@@ -14,10 +14,9 @@ GPU request and the pool's nodeSelector on the TrainJob). For each runtime, on a
   once the first is deleted.
 
 The nine scenarios run side by side (one namespace, a pool each) in one module fixture; each test reads its result.
-The MPI runtimes (deepspeed, mlx: ``runLauncherAsNode``, the launcher ``dependsOn: node, Ready``) fail the contention
-case today: their node wave binds and holds its GPUs while the launcher, which JobSet makes only once the nodes are
-Ready, waits for a node (issue 24, item 1: a reservation for the later wave is being built); strict xfail, so they
-flip when it lands.
+The MPI runtimes (deepspeed, mlx: ``runLauncherAsNode``, the launcher ``dependsOn: node, Ready``) are one gang: the
+launcher joins its nodes' PodGroup, its place held by a placeholder pod until JobSet makes it (docs/reservation.md),
+so their node wave never binds without room for the launcher.
 """
 from __future__ import annotations
 
@@ -38,18 +37,15 @@ from tests.chain.gangs import JOBSET, table
 EXPECTED = {
     "torch-distributed": (0, 2, 1),
     "torch-distributed-with-cache": (1, 2, 2),
-    "deepspeed-distributed": (0, 2, 2),
-    "mlx-distributed": (0, 2, 2),
+    "deepspeed-distributed": (0, 2, 1),
+    "mlx-distributed": (0, 2, 1),
     "jax-distributed": (0, 2, 1),
     "xgboost-distributed": (0, 2, 1),
     "torchtune-llama3.2-1b": (2, 1, 2),
     "torchtune-llama3.2-3b": (2, 1, 2),
     "torchtune-qwen2.5-1.5b": (2, 1, 2),
 }
-MPI_GAP = ("issue 24 item 1: the MPI node wave binds and holds its GPUs while the launcher (dependsOn node Ready) "
-           "waits for a node; no reservation for the later wave yet")
-CONTENDED = [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=MPI_GAP))
-             if name in ("deepspeed-distributed", "mlx-distributed") else name for name in EXPECTED]
+CONTENDED = list(EXPECTED)
 
 
 @pytest.fixture(scope="module")
