@@ -158,14 +158,25 @@ class Testbed:
     def trainjob(self, namespace: str, name: str, runtime: str = "chain", *, kind: str = "TrainingRuntime",
                  num_nodes: int = 4, labels: dict[str, str] | None = None,
                  annotations: dict[str, str] | None = None) -> dict[str, Any]:
-        """Submits a TrainJob plainly (no suspend); in a labelled namespace the admission policy suspends it.
-        ``labels``: e.g. ``kai.scheduler/queue``, ``priorityClassName``, ``kai.scheduler/preemptibility``."""
+        """Submits a TrainJob plainly (no suspend); in a labelled namespace the admission policy holds its JobSet.
+        ``labels``: e.g. ``kai.scheduler/queue``, ``priorityClassName``, ``kai.scheduler/preemptibility``. Trainer's
+        webhook checks the runtime in its informer's cache, which may not hold a runtime made a moment ago yet: that
+        refusal is retried for a few seconds, as a user would submit again."""
         job = copy.deepcopy(sample("trainjob-chain.yaml"))
         job["metadata"] = {"name": name, "namespace": namespace, "labels": labels or {},
                            "annotations": annotations or {}}
         job["spec"]["runtimeRef"] = {"name": runtime, "kind": kind, "apiGroup": TRAINER[0]}
         job["spec"]["trainer"]["numNodes"] = num_nodes
-        return client.CustomObjectsApi(self.api).create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", job)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                return client.CustomObjectsApi(self.api).create_namespaced_custom_object(*TRAINER, namespace,
+                                                                                        "trainjobs", job)
+            except ApiException as e:
+                if e.status != 403 or "must be created before the TrainJob" not in str(e.body) \
+                        or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
 
 @dataclass
