@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import re
-import signal
 import socket
 import subprocess
 import tempfile
@@ -33,7 +32,7 @@ import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from kai_fn.local.process import REPO, Started, built
+from kai_fn.local.process import REPO, Started, built, end
 
 log = logging.getLogger(__name__)
 BINARY = "apiserver_receive_adapter"
@@ -235,17 +234,11 @@ class AdapterProcess:
         if self.running:
             assert self.proc
             self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
+            end(self.proc, timeout)
         self._drained()
 
     def kill(self) -> None:
-        if self.running:
-            assert self.proc
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        end(self.proc)
         self._drained()
 
     def _drained(self) -> None:

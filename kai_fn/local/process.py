@@ -81,17 +81,11 @@ class FunctionProcess(Started):
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+            end(self.proc, 10)
 
     def kill(self) -> None:
-        """SIGKILL the server and its workers at once, as a pod dies: a worker outliving its master would keep the
-        port, and a restart on it would fail."""
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        """SIGKILL the server and its workers at once, as a pod dies."""
+        end(self.proc)
 
 
 def built(component: str) -> Path:
@@ -100,3 +94,18 @@ def built(component: str) -> Path:
     if done.returncode != 0:
         raise RuntimeError(f"testbed/build.sh {component} failed:\n{done.stderr[-3000:]}")
     return Path(done.stdout.strip().splitlines()[-1].split("=", 1)[1])
+
+
+def end(proc: subprocess.Popen[bytes] | None, timeout: float | None = None) -> None:
+    """Wait ``timeout`` for a process already told to stop, then SIGKILL its whole group (a worker or child outliving
+    it would keep its port); ``None``: SIGKILL at once."""
+    if proc is None or proc.poll() is not None:
+        return
+    if timeout is not None:
+        try:
+            proc.wait(timeout)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

@@ -205,17 +205,10 @@ class QueueProxy:
     def stop(self, timeout: float = 60.0) -> None:
         """SIGTERM and wait for it to exit (its drain takes 30 s after the last request), SIGKILL after ``timeout``."""
         self.terminate()
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        end(self.proc, timeout)
 
     def kill(self) -> None:
-        if self.running:
-            assert self.proc
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        end(self.proc)
 
     def __enter__(self) -> Self:
         return self.start()
