@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Self
 
-from kai_fn.local.process import FunctionProcess, built
+from kai_fn.local.process import FunctionProcess, built, end
 
 BINARY = "queue"
 REVISION = "kai-fn-00001"
