@@ -44,14 +44,15 @@ def test_a_missing_runtime_is_not_cached(api):
     assert shared.session().runtime(RT)["metadata"]["name"] == RT.name
 
 
-@pytest.mark.parametrize("fault, raised", [
-    (Fault(status=500), Transient), (Fault(status=503), Transient), (Fault(status=429), Transient),
-    (Fault(status=403), Transient), (Fault(hang=1.5), Transient), (Fault(status=422), GuardFailed),
+@pytest.mark.parametrize("fault, raised, match", [
+    (Fault(status=500), Transient, "^API 500"), (Fault(status=503), Transient, "^API 503"),
+    (Fault(status=429), Transient, "^API 429"), (Fault(status=403), Transient, "^API 403"),
+    (Fault(hang=1.5), Transient, "^API unreachable or too slow: "), (Fault(status=422), GuardFailed, "422|nvalid"),
 ])
-def test_jobset_patch_failures_map_by_status_code(api, fault, raised):
+def test_jobset_patch_failures_map_by_status_code(api, fault, raised, match):
     seed(api, sample_object("jobset-llama-finetune"))
     api.faults = lambda call: fault
-    with pytest.raises(raised):
+    with pytest.raises(raised, match=match):
         cluster(api, KAI_FN_API_TIMEOUT_SECONDS=1).session().patch_jobset(
             "team-a", "llama-finetune", [{"op": "test", "path": "/spec/suspend", "value": True}])
 
@@ -59,7 +60,7 @@ def test_jobset_patch_failures_map_by_status_code(api, fault, raised):
 def test_writes_to_a_deleted_trainjob_are_gone_and_gets_are_none(api):
     session = cluster(api).session()
     assert session.trainjob("team-a", "nope") is None and session.jobset("team-a", "nope") is None
-    with pytest.raises(Gone):
+    with pytest.raises(Gone, match="^TrainJob team-a/nope$"):
         session.patch_trainjob("team-a", "nope", {"metadata": {"annotations": {"a": "b"}}})
     assert session.calls == 3
 
