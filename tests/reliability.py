@@ -222,12 +222,7 @@ def state_of(api: Emulator, job: Job) -> tuple[str, list[str]]:
         problems.append(f"TrainJob changed beyond marker and resume: {tj_diff}")
     if (started is not None) != (tj_diff == released) or (started and started[0] is not MISSING):
         problems.append(f"{RELEASED_AT} is not written exactly with the release: {started}")
-    if job.podgroup is not None and pg != job.podgroup:
-        problems.append("the PodGroup that was there before kai_fn was changed")
-    if pg is not None and job.podgroup is None:
-        owner = pg["metadata"].get("ownerReferences") or [{}]
-        if owner[0].get("uid") != job.uid or not owner[0].get("controller"):
-            problems.append("kai_fn's PodGroup is not owned by its TrainJob")
+    problems += _podgroup_problems(job, pg)
     if problems:
         return INCONSISTENT, problems
     carries = pg is not None and js is not None and js["metadata"].get("annotations", {}).get(SKIP) == "true" and all(
@@ -279,12 +274,7 @@ def gate_state_of(api: Emulator, job: Job) -> tuple[str, list[str]]:
             problems.append(f"JobSet {'/'.join(map(str, path))}: {old!r} -> {new!r}")
     if tj_diff := diff(job.trainjob, tj):
         problems.append(f"the TrainJob was written: {tj_diff}")
-    if job.podgroup is not None and pg != job.podgroup:
-        problems.append("the PodGroup that was there before kai_fn was changed")
-    if pg is not None and job.podgroup is None:
-        owner = pg["metadata"].get("ownerReferences") or [{}]
-        if owner[0].get("uid") != job.uid or not owner[0].get("controller"):
-            problems.append("kai_fn's PodGroup is not owned by its TrainJob")
+    problems += _podgroup_problems(job, pg)
     if problems:
         return INCONSISTENT, problems
     if js is not None and not js_diff:
@@ -405,3 +395,14 @@ def on_nth(verb: str, resource_: str, n: int, fault: Fault):
                 return fault if seen[0] == n else None
         return None
     return faults
+
+
+def _podgroup_problems(job: Any, pg: dict[str, Any] | None) -> list[str]:
+    """A PodGroup that was there before kai_fn is left alone; one kai_fn made is owned by its TrainJob."""
+    if job.podgroup is not None and pg != job.podgroup:
+        return ["the PodGroup that was there before kai_fn was changed"]
+    if pg is not None and job.podgroup is None:
+        owner = pg["metadata"].get("ownerReferences") or [{}]
+        if owner[0].get("uid") != job.uid or not owner[0].get("controller"):
+            return ["kai_fn's PodGroup is not owned by its TrainJob"]
+    return []

@@ -165,18 +165,24 @@ JOBSET_MANGLINGS: dict[str, tuple[Any, frozenset[int]]] = {
 }
 
 
-@st.composite
-def jobset_events(draw) -> Case:
-    """The held JobSet's event with one field broken: 400 when unusable, 2xx (ignored) when no TrainJob controls
-    it or it is a delete, and when valid, 2xx (ignored) after the read of its TrainJob (absent here): a JobSet's event
-    is judged by the JobSet's uid, which no earlier delivery decided."""
-    what = draw(st.sampled_from(sorted(JOBSET_MANGLINGS)))
+def mangled_jobset_event(what: str) -> tuple[dict[str, str], Any, frozenset[int]]:
+    """The held JobSet's event with the row ``what`` of JOBSET_MANGLINGS applied (None: made a delete)."""
     change, statuses = JOBSET_MANGLINGS[what]
     headers, data = dict(JOBSET_ADD.headers), json.loads(JOBSET_ADD.body)
     if change is None:
         headers["Ce-Type"] = headers["Ce-Type"].rsplit(".", 1)[0] + ".delete"
     else:
         change(data)
+    return headers, data, statuses
+
+
+@st.composite
+def jobset_events(draw) -> Case:
+    """The held JobSet's event with one field broken: 400 when unusable, 2xx (ignored) when no TrainJob controls
+    it or it is a delete, and when valid, 2xx (ignored) after the read of its TrainJob (absent here): a JobSet's event
+    is judged by the JobSet's uid, which no earlier delivery decided."""
+    what = draw(st.sampled_from(sorted(JOBSET_MANGLINGS)))
+    headers, data, statuses = mangled_jobset_event(what)
     return Case("held JobSet event", what, headers, body_of(data), statuses,
                 calls_allowed=what.startswith("unchanged"))
 
@@ -185,12 +191,7 @@ def jobset_events(draw) -> Case:
 def test_each_broken_held_jobset_event_gets_its_status_and_no_write(api, function, what):
     """Every row of the table above, each once (the fuzz draws from it too): no call before the answer, but for a
     usable event the read of its TrainJob (absent here: ignored)."""
-    change, statuses = JOBSET_MANGLINGS[what]
-    headers, data = dict(JOBSET_ADD.headers), json.loads(JOBSET_ADD.body)
-    if change is None:
-        headers["Ce-Type"] = headers["Ce-Type"].rsplit(".", 1)[0] + ".delete"
-    else:
-        change(data)
+    headers, data, statuses = mangled_jobset_event(what)
     api.reset_calls()
     answer = requests.post(function.url, data=body_of(data), headers=headers, timeout=10)
     assert answer.status_code in statuses, answer.text[:200]
