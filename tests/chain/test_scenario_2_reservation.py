@@ -3,7 +3,8 @@
 
 - The scenario of issue 24's "Why", rerun: a pool of 5 × 8 GPUs, two TrainJobs of ``numNodes: 3`` on the
   ``mpi-launcher-as-node`` shape (Trainer's deepspeed and mlx runtimes): the first binds whole; the second has no pod
-  bound (no node, no launcher, no placeholder) at 32 s although two nodes are free for its node wave, and binds whole
+  bound (no node, no launcher, no placeholder) for 15 s although two nodes are free for its node wave (without the
+  placeholder its node wave binds at KAI's next 1-s session: the issue saw 16 GPUs held at 32 s), and binds whole
   after the first is deleted. The same for the launcher apart (a CPU launcher) in a CPU-starved pool: its launcher
   asks for a whole node's CPU.
 - The hand-over window: gangs of one 8-GPU pod each, newer than the MPI gang, on a pool with no other room, one
@@ -34,7 +35,7 @@ AS_NODE = next(s for s in SHAPES if s.name == "mpi-launcher-as-node")
 # The launcher apart, asking for a whole simulated node's CPU (simnodes: 64): it fits only on an empty node.
 CPU_STARVED = Shape("mpi-apart-cpu-starved", (node(), launcher({"cpu": "64", "memory": "1Gi"})),
                     {"numNodes": 1, "mpi": {"runLauncherAsNode": False}}, 2, "3x8", ("node", "launcher"), 3)
-HELD_S = 32.0
+HELD_S = 15.0
 DEADLINE_S = 90.0
 
 
