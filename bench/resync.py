@@ -6,9 +6,11 @@ settings (``KAI_FN_RESYNC_LIMIT`` 50, runtime cache 30 s). ``--trainjobs`` Train
 plainly over ``--namespaces`` namespaces, through kai_fn, as a cluster comes to hold them (bench/resync_mix.py):
 most have run and completed, some are running, some wait for nodes that do not exist (released, never bound). Then
 pings are posted as mtping posts them (its OIDC identity and audience; mtping's own schedule is set to an hour so
-every ping is one of ours): ``--pings`` on that steady state, then after ``--held`` more TrainJobs are made while
-the TrainJob source's adapter is down (no event ever comes for them), one every ``--gap`` seconds until none is
-left waiting. Per ping: wall time, the function's log line (``ms``, ``api_calls``, what it did), its API calls by
+every ping is one of ours): ``--pings`` on that steady state, ``--gap`` seconds apart; then ``--held`` more
+TrainJobs are made while the TrainJob and JobSet sources' adapters are down (no event ever comes for them: their
+JobSets stay held by the admission policy), and pings go every ``--period`` seconds (knative/base: a minute) until
+none is held, timed from the first (the resync hands every held JobSet to the work queue at once). Per ping: wall
+time, the function's log line (``ms``, ``api_calls``, what it did), its API calls by
 verb and resource (the ``/metrics`` counters before and after), writes by its ServiceAccount in the audit log when
 the testbed keeps one, and the peak RSS of the process that served it (psutil sampling every 10 ms, and the kernel's
 high-water mark VmHWM, reset before each ping). Prints a Markdown section for BENCHMARKS.md; asserts nothing.
@@ -22,13 +24,13 @@ import platform
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import requests
 
-from bench.resync_mix import POOL, Mix, census, populate, submit_held
+from bench.resync_mix import POOL, Mix, census, held, populate, submit_held
 from kai_fn.local import faults
 from kai_fn.local.chain import NAMESPACE, SOURCE_SAS, Testbed, _token, kubectl_of, running
 from kai_fn.local.realchain import ChainError, chain_cluster
@@ -47,6 +49,23 @@ class Ping:
     peak_sampled: int
     peak_hwm: int
     rss_before: int
+
+
+@dataclass
+class Drain:
+    """The backlog's drain: how long Trainer took to make the held JobSets, how many were held, how long from the
+    first ping until none was, and the function's peak RSS and work queue meanwhile (sampled every 200 ms)."""
+    made_s: float = 0.0
+    held: int = 0
+    released_s: float | None = None
+    peak_rss: int = 0
+    peak_queue: float = 0.0
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def sample(self, fn: Function) -> None:
+        while not self.done.wait(0.2):
+            self.peak_rss = max(self.peak_rss, fn.worker.memory_info().rss)
+            self.peak_queue = max(self.peak_queue, fn.queue_depth())
 
 
 class Function:
@@ -68,6 +87,12 @@ class Function:
                 fields = dict(kv.split("=", 1) for kv in labels.split(","))
                 out[f"{fields['verb'].strip(chr(34))} {fields['resource'].strip(chr(34))}"] += int(float(value))
         return out
+
+    def queue_depth(self) -> float:
+        for line in requests.get(f"{self.url}/metrics", timeout=30).text.splitlines():
+            if line.startswith("kai_fn_work_queue") and not line.startswith("#"):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
 
     def hwm(self) -> int:
         for line in Path(f"/proc/{self.worker.pid}/status").read_text().splitlines():
@@ -136,30 +161,39 @@ HEAD = ["| ping | wall s | function ms | API calls: the resync's (its line); all
         "peak RSS MB (sampled) | VmHWM MB | what the resync did (its log line) |", "|---|---|---|---|---|---|---|---|---|"]
 
 
-def report(args, mix: Mix, seen: dict[str, int], steady: list[Ping], backlog: list[Ping], took: float,
+def report(args, mix: Mix, seen: dict[str, int], steady: list[Ping], backlog: list[Ping], drain: Drain, took: float,
            load: tuple[float, float, float]) -> str:
-    drained = sum(1 for p in backlog if not str(p.line.get("reason", "")).startswith("resync: 0 waiting"))
-    lines = ["## The resync with 1,000 TrainJobs present (issue 16 item 5)", "",
+    released = (f"**all {drain.held} released {drain.released_s:.1f} s after the first ping, by {len(backlog)} "
+                f"ping{'s' if len(backlog) != 1 else ''}**" if drain.released_s is not None else
+                f"**not all released within {args.drain_deadline:.0f} s** ({len(backlog)} pings)")
+    lines = ["## The resync: 1,000 TrainJobs present, and a backlog of held JobSets (issues 16 and 21)", "",
              f"Command: `python -m bench resync --trainjobs {args.trainjobs} --held {args.held}` ({took / 60:.0f} min "
              f"with the set-up). Machine: {platform.machine()}, {psutil.cpu_count()} CPUs, "
              f"{psutil.virtual_memory().total / 2**30:.0f} GiB, load average {load[0]:.1f} / {load[1]:.1f} / "
-             f"{load[2]:.1f} (1 / 5 / 15 min) at the end, shared with other testbeds.", "",
+             f"{load[2]:.1f} (1 / 5 / 15 min) at the end.", "",
              f"Made through kai_fn, {args.namespaces} namespaces, one pod × 1 GPU each: {mix.text()}. Found at the "
-             "first ping: " + ", ".join(f"{n} {k}" for k, n in seen.items()) + ".", "",
+             "first ping: " + (", ".join(f"{n} {k}" for k, n in seen.items()) or "none") + ".", "",
              f"Steady state ({len(steady)} pings, {args.gap:.0f} s apart):", "", *HEAD, *rows(steady), "",
-             f"Backlog: {args.held} more TrainJobs made while the TrainJob source's adapter is down (suspended, no "
-             f"event sent; it stays down until they are all released), then a ping every {args.gap:.0f} s: "
-             f"**{drained} pings** released them all (the next one found none waiting).", "", *HEAD, *rows(backlog)]
+             f"Backlog: {args.held} more TrainJobs made while the TrainJob and JobSet sources' adapters are down (no "
+             f"event sent; they stay down until all are released); Trainer made their JobSets, held by the admission "
+             f"policy ({drain.held} held, {drain.made_s:.0f} s after the first create). Then a ping, and one every "
+             f"{args.period:.0f} s while any is held: {released}. The function meanwhile: peak RSS "
+             f"{mb(drain.peak_rss)} MB, its work queue at most {drain.peak_queue:.0f} deep (sampled every 200 ms).", "",
+             *HEAD, *rows(backlog)]
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench resync", description=__doc__.splitlines()[0])
     p.add_argument("--trainjobs", type=int, default=1000)
-    p.add_argument("--held", type=int, default=200, help="TrainJobs made while the adapter is down, then drained")
+    p.add_argument("--held", type=int, default=1000,
+                   help="TrainJobs made while the TrainJob and JobSet adapters are down, then drained")
     p.add_argument("--namespaces", type=int, default=10)
     p.add_argument("--pings", type=int, default=5, help="pings on the steady state")
-    p.add_argument("--gap", type=float, default=5.0, help="seconds between pings")
+    p.add_argument("--gap", type=float, default=5.0, help="seconds between the steady state's pings")
+    p.add_argument("--period", type=float, default=60.0,
+                   help="seconds between pings while a backlog is held (knative/base's PingSource: every minute)")
+    p.add_argument("--drain-deadline", type=float, default=900.0, help="seconds the backlog may take")
     p.add_argument("--keep", action="store_true", help="leave the TrainJobs for the next run (which reuses them)")
     p.add_argument("--out", type=Path, help="also write the Markdown section here")
     args = p.parse_args(argv)
@@ -179,23 +213,37 @@ def main(argv: list[str]) -> int:
                 steady.append(fn.ping(audit if audit.exists() else None))
                 time.sleep(args.gap)
             backlog: list[Ping] = []
+            drain_seen = Drain()
 
             def drain() -> None:
-                """With the TrainJob adapter down throughout: only the resync can release them."""
-                submit_held(chain, namespaces, args.held)
-                while len(backlog) < 2 * (args.held // 50 + 2):
-                    backlog.append(fn.ping(audit if audit.exists() else None))
-                    if str(backlog[-1].line.get("reason", "")).startswith("resync: 0 waiting"):
-                        break
-                    time.sleep(args.gap)
+                """With the TrainJob and JobSet sources down throughout, only the resync can release them: a ping,
+                then one every ``--period`` seconds while any is still held."""
+                drain_seen.made_s = submit_held(chain, namespaces, args.held)
+                drain_seen.held = held(chain, namespaces)
+                sampler = threading.Thread(target=drain_seen.sample, args=(fn,), daemon=True)
+                first = next_ping = time.monotonic()
+                sampler.start()
+                try:
+                    while time.monotonic() < first + args.drain_deadline:
+                        if time.monotonic() >= next_ping:
+                            backlog.append(fn.ping(audit if audit.exists() else None))
+                            next_ping = time.monotonic() + args.period
+                        if held(chain, namespaces) == 0:
+                            drain_seen.released_s = time.monotonic() - first
+                            break
+                        time.sleep(0.5)
+                finally:
+                    drain_seen.done.set()
+                    sampler.join()
 
-            faults.restart_adapter(chain, meanwhile=drain)
+            faults.restart_adapter(chain, "kai-fn-trainjobs", meanwhile=lambda: faults.restart_adapter(
+                chain, "kai-fn-jobsets", meanwhile=drain))
             if not args.keep:
                 bed.clear(namespaces, POOL, 600)
     except ChainError as error:
         print(f"bench resync: {error}")
         return 1
-    md = report(args, mix, seen, steady, backlog, time.monotonic() - began, os.getloadavg())
+    md = report(args, mix, seen, steady, backlog, drain_seen, time.monotonic() - began, os.getloadavg())
     print(md)
     if args.out:
         args.out.write_text(md + "\n")

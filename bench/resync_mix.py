@@ -23,6 +23,8 @@ from kai_fn.local.chain import ENABLED, POOL_LABEL, RUNTIMES, SCHEDULERS, TRAINE
 from kai_fn.local.realchain import submit, trainjob
 
 BENCH_LABEL = {"kai-fn.bench": "resync"}
+JOBSET = ("jobset.x-k8s.io", "v1alpha2")
+PODGROUP = ("scheduling.run.ai", "v2alpha2")
 POOL, NOWHERE = "bresync", "bresync-none"  # nodes of the pool; a pool no node is in
 COMPLETE_AFTER = "kai-fn.testbed/complete-after"
 
@@ -121,9 +123,15 @@ def populate(chain: Chain, bed: Testbed, mix: Mix, n_namespaces: int, ping: Call
 
 
 def _released(objs: client.CustomObjectsApi, wave: list[tuple[str, str, str]]) -> bool:
+    """Every TrainJob of the wave has its JobSet decided by kai_fn (its gang named on the JobSet)."""
     for ns, name, _ in wave:
-        tj = objs.get_namespaced_custom_object(*TRAINER, ns, "trainjobs", name)
-        if keys.MARKER_PODGROUP not in (tj["metadata"].get("annotations") or {}):
+        try:
+            js = objs.get_namespaced_custom_object(*JOBSET, ns, "jobsets", name)
+        except client.ApiException as error:
+            if error.status == 404:  # Trainer has not made it yet
+                return False
+            raise
+        if keys.MARKER_PODGROUP not in (js["metadata"].get("annotations") or {}):
             return False
     return True
 
@@ -134,27 +142,46 @@ def _settled(chain: Chain, namespaces: list[str], mix: Mix) -> bool:
 
 
 def census(chain: Chain, namespaces: list[str] | None = None) -> dict[str, int]:
-    """The TrainJobs by state, as kai_fn and Trainer left them."""
-    out: Counter[str] = Counter()
-    for tj in trainjobs(chain, namespaces or bench_namespaces(chain)):
-        notes = tj["metadata"].get("annotations") or {}
-        done = any(c.get("type") == "Complete" and c.get("status") == "True"
-                   for c in (tj.get("status") or {}).get("conditions") or [])
-        if tj["spec"].get("suspend"):
-            out["held (suspended)"] += 1
-        elif done:
-            out["completed"] += 1
-        elif keys.GANG_BOUND_ANNOTATION in notes:
-            out["bound, running"] += 1
-        else:
-            out["released, not bound"] += 1
+    """The TrainJobs by state, as kai_fn, Trainer and KAI left them: the hold is on the JobSet, the bound mark on the
+    gang's PodGroup."""
+    objs, out = client.CustomObjectsApi(chain.api), Counter[str]()
+    for ns in namespaces or bench_namespaces(chain):
+        jobsets = {j["metadata"]["name"]: j for j in objs.list_namespaced_custom_object(*JOBSET, ns, "jobsets")["items"]}
+        bound = {r["name"] for pg in objs.list_namespaced_custom_object(*PODGROUP, ns, "podgroups")["items"]
+                 if keys.GANG_BOUND_ANNOTATION in (pg["metadata"].get("annotations") or {})
+                 for r in pg["metadata"].get("ownerReferences") or [] if r.get("kind") == "TrainJob"}
+        for tj in objs.list_namespaced_custom_object(*TRAINER, ns, "trainjobs")["items"]:
+            name, js = tj["metadata"]["name"], jobsets.get(tj["metadata"]["name"])
+            done = any(c.get("type") == "Complete" and c.get("status") == "True"
+                       for c in (tj.get("status") or {}).get("conditions") or [])
+            if done:
+                out["completed"] += 1
+            elif js is None:
+                out["no JobSet yet"] += 1
+            elif keys.HELD_LABEL in (js["metadata"].get("labels") or {}):
+                out["held (its JobSet)"] += 1
+            elif name in bound:
+                out["bound, running"] += 1
+            else:
+                out["released, not bound"] += 1
     return dict(out)
 
 
-def submit_held(chain: Chain, namespaces: list[str], count: int) -> None:
-    """``count`` TrainJobs made while no event reaches kai_fn (the caller has the adapter down), left until Trainer is
-    done writing them."""
+def held(chain: Chain, namespaces: list[str]) -> int:
+    """JobSets the admission policy holds and kai_fn has not decided."""
+    objs = client.CustomObjectsApi(chain.api)
+    return sum(len(objs.list_namespaced_custom_object(*JOBSET, ns, "jobsets", label_selector=f"{keys.HELD_LABEL}=true")
+                   ["items"]) for ns in namespaces)
+
+
+def submit_held(chain: Chain, namespaces: list[str], count: int, timeout: float = 900) -> float:
+    """``count`` TrainJobs made while no event reaches kai_fn (the caller has the TrainJob and JobSet sources down),
+    then waited for until Trainer has made each one's JobSet, held; returns the seconds that took."""
+    began = time.monotonic()
     for i in range(count):
         submit(chain.api, namespaces[i % len(namespaces)],
                trainjob(f"held-{int(time.time())}-{i:04d}", "done", nodes=1, gpus=1, kind="TrainingRuntime"))
-    time.sleep(10)
+    end = time.monotonic() + timeout
+    while held(chain, namespaces) < count and time.monotonic() < end:
+        time.sleep(2)
+    return time.monotonic() - began
