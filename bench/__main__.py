@@ -8,6 +8,10 @@ if sys.argv[1:2] == ["faults"]:
     from bench.faults import main as faults_main
 
     sys.exit(faults_main(sys.argv[2:]))
+if sys.argv[1:2] == ["pace"]:
+    from bench.pace import main as pace_main
+
+    sys.exit(pace_main(sys.argv[2:]))
 if sys.argv[1:2] == ["resync"]:
     from bench.resync import main as resync_main
 
