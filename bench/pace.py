@@ -10,7 +10,9 @@ variants of kai_fn's path, one after another on one chain testbed:
 - ``no-podgroup-events`` / ``no-trainjob-events``: that source's adapter stopped (SIGSTOP) for the burst, so
   kai_fn's work on those events is gone;
 - ``no-events``: every adapter stopped: the JobSets are made and held and nothing is released (no pod, no binding),
-  which is Trainer's pace with the admission policy and nothing else going on.
+  which is Trainer's pace with the admission policy and nothing else going on;
+- ``suspended``: TrainJobs submitted with ``spec.suspend: true`` where kai_fn does not take them: Trainer makes
+  their JobSets suspended, no policy, no pod (the baseline of ``no-events``).
 
 Per variant: TrainJobs bound (p50, p95 from create), when Trainer made the JobSets (p50, last; audit log), Trainer's
 write latencies (p50), and the API server's requests by verb and resource during the burst (its
@@ -38,7 +40,8 @@ from bench import chain as bench_chain
 from kai_fn.local.chain import TRAINER, Chain, kubectl_of
 from kai_fn.local.realchain import ChainError, chain_cluster, kai_fn_running, submit, trainjob
 
-VARIANTS = ("podgrouper", "kai-fn", "no-events", "no-podgroup-events", "no-trainjob-events")
+VARIANTS = ("podgrouper", "kai-fn", "suspended", "no-events", "no-podgroup-events", "no-trainjob-events")
+UNRELEASED = ("suspended", "no-events")  # no pod is made: Trainer's pace with nothing else going on
 STOPPED = {"no-events": ("trainjobs", "jobsets", "podgroups"), "no-podgroup-events": ("podgroups",),
            "no-trainjob-events": ("trainjobs",)}
 _REQUESTS = re.compile(r'^apiserver_request_total\{(.*)\} ([0-9.e+]+)$')
@@ -110,16 +113,18 @@ def main(argv: list[str] | None = None) -> int:
             objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", bench_chain.runtime())
             chain.nodes(f"{args.jobs * 2 // bench_chain.GPUS_PER_NODE + 1}x{bench_chain.GPUS_PER_NODE}",
                         bench_chain.POOL)
-            spaces = {v: chain.namespace(f"pace-{v}", enabled=v != "podgrouper") for v in variants}
+            spaces = {v: chain.namespace(f"pace-{v}", enabled=v not in ("podgrouper", "suspended")) for v in variants}
             try:
                 for variant in variants:
                     bench_chain.settle(1.5, 90)
                     ns, offset = spaces[variant], audit_log.stat().st_size
                     before = requests_served(kubectl, cluster.kubeconfig)
                     with adapters_stopped(chain, STOPPED.get(variant, ())):
-                        if variant == "no-events":  # nothing is released: until Trainer has made every JobSet
+                        if variant in UNRELEASED:  # no pod: until Trainer has made every JobSet
                             for i in range(args.jobs):
-                                submit(chain.api, ns, trainjob(f"tj-{i:03d}", bench_chain.RUNTIME, nodes=2, gpus=1))
+                                body = trainjob(f"tj-{i:03d}", bench_chain.RUNTIME, nodes=2, gpus=1)
+                                body["spec"]["suspend"] = variant == "suspended"
+                                submit(chain.api, ns, body)
                             end = time.monotonic() + 120
                             while time.monotonic() < end and len(objs.list_namespaced_custom_object(
                                     "jobset.x-k8s.io", "v1alpha2", ns, "jobsets")["items"]) < args.jobs:
