@@ -200,11 +200,12 @@ def summary(runs: list[dict[tuple[int, str], Burst]]) -> str:
 def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elapsed: float, commit: str,
            run: str = "one run") -> str:
     sizes = sorted({size for size, _ in results})
+    ran = [p for p in PATHS if any((s, p) in results for s in sizes)]  # the tables' columns: the paths that ran
     lines = [
         f"Command: `python -m bench chain --sizes {','.join(map(str, sizes))} --pods {args.pods}` ({elapsed:.0f} s, "
         f"{run}), code at {commit}. Machine: {platform.machine()}, {psutil.cpu_count()} CPUs, "
-        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}, shared with other "
-        "testbeds; the 1-minute load average before and after each burst is in the table.", "",
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}; "
+        "the 1-minute load average before and after each burst is in the table.", "",
         f"Each burst: N TrainJobs created back to back, each {args.pods} pods × 1 GPU, on {args.nodes} simulated nodes "
         f"of {GPUS_PER_NODE} GPUs; KAI Scheduler v0.17.0 binds them. Time: the TrainJob's create → its last pod bound "
         "(`pods/binding`), both by the API server's clock (audit log).", "",
@@ -232,18 +233,18 @@ def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elap
     lines += ["", "Target: kai-fn's p95 ≤ 1.0 × the podgrouper's at each size, in the median of three runs.", "",
               "Where the time goes: seconds after the TrainJob's create, p50 / p95 (audit log; pods created: a pod "
               "watch, the last pod of the TrainJob). Released and resumed are kai_fn's path only.", "",
-              "| stage | " + " | ".join(f"{p} ({s})" for s in sizes for p in PATHS) + " |",
-              "|---" * (1 + len(sizes) * len(PATHS)) + "|"]
+              "| stage | " + " | ".join(f"{p} ({s})" for s in sizes for p in ran) + " |",
+              "|---" * (1 + len(sizes) * len(ran)) + "|"]
     for stage in audit.STAGES:
         lines.append(f"| {stage} | " + " | ".join(stage_cell(results[(s, p)], stage) if (s, p) in results else "–"
-                                                 for s in sizes for p in PATHS) + " |")
+                                                 for s in sizes for p in ran) + " |")
     lines += ["", "API writes per TrainJob by component (audit log: successful writes in the burst's namespace):", "",
-              "| component | " + " | ".join(f"{p} ({s})" for s in sizes for p in PATHS) + " |",
-              "|---" * (1 + len(sizes) * len(PATHS)) + "|"]
+              "| component | " + " | ".join(f"{p} ({s})" for s in sizes for p in ran) + " |",
+              "|---" * (1 + len(sizes) * len(ran)) + "|"]
     comps = sorted({c for b in results.values() for c, _ in b.writes})
     for comp in comps:
         lines.append(f"| {comp} | " + " | ".join(f"{results[(s, p)].per_job(comp):.2f}" if (s, p) in results else "–"
-                                                 for s in sizes for p in PATHS) + " |")
+                                                 for s in sizes for p in ran) + " |")
     lines += ["", "kai_fn's answers in its path (its JSON log; ms from request to answer):", "",
               "| TrainJobs | event, outcome | count | ms p50 | ms p95 | ms total |", "|---|---|---|---|---|---|"]
     for size in sizes:
@@ -252,11 +253,11 @@ def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elap
             lines.append(f"| {size} | {key} | {len(ms)} | {nearest_rank(ms, 50):.0f} | {nearest_rank(ms, 95):.0f} | "
                          f"{sum(ms):.0f} |")
     lines += ["", "<details><summary>writes by component, verb and resource (totals)</summary>", "",
-              "| component | write | " + " | ".join(f"{p} ({s})" for s in sizes for p in PATHS) + " |",
-              "|---|---" + "|---" * (len(sizes) * len(PATHS)) + "|"]
+              "| component | write | " + " | ".join(f"{p} ({s})" for s in sizes for p in ran) + " |",
+              "|---|---" + "|---" * (len(sizes) * len(ran)) + "|"]
     for key in sorted({k for b in results.values() for k in b.writes}):
         lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(
-            str(results[(s, p)].writes[key]) if (s, p) in results else "–" for s in sizes for p in PATHS) + " |")
+            str(results[(s, p)].writes[key]) if (s, p) in results else "–" for s in sizes for p in ran) + " |")
     lines += ["", "</details>"]
     return "\n".join(lines)
 

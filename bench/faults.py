@@ -35,7 +35,7 @@ def report(record: Record, args: argparse.Namespace, elapsed: float, load: tuple
              f"Command: `python -m bench faults --jobs {b.jobs} --namespaces {b.namespaces} --kills {b.kills}` "
              f"({elapsed:.0f} s with set-up). Machine: {platform.machine()}, {psutil.cpu_count()} CPUs, "
              f"{psutil.virtual_memory().total / 2**30:.0f} GiB, load average {load[0]:.1f} / {load[1]:.1f} / "
-             f"{load[2]:.1f} (1 / 5 / 15 min) at the end, shared with other testbeds.", "",
+             f"{load[2]:.1f} (1 / 5 / 15 min) at the end.", "",
              f"{b.jobs} TrainJobs submitted plainly, back to back, round-robin over {b.namespaces} kai_fn-enabled "
              f"namespaces, {b.pods} pods × 1 GPU each; every {b.blocked_every}th asks for a Queue that does not exist "
              f"or one of 1 GPU. The function is SIGKILLed every {b.kill_every:.0f} s ({b.kills} times, the first "
