@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 from collections import Counter, defaultdict
@@ -37,6 +36,7 @@ from kubernetes import client
 
 from bench import audit
 from bench import chain as bench_chain
+from kai_fn.local import faults
 from kai_fn.local.chain import TRAINER, Chain, kubectl_of
 from kai_fn.local.realchain import ChainError, chain_cluster, kai_fn_running, submit, trainjob
 
@@ -65,13 +65,8 @@ def adapters_stopped(chain: Chain, names: tuple[str, ...]) -> Iterator[None]:
              and any(s.spec.name.endswith(n) for n in names)]
     if len(procs) != len(names):
         raise ChainError(f"adapters {names}: found {len(procs)} running")
-    for proc in procs:
-        os.kill(proc.pid, signal.SIGSTOP)
-    try:
+    with faults.paused(procs):
         yield
-    finally:
-        for proc in procs:
-            os.kill(proc.pid, signal.SIGCONT)
 
 
 def trainer_writes(audit_log: Path, offset: int, ns: str) -> tuple[list[float], dict[str, list[float]]]:

@@ -11,7 +11,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,20 @@ def adapter(chain: Chain, name: str = "kai-fn-trainjobs") -> RealApiServerSource
     if not found:
         raise FaultError(f"no adapter for ApiServerSource {name} (KAI_FN_CHAIN_SOURCES=stand-in?)")
     return found[0]
+
+
+@contextmanager
+def paused(procs: Iterable[Any]) -> Iterator[None]:
+    """The processes stopped (SIGSTOP) and continued when the block ends: alive, holding their connections, doing
+    nothing, as a process the kernel does not schedule."""
+    stopped = list(procs)
+    for proc in stopped:
+        os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for proc in stopped:
+            os.kill(proc.pid, signal.SIGCONT)
 
 
 def restart_adapter(chain: Chain, name: str = "kai-fn-trainjobs", meanwhile: Callable[[], None] = lambda: None

@@ -14,7 +14,6 @@ Figures go to the terminal summary (knative/README.md, "queue-proxy in front, me
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 from collections import Counter
@@ -25,9 +24,9 @@ from pathlib import Path
 
 from kubernetes import client
 
-from kai_fn.local import faultburst
+from kai_fn.local import faultburst, faults
 from kai_fn.local.adapter import RealApiServerSource
-from kai_fn.local.chain import TRAINER, Chain
+from kai_fn.local.chain import Chain
 from kai_fn.local.faultburst import Burst, Record, body
 from kai_fn.local.ping import RealPingSource
 from kai_fn.local.queue_proxy import ScaleDown, request_lines, scale_down
@@ -66,14 +65,9 @@ def _dropped(adapters: list[Path], offsets: dict[Path, int], nss: list[str]) -> 
 @contextmanager
 def ping_paused(chain: Chain) -> Iterator[None]:
     """mtping stopped (SIGSTOP) and continued afterwards: no resync while it lasts."""
-    pings = [s.process.proc for s in chain.sources if isinstance(s, RealPingSource) and s.process and s.process.proc]
-    for proc in pings:
-        os.kill(proc.pid, signal.SIGSTOP)
-    try:
+    with faults.paused(s.process.proc for s in chain.sources
+                       if isinstance(s, RealPingSource) and s.process and s.process.proc):
         yield
-    finally:
-        for proc in pings:
-            os.kill(proc.pid, signal.SIGCONT)
 
 
 def test_every_delivery_goes_through_queue_proxy(chain: Chain, pool, namespaces):
