@@ -30,14 +30,12 @@ case "${1:-}" in
     shift
     # Given only options (no paths, no -k/-m), the emulator tiers run beside the real ones, as two pytest processes:
     # the real tiers mostly wait for their testbeds. Their output follows the real tiers'. Anything else: one pytest.
-    # The emulator tiers run at a lower priority (nice 5): they finish in half the real tiers' time, and the chain's
-    # control plane, which sets the real tiers' pace, gets the CPU first.
     for arg in "$@"; do
       case $arg in -k|-m|-k*|-m*|[!-]*) exec .venv/bin/python -m pytest "$@" ;; esac
     done
     quick_log=$(mktemp)
     trap 'rm -f "$quick_log"' EXIT
-    nice -n 5 .venv/bin/python -m pytest "$@" -m "not testbed and not chain" > "$quick_log" 2>&1 &
+    .venv/bin/python -m pytest "$@" -m "not testbed and not chain" > "$quick_log" 2>&1 &
     quick=$!
     real_rc=0; .venv/bin/python -m pytest "$@" -m "testbed or chain" || real_rc=$?
     quick_rc=0; wait "$quick" || quick_rc=$?
