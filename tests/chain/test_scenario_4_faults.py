@@ -22,7 +22,7 @@ import pytest
 from kubernetes import client
 
 from kai_fn.local import faults
-from kai_fn.local.chain import TRAINER, Chain
+from kai_fn.local.chain import Chain
 from kai_fn.local.faultburst import Burst, run
 from kai_fn.local.objwatch import BIND_REQUESTS, ObjectWatch, split_gangs
 from kai_fn.local.podwatch import PodWatch
@@ -41,6 +41,9 @@ def kill_and_restart_function(chain: Chain, ns: str) -> None:
 
 def restart_api_server(chain: Chain, ns: str) -> None:
     faults.restart_api_server(chain.kubeconfig)
+
+
+HALF_BOUND_S = 20.0  # the restart's 2 s, KAI's start and its next sessions, with room for a loaded machine
 
 
 def kill_and_restart_kai_scheduler(chain: Chain, ns: str) -> None:
@@ -87,10 +90,17 @@ def test_a_fault_in_the_middle_of_a_burst_loses_no_trainjob_and_no_pod_names_a_m
     if "kai-scheduler" in RESTARTS:
         gang_of = {p.name: p.jobset for p in seen}
         assert set(binds.seen) >= set(gang_of), "a bound pod without a BindRequest: not bound by KAI"
-        assert split_gangs(binds.seen, gang_of, RESTARTS["kai-scheduler"]) == {}, "a gang bound by two schedulers"
+        # KAI makes a gang's BindRequests one by one: a kill between two of them leaves the rest to the restarted
+        # scheduler (KAI's behaviour, not kai_fn's). Such a gang must be completed by it at once, not left half bound.
+        split = split_gangs(binds.seen, gang_of, RESTARTS["kai-scheduler"])
+        spread = {gang: max(at) - min(at) for gang in split
+                  if len(at := [p.bound_at for p in seen if p.jobset == gang and p.bound_at is not None]) == PODS}
+        assert set(spread) == set(split) and all(s <= HALF_BOUND_S for s in spread.values()), (split, spread)
         after = {gang_of[p] for p, at in binds.seen.items() if at > RESTARTS["kai-scheduler"]}
+        both = (f" (killed between its BindRequests; the rest bound "
+                f"{', '.join(f'{s:.1f}' for s in spread.values())} s later)") if split else ""
         REPORT.append(f"faults: KAI's scheduler killed mid-burst; {BURST - len(after)} gangs bound by the first "
-                      f"scheduler, {len(after)} by the restarted one, none by both")
+                      f"scheduler, {len(after) - len(split)} by the restarted one, {len(split)} by both{both}")
 
 
 def test_a_burst_with_faults_at_scale_ends_with_every_trainjob_bound_whole_or_blocked_with_a_reason(
