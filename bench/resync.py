@@ -29,6 +29,8 @@ from pathlib import Path
 
 import psutil
 import requests
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from bench.resync_mix import POOL, Mix, census, held, populate, submit_held
 from kai_fn.local import faults
@@ -37,7 +39,6 @@ from kai_fn.local.realchain import ChainError, chain_cluster
 from kai_fn.local.source import ping_event
 from kubernetes import client
 
-_METRIC = "kai_fn_api_calls_total{"
 
 
 @dataclass
@@ -79,20 +80,19 @@ class Function:
         token = _token(client.CoreV1Api(chain.api), NAMESPACE, sa, ["kai-fn"], 6 * 3600)
         self.headers = {**ping_event().headers, "Authorization": f"Bearer {token}"}
 
+    def samples(self, name: str) -> list[Sample]:
+        """The samples of metric ``name`` on the function's /metrics, read with prometheus_client's own parser."""
+        text = requests.get(f"{self.url}/metrics", timeout=30).text
+        return [s for family in text_string_to_metric_families(text) for s in family.samples if s.name == name]
+
     def calls(self) -> Counter[str]:
         out: Counter[str] = Counter()
-        for line in requests.get(f"{self.url}/metrics", timeout=30).text.splitlines():
-            if line.startswith(_METRIC):
-                labels, value = line[len(_METRIC):].rsplit("} ", 1)
-                fields = dict(kv.split("=", 1) for kv in labels.split(","))
-                out[f"{fields['verb'].strip(chr(34))} {fields['resource'].strip(chr(34))}"] += int(float(value))
+        for sample in self.samples("kai_fn_api_calls_total"):
+            out[f"{sample.labels['verb']} {sample.labels['resource']}"] += int(sample.value)
         return out
 
     def queue_depth(self) -> float:
-        for line in requests.get(f"{self.url}/metrics", timeout=30).text.splitlines():
-            if line.startswith("kai_fn_work_queue") and not line.startswith("#"):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
+        return sum(sample.value for sample in self.samples("kai_fn_work_queue"))
 
     def hwm(self) -> int:
         for line in Path(f"/proc/{self.worker.pid}/status").read_text().splitlines():
