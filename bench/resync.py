@@ -236,8 +236,7 @@ def main(argv: list[str]) -> int:
                     drain_seen.done.set()
                     sampler.join()
 
-            faults.restart_adapter(chain, "kai-fn-trainjobs", meanwhile=lambda: faults.restart_adapter(
-                chain, "kai-fn-jobsets", meanwhile=drain))
+            faults.restart_adapters(chain, ("kai-fn-trainjobs", "kai-fn-jobsets"), meanwhile=drain)
             if not args.keep:
                 bed.clear(namespaces, POOL, 600)
     except ChainError as error:

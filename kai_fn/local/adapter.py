@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Self
@@ -393,6 +394,16 @@ class RealApiServerSource(Started):
         if kill and self.current:
             self.current.kill()
         self._deploy(self.matching())
+
+    @contextmanager
+    def down(self) -> Iterator[None]:
+        """The adapter's pod dead for the block, a new one started at its end. A namespace change meanwhile waits for
+        the new one: the namespace watcher's redeploy would start an adapter too soon."""
+        with self.deploying:
+            if self.current:
+                self.current.kill()
+            yield
+            self._deploy_locked(self.matching())
 
     def stop(self) -> None:
         self.stopping.set()

@@ -4,9 +4,9 @@
 every ``blocked_every``-th one is one kai_fn must refuse, alternately naming a Queue that does not exist
 (``QueueNotFound``) and one too small for it (``GangExceedsQueue``). Meanwhile the function is killed every
 ``kill_every`` seconds and started again as Knative would, the API server is restarted once half-way through the
-submissions, and the TrainJob source's adapter is killed at three quarters and started again once Trainer is done
-with the last quarter (its events are lost with the old adapter, the new one sends none for what exists: only the
-resync can find those). Then, for at most ``settle`` seconds, every TrainJob is waited for: bound whole, or blocked
+submissions, and the adapters of the TrainJob and JobSet sources are killed at three quarters and started again once
+Trainer is done with the last quarter (their events are lost with the old adapters, the new ones send none for what
+exists: only the resync can find those). Then, for at most ``settle`` seconds, every TrainJob is waited for: bound whole, or blocked
 with kai_fn's Warning.
 
 :func:`run` records what was seen — pods and KAI's BindRequests and PodGroups as watched, the TrainJobs and Events at
@@ -97,7 +97,7 @@ class Record:
     missing_podgroups: list[str] = field(default_factory=list)  # pods naming a PodGroup that did not exist
     log: list[dict[str, Any]] = field(default_factory=list)  # the function's JSON lines during the burst
     dropped: dict[str, int] = field(default_factory=dict)  # events each adapter gave up on ("failed to send")
-    unheard: set[str] = field(default_factory=set)  # job keys made while the TrainJob adapter was down
+    unheard: set[str] = field(default_factory=set)  # job keys made while the TrainJob and JobSet adapters were down
     faults: dict[str, list[float]] = field(default_factory=dict)  # what was done, and when
     fault_errors: list[str] = field(default_factory=list)
     began: float = 0.0
@@ -227,7 +227,7 @@ class Record:
                  f"by the resync (its {len(pings)} lines count {by['resync says']} done; a resync killed before its "
                  f"line is not there) or by a delivery killed before its line; of the "
                  f"{len(unheard)} gangs made while "
-                 f"the TrainJob adapter was down, {len(unheard - self._released_by_event())} had no event; events "
+                 f"the TrainJob and JobSet adapters were down, {len(unheard - self._released_by_event())} had no event; events "
                  f"the adapters dropped: " + ", ".join(f"{n} {s}" for s, n in self.dropped.items())]
         if again := self.made_again():
             lines.append(f"pods made and gone without ever being bound (an extra pod the Job controller made when the "
@@ -317,8 +317,9 @@ def _burst_with_faults(chain: Chain, burst: Burst, record: Record, small_queue: 
             submit(chain.api, job.namespace, body(job, small_queue, burst.pods))
 
     def unheard() -> None:
-        """The last quarter, made while the adapter is down; it comes back once Trainer is done writing them (JobSet
-        made, status written, nothing changed for a few seconds), so most get no event ever: only the resync."""
+        """The last quarter, made while the adapters are down; they come back once Trainer is done writing them
+        (JobSet made, status written, nothing changed for a few seconds), so most get no event ever: only the
+        resync (with the JobSet source up, their held JobSets' events released nearly all of them)."""
         submit_all(record.jobs[quarter:])
         record.unheard = {job.key for job in record.jobs[quarter:]}
         versions: list[dict[str, str] | None] = []
@@ -337,7 +338,8 @@ def _burst_with_faults(chain: Chain, burst: Burst, record: Record, small_queue: 
     record.began = time.monotonic()
     killer.start()
     submit_all(record.jobs[:quarter])
-    at("TrainJob adapter restarted", lambda: faults.restart_adapter(chain, meanwhile=unheard))
+    at("TrainJob and JobSet adapters restarted", lambda: faults.restart_adapters(
+        chain, ("kai-fn-trainjobs", "kai-fn-jobsets"), meanwhile=unheard))
     api_server.join()
     killer.join()
     record.faults_over = time.monotonic()

@@ -1,5 +1,5 @@
 """Faults on the chain testbed, as a cluster meets them: the function killed (a pod dying) and started again as
-Knative would, an event source's adapter restarted, the API server restarted after a crash, KAI's scheduler killed
+Knative would, event sources' adapters restarted, the API server restarted after a crash, KAI's scheduler killed
 and started again. Shared by chain scenario 4 and ``python -m bench faults``.
 
 Each call returns once the fault is over (the component answers again), so a caller's timeline is the faults'.
@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -98,15 +98,14 @@ def paused(procs: Iterable[Any]) -> Iterator[None]:
             os.kill(proc.pid, signal.SIGCONT)
 
 
-def restart_adapter(chain: Chain, name: str = "kai-fn-trainjobs", meanwhile: Callable[[], None] = lambda: None
-                    ) -> None:
-    """The adapter's pod dies, ``meanwhile`` runs, and a new one starts: the events the old one held are lost, and
-    the new one's list sends nothing for objects that exist (knative/README.md, "A redeploy loses the backlog")."""
-    source = adapter(chain, name)
-    if source.current:
-        source.current.kill()
-    meanwhile()
-    source.restart()
+def restart_adapters(chain: Chain, names: Iterable[str] = ("kai-fn-trainjobs",),
+                     meanwhile: Callable[[], None] = lambda: None) -> None:
+    """The adapters' pods die, ``meanwhile`` runs, and new ones start: the events the old ones held are lost, and
+    the new ones' lists send nothing for objects that exist (knative/README.md, "A redeploy loses the backlog")."""
+    with ExitStack() as down:
+        for name in names:
+            down.enter_context(adapter(chain, name).down())
+        meanwhile()
 
 
 class Every(threading.Thread):

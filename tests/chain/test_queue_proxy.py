@@ -45,6 +45,11 @@ def released(chain: Chain, ns: str) -> set[str]:
             if not j["spec"].get("suspend") and "kai-fn/podgroup" in (j["metadata"].get("annotations") or {})}
 
 
+def _served(metrics: dict[str, float]) -> float:
+    """Requests queue-proxy proxied to the function, by its own count."""
+    return sum(v for k, v in metrics.items() if k.startswith("kn_serving_invocation_duration_seconds_count"))
+
+
 def _log(chain: Chain, name: str) -> Path:
     return (chain.log_dir or chain.kubeconfig.parent) / name
 
@@ -87,15 +92,22 @@ def test_every_delivery_goes_through_queue_proxy(chain: Chain, pool, namespaces)
     chain.runtime(ns, pool="qp")
     submit(chain.api, ns, trainjob("via-queue-proxy", "chain", nodes=2, gpus=1, kind="TrainingRuntime"))
     wait_for("the TrainJob released", lambda: released(chain, ns) == {"via-queue-proxy"}, 60)
-    after = qp.request_metrics()
-    lines = [line["httpRequest"] for line in request_lines(_from(log, offset))]
-    posts = Counter(r["status"] for r in lines if r["requestMethod"] == "POST" and r["userAgent"].startswith("Go-http"))
-    assert posts and set(posts) <= {200, 202}, posts
-    served = sum(v for k, v in after.items() if k.startswith("kn_serving_invocation_duration_seconds_count"))
-    served_before = sum(v for k, v in before.items() if k.startswith("kn_serving_invocation_duration_seconds_count"))
-    assert served - served_before >= sum(posts.values())
+    posts: Counter = Counter()
+    proxied: list[float] = []
+
+    def counted() -> bool:
+        """Its request log and its metrics, read apart, can be a request apart: read both until they agree."""
+        proxied.append(_served(qp.request_metrics()) - _served(before))
+        lines = [line["httpRequest"] for line in request_lines(_from(log, offset))]
+        posts.clear()
+        posts.update(r["status"] for r in lines if r["requestMethod"] == "POST" and r["userAgent"].startswith("Go-http"))
+        return bool(posts) and proxied[-1] >= sum(posts.values())
+
+    wait_for("queue-proxy's metrics count every POST of its request log", counted, 15,
+             explain=lambda: f"POSTs in its request log {dict(posts)}, proxied by its metrics {proxied[-1]:.0f}")
+    assert set(posts) <= {200, 202}, posts
     REPORT.append(f"queue-proxy: one TrainJob's events through it: {dict(posts)} (its request log), "
-                  f"{served - served_before:.0f} proxied (its kn_serving_invocation_duration_seconds_count)")
+                  f"{proxied[-1]:.0f} proxied (its kn_serving_invocation_duration_seconds_count)")
 
 
 def _scale_down_in_the_middle(chain: Chain, burst: Burst, record: Record, small_queue: str) -> None:
