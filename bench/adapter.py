@@ -21,8 +21,8 @@ from pathlib import Path
 import yaml
 from kubernetes import client, config
 
-from kai_fn.local.adapter import RealApiServerSource, free_port, load, narrowed
-from kai_fn.local.process import REPO
+from kai_fn.local.adapter import RealApiServerSource, load, narrowed
+from kai_fn.local.process import REPO, free_port
 from kai_fn.local.sink import Answer, Request, ScriptedSink
 
 TRAINJOBS = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")

@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import re
-import socket
 import subprocess
 import tempfile
 import threading
@@ -33,7 +32,7 @@ import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from kai_fn.local.process import REPO, Started, built, end
+from kai_fn.local.process import REPO, Started, built, end, free_port
 
 log = logging.getLogger(__name__)
 BINARY = "apiserver_receive_adapter"
@@ -173,13 +172,6 @@ def eventing_dir() -> Path:
 
 def binary() -> Path:
     return eventing_dir() / BINARY
-
-
-def free_port() -> int:
-    """A port free on every interface: upstream's pprof server binds ``:PROFILING_PORT``, not loopback only."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 class AdapterProcess:
@@ -336,7 +328,7 @@ class RealApiServerSource(Started):
         assert self.exe and self._log
         self.generation += 1
         env = adapter_env(self.spec, sink=self.sink, kubeconfig=self.kubeconfig, namespaces=namespaces,
-                          profiling_port=free_port(), oidc=self.oidc)
+                          profiling_port=free_port(""), oidc=self.oidc)
         new = AdapterProcess(self.exe, env, reflectors(self.spec, namespaces), log_to=self._log,
                              tag=f"{self.spec.name}#{self.generation}").start()
         old, self.current = self.current, new

@@ -21,8 +21,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kai_fn.local.adapter import AdapterProcess, child_name, ensure, eventing_dir, free_port
-from kai_fn.local.process import Started
+from kai_fn.local.adapter import AdapterProcess, child_name, ensure, eventing_dir
+from kai_fn.local.process import Started, free_port
 
 SYSTEM_NAMESPACE = "knative-eventing"
 ACCOUNT = "pingsource-mt-adapter"
@@ -122,7 +122,7 @@ class RealPingSource(Started):
         self._source()
         env = {"KUBECONFIG": str(kubeconfig), "SYSTEM_NAMESPACE": SYSTEM_NAMESPACE, "NAMESPACE": SYSTEM_NAMESPACE,
                "K_OBSERVABILITY_CONFIG": "{}", "K_NO_SHUTDOWN_AFTER": "59", "K_SINK_TIMEOUT": "-1",
-               "POD_NAME": "mtping-0", "PROFILING_PORT": str(free_port())}
+               "POD_NAME": "mtping-0", "PROFILING_PORT": str(free_port(""))}
         self._log = self.log_path.open("a")
         self.process = AdapterProcess(where / "mtping", env, set(), log_to=self._log, tag=self.name,
                                       args=("-disable-ha",), marker=_SYNCED).start(timeout)

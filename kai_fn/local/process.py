@@ -19,9 +19,11 @@ from typing import IO, Self
 REPO = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now on ``host``; ``""``: on every interface, for upstream servers that bind ``:<port>`` (Knative's
+    pprof and queue-proxy), not loopback only."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 

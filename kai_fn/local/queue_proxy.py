@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Self
 
-from kai_fn.local.process import FunctionProcess, built, end
+from kai_fn.local.process import FunctionProcess, built, end, free_port
 
 BINARY = "queue"
 REVISION = "kai-fn-00001"
@@ -46,14 +46,6 @@ _REQUEST_LINE = re.compile(r'^\{"httpRequest":')
 
 def serving_dir() -> Path:
     return built("serving")
-
-
-def free_port() -> int:
-    """A port free on every interface: queue-proxy binds ``:<port>``, not loopback only."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -135,8 +127,8 @@ class QueueProxy:
     def __init__(self, settings: ServiceSettings, user_port: int, *, log: IO[bytes] | int | None = subprocess.DEVNULL,
                  port: int | None = None, pod: str = f"{REVISION}-deployment-0", exe: Path | None = None) -> None:
         self.settings, self.user_port, self.log, self.exe, self.pod = settings, user_port, log, exe, pod
-        self.port, self.admin_port, self.metrics_port = port or free_port(), free_port(), free_port()
-        self.request_metrics_port = free_port()
+        self.port, self.admin_port, self.metrics_port = port or free_port(""), free_port(""), free_port("")
+        self.request_metrics_port = free_port("")
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
