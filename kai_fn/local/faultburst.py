@@ -194,13 +194,18 @@ class Record:
                 and e.get("podgroup")
                 and "released" in str(e.get("reason"))}
 
+    def released_without_event(self) -> set[str]:
+        """Gangs released with no line saying an event did it: by the resync, a started function's catch-up pass,
+        or a delivery whose function was killed between the release and its line."""
+        return (self._released() & self._gangs()) - self._released_by_event()
+
     def released_by(self) -> Counter[str]:
-        """Gangs released by an event and by the resync (released, with no line saying an event did it; a function
-        killed between the release and its line counts here too); ``resync says``: the sum of "N done" over the
-        resync's lines."""
+        """Gangs released by an event and by the resync (:meth:`released_without_event`); ``resync says``: the sum
+        of "N done" over the resync's lines."""
         released, by_event = self._released() & self._gangs(), self._released_by_event()
         said = sum(int(m.group(1)) for e in self.resync_lines() if (m := _RESYNC_DONE.match(str(e.get("reason")))))
-        return Counter({"events": len(released & by_event), "resync": len(released - by_event), "resync says": said})
+        return Counter({"events": len(released & by_event), "resync": len(self.released_without_event()),
+                        "resync says": said})
 
     def resync_lines(self) -> list[dict[str, Any]]:
         return [e for e in self.log if str(e.get("reason", "")).startswith("resync:")]
@@ -225,7 +230,7 @@ class Record:
                  f"NOT settled within {b.settle:.0f} s of the last fault",
                  f"gangs released by an event (its line says so) {by['events']}, with no such line {by['resync']}: "
                  f"by the resync (its {len(pings)} lines count {by['resync says']} done; a resync killed before its "
-                 f"line is not there) or by a delivery killed before its line; of the "
+                 f"line is not there), a started function's catch-up or a delivery killed before its line; of the "
                  f"{len(unheard)} gangs made while "
                  f"the TrainJob and JobSet adapters were down, {len(unheard - self._released_by_event())} had no event; events "
                  f"the adapters dropped: " + ", ".join(f"{n} {s}" for s, n in self.dropped.items())]
