@@ -207,12 +207,13 @@ def planned(bed: Testbed, ns: str, name: str) -> list[tuple[str, int, str]]:
     return sorted((pg["metadata"]["name"], pg["spec"]["minMember"], pg["spec"]["queue"]) for pg in result.podgroups)
 
 
-def kai_says_why(bed: Testbed, ns: str, runtime: dict[str, Any], want: int, pods: list[client.V1Pod]) -> bool:
-    """Every GPU pod of the gang exists, and KAI wrote a scheduling condition on the PodGroup of one that waits: it
-    tried that gang and left it waiting (for MPI's launcher-as-node runtimes, the launcher's wave)."""
+def kai_says_why(bed: Testbed, ns: str, runtime: dict[str, Any], pods: list[client.V1Pod]) -> bool:
+    """KAI wrote a scheduling condition on the PodGroup of a GPU pod that waits: it tried that gang and left it
+    waiting. Not every GPU pod need exist: MPI's launcher-as-node runtimes make their launcher only once the nodes are
+    Ready, and until then a placeholder holds its place in the nodes' PodGroup (docs/reservation.md)."""
     gpu = [p for p in pods if _job(p) in gpu_jobs_of(runtime)]
     waiting = {(p.metadata.annotations or {}).get(keys.KAI_POD_GROUP_ANNOTATION) for p in gpu if not p.spec.node_name}
-    if len(gpu) < want or not waiting - {None}:
+    if not waiting - {None}:
         return False
     found = client.CustomObjectsApi(bed.api).list_namespaced_custom_object(*PODGROUPS, ns, "podgroups")["items"]
     return any((pg.get("status") or {}).get("schedulingConditions") for pg in found
@@ -245,6 +246,8 @@ class Run:
     planned: list[tuple[str, int, str]] = field(default_factory=list)
     claims: dict[str, str] = field(default_factory=dict)  # the first's claims -> their bind-completed annotation
     waiting: Watched | None = None  # the second while the first holds the pool
+    said_s: float | None = None  # the second's create to KAI's reason for its wait, first seen
+    waited_s: float = 0.0  # the second's create to the end of its watch while the first holds the pool
     second: Watched | None = None  # the second after the first is deleted
     seconds: float = 0.0
     error: str = ""
@@ -293,11 +296,12 @@ def scenario(bed: Testbed, runtime: dict[str, Any], ns: str, pool: str, path: st
         def settled(pods: list[client.V1Pod]) -> bool:
             """KAI has tried the second gang and said why it waits, and ``hold_s`` more passed (not one GPU pod
             may bind meanwhile)."""
-            if not said and kai_says_why(bed, ns, runtime, want, pods):
+            if not said and kai_says_why(bed, ns, runtime, pods):
                 said.append(time.monotonic())
             return bool(said) and time.monotonic() - said[0] >= hold_s
 
         run.waiting = watch(bed, ns, second, runtime, want, t1, deadline_s, until=settled)
+        run.said_s, run.waited_s = (said[0] - t1 if said else None), time.monotonic() - t1
         objs.delete_namespaced_custom_object(*TRAINER, ns, "trainjobs", first)
         run.second = watch(bed, ns, second, runtime, want, time.monotonic(), deadline_s)
         return run

@@ -93,13 +93,14 @@ def runs(chains: Chains, shipped: dict[str, dict]) -> Iterator[dict[str, Run]]:
 
 
 def markdown(runs) -> list[str]:
-    rows = ["| runtime | bound whole | PodGroups | GPU pods bound while waiting | then bound whole |",
-            "|---|---|---|---|---|"]
+    rows = ["| runtime | bound whole | PodGroups | GPU pods bound while waiting | KAI's reason after | then bound whole "
+            "| scenario |", "|---|---|---|---|---|---|---|"]
     for r in runs:
         first = f"yes, {r.first.seconds:.1f} s" if r.first and r.first.bound else "no"
         held = f"{r.waiting.held_at_most} of {r.want}" if r.waiting else "-"
         then = f"yes, {r.second.seconds:.1f} s" if r.second and r.second.bound else "no" if r.second else "-"
-        rows.append(f"| {r.runtime} | {first} | {len(r.podgroups)} | {held} | {then} |")
+        said = f"{r.said_s:.1f} s" if r.said_s is not None else "never" if r.waiting else "-"
+        rows.append(f"| {r.runtime} | {first} | {len(r.podgroups)} | {held} | {said} | {then} | {r.seconds:.1f} s |")
     return rows
 
 
@@ -128,6 +129,7 @@ def test_official_runtime_waits_whole_under_contention(name, runs):
     assert run.error == "", f"{name}: {run.error}"
     assert run.first is not None and run.first.bound, f"{name}: the first never bound: {run.first}"
     assert run.waiting is not None and not run.waiting.bound
+    assert run.said_s is not None, f"{name}: KAI never said why the second waits (its PodGroup's conditions)"
     assert run.waiting.held_at_most == 0, \
         f"{name}: {run.waiting.held_at_most} of {run.want} GPU pods of the second bound while it could not all fit"
     assert run.second is not None and run.second.bound, f"{name}: after the first was deleted: {run.second}"
