@@ -381,10 +381,9 @@ class RealApiServerSource(Started):
     def namespace_selector_dynamic(self) -> bool:
         return self.spec.namespace_selector is not None and not self.spec.all_namespaces
 
-    def restart(self, *, kill: bool = False) -> None:
-        """A new adapter process for the same namespaces (a pod restarted); ``kill``: the old one dies first."""
-        if kill and self.current:
-            self.current.kill()
+    def restart(self) -> None:
+        """A new adapter process for the same namespaces (a rollout: the old one stops once the new one has listed;
+        a pod that dies first is :meth:`down`)."""
         self._deploy(self.matching())
 
     @contextmanager

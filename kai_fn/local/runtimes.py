@@ -247,7 +247,6 @@ class Run:
     claims: dict[str, str] = field(default_factory=dict)  # the first's claims -> their bind-completed annotation
     waiting: Watched | None = None  # the second while the first holds the pool
     said_s: float | None = None  # the second's create to KAI's reason for its wait, first seen
-    waited_s: float = 0.0  # the second's create to the end of its watch while the first holds the pool
     second: Watched | None = None  # the second after the first is deleted
     seconds: float = 0.0
     error: str = ""
@@ -301,7 +300,7 @@ def scenario(bed: Testbed, runtime: dict[str, Any], ns: str, pool: str, path: st
             return bool(said) and time.monotonic() - said[0] >= hold_s
 
         run.waiting = watch(bed, ns, second, runtime, want, t1, deadline_s, until=settled)
-        run.said_s, run.waited_s = (said[0] - t1 if said else None), time.monotonic() - t1
+        run.said_s = said[0] - t1 if said else None
         objs.delete_namespaced_custom_object(*TRAINER, ns, "trainjobs", first)
         run.second = watch(bed, ns, second, runtime, want, time.monotonic(), deadline_s)
         return run
