@@ -68,7 +68,7 @@ SETTINGS_DEFAULTS = {
     "KAI_FN_LOG_LEVEL": "INFO",
     "KAI_FN_RESYNC_LIMIT": "50",
     "KAI_FN_BACKGROUND_WORKERS": "4",
-    "KAI_FN_AUDIENCE": "",
+    "KAI_FN_AUDIENCE": "kai-fn",
     "KAI_FN_SENDERS": "",
     "KAI_FN_QUEUE_CHECK": "enforce",
     "KAI_FN_SCHEDULE_TIMEOUT_SECONDS": "",
@@ -90,7 +90,7 @@ COMMON_TRIPLES = {
     ("jobset.x-k8s.io", "jobsets", "list"),  # resync: the held JobSets
     ("", "events", "create"),
     ("", "pods", "list"),  # the gang's status: are its pods on nodes?
-    ("authentication.k8s.io", "tokenreviews", "create"),  # KAI_FN_AUDIENCE set only
+    ("authentication.k8s.io", "tokenreviews", "create"),  # KAI_FN_AUDIENCE set (knative/base sets it)
     ("coordination.k8s.io", "leases", "patch"),  # the resync's heartbeat, its one Lease (a Role, resourceNames)
 }
 HEARTBEAT_LEASE = "kai-fn-resync"

@@ -6,42 +6,43 @@ reports ``2×1Gi + 512Mi`` as ``2560Mi``. We reproduce that so minResources read
 """
 from __future__ import annotations
 
-import importlib.util
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal
-from pathlib import Path
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Literal
 
 Format = Literal["binary", "decimal"]
 
-# apimachinery's grammar (pkg/api/resource/quantity.go); the client's parser alone accepts "1K", "NaN" and "inf".
-_SYNTAX = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?\d+))?$")
+# apimachinery's grammar (pkg/api/resource/quantity.go): a signed decimal number and one optional suffix.
+_SYNTAX = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?\d+))?$")
 _NANO = Decimal("1e-9")
 _BINARY = [(6, "Ei"), (5, "Pi"), (4, "Ti"), (3, "Gi"), (2, "Mi"), (1, "Ki")]
 _DECIMAL = [(18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, ""), (-3, "m"), (-6, "u"), (-9, "n")]
+_FACTORS = {suffix: Decimal(1024) ** power for power, suffix in _BINARY} | {
+    suffix: Decimal(10) ** exponent for exponent, suffix in _DECIMAL}
+# The largest quantity kai_fn reads: far above anything a node has (Kubernetes counts in int64, 9.2E), and a bound
+# keeps every later sum and printout cheap whatever a runtime or TrainJob says.
+LIMIT = Decimal(10) ** 24
 
 
-def _client_parser() -> Callable[[str], Decimal]:
-    """The official client's ``parse_quantity``, loaded from its own file.
-
-    ``from kubernetes.utils import parse_quantity`` would load the whole client (urllib3 included), which the pure
-    core must not; that one file needs only ``decimal``.
-    """
-    client = importlib.util.find_spec("kubernetes")
-    if client is None or not client.submodule_search_locations:
-        raise ImportError("the kubernetes client package is not installed (see requirements.txt)")
-    path = Path(next(iter(client.submodule_search_locations))) / "utils" / "quantity.py"
-    spec = importlib.util.spec_from_file_location("kai_fn.core._client_quantity", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.parse_quantity
-
-
-_parse_quantity = _client_parser()
+def _value(raw: str) -> Decimal:
+    match = _SYNTAX.match(raw)
+    if match is None:
+        raise ValueError(f"{raw!r} is not a Kubernetes quantity")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        if match.group(4):  # an exponent, not the suffix E
+            exponent = int(suffix[1:])
+            if abs(exponent) > 30:
+                raise ValueError(f"{raw!r} is out of range for a Kubernetes quantity")
+            value = Decimal(number).scaleb(exponent)
+        else:
+            value = Decimal(number) * _FACTORS[suffix]
+    except InvalidOperation:
+        raise ValueError(f"{raw!r} is not a Kubernetes quantity") from None
+    if abs(value) > LIMIT:
+        raise ValueError(f"{raw!r} is out of range for a Kubernetes quantity (at most {LIMIT})")
+    return value
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,9 @@ class Quantity:
     @classmethod
     def parse(cls, text: str | int | float) -> Quantity:
         raw = str(text).strip()
-        if not _SYNTAX.match(raw):
-            raise ValueError(f"{raw!r} is not a Kubernetes quantity")
-        value = _parse_quantity(raw)
+        if len(raw) > 64:
+            raise ValueError(f"{raw[:20]!r}... is not a Kubernetes quantity (longer than 64 characters)")
+        value = _value(raw)
         # Go keeps at most nanosecond-scale precision and rounds up what lies below it.
         value = (value / _NANO).to_integral_value(rounding=ROUND_CEILING) * _NANO
         fmt: Format = "binary" if raw.endswith("i") else "decimal"

@@ -1,7 +1,8 @@
 """Who sent this event: the bearer token of a Knative source, checked by a TokenReview (FACTS §4, sender identity).
 
 With ``KAI_FN_AUDIENCE`` set, every POST must carry ``Authorization: Bearer <token>``, a ServiceAccount token for
-that audience; ``KAI_FN_SENDERS`` then narrows who may send. The answer of each review is cached until the token
+that audience, of one of ``KAI_FN_SENDERS`` (by default knative/base's sources): an audience alone would let in any
+ServiceAccount, whose token for it any pod can request. The answer of each review is cached until the token
 expires, at most ``MAX_AGE_SECONDS``, so a steady stream of events costs one TokenReview per token, not per event.
 The token itself is never kept or logged: entries are keyed, and log lines name, a short SHA-256 of it.
 """
@@ -77,6 +78,8 @@ class Authenticator:
 
     def __init__(self, audience: str, senders: tuple[str, ...], *, clock: Callable[[], float] = time.time,
                  max_age: float = MAX_AGE_SECONDS, max_entries: int = MAX_ENTRIES) -> None:
+        if not senders:
+            raise ValueError("an audience without senders would accept any ServiceAccount's token")
         self.audience, self.senders = audience, frozenset(senders)
         self.clock, self.max_age, self.max_entries = clock, max_age, max_entries
         self._cache: OrderedDict[str, tuple[float, str | tuple[int, str]]] = OrderedDict()
@@ -97,7 +100,7 @@ class Authenticator:
                 self._reviewing.pop(key, None)
         if isinstance(answer, tuple):
             raise Denied(*answer)
-        if self.senders and answer not in self.senders:
+        if answer not in self.senders:
             raise Denied(403, f"sender {answer} is not in KAI_FN_SENDERS")
         return Sender(answer, key)
 

@@ -1,7 +1,7 @@
 """The gang's status, told on the TrainJob: why it waits (``GangUnschedulable``), and when it is placed (``GangBound``).
 
-PodGroup update events are only a trigger: what is reported is read fresh, so duplicates and updates that arrive
-out of order cannot report a state that has passed. A gang whose main PodGroup is marked ``kai-fn/bound`` is never
+PodGroup update events are only a trigger: what is reported is read fresh with kai_fn's own identity, so duplicates,
+updates that arrive out of order and forged bodies cannot report a state that is not the PodGroup's now. A gang whose main PodGroup is marked ``kai-fn/bound`` is never
 reported on again (the mark is on kai_fn's own PodGroup, so it costs Trainer no reconcile);
 an unschedulable report needs the PodGroup, read now, to carry KAI's reasons and no pod of the gang to be on a node
 (KAI writes reasons only while nothing is allocated). Event names come from their content, so the same report made
@@ -23,24 +23,31 @@ from kai_fn.function.settings import Settings
 
 
 def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outcome:
-    """One PodGroup update: at most a TrainJob GET, a pod list, a PodGroup GET and an Event (plus the bound mark)."""
-    podgroup = event.object
-    meta = podgroup.get("metadata") or {}
+    """One PodGroup update: a PodGroup GET, then at most a TrainJob GET, a pod list and an Event (plus the bound
+    mark). The event only says which PodGroup to look at: what is reported comes from the PodGroup as the API server
+    returns it to kai_fn, so a forged or stale body can skip a look but never make a report."""
+    hint = event.object
     ns, pg_name = event.namespace, event.name
     if not settings.watches(ns):
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", ns, pg_name, event.uid)
-    if (meta.get("labels") or {}).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY:
+    if triage.labels(hint).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY:
         return Outcome("ignored", "not a PodGroup kai_fn made", ns, pg_name, event.uid)
-    owner = owning_trainjob(podgroup)
-    if owner is None:
-        return Outcome("ignored", "the PodGroup has no TrainJob owner", ns, pg_name, event.uid)
     recent = session.cluster.recent
+    if recent.is_bound(event.uid):
+        return Outcome("skipped", "already bound", ns, pg_name, event.uid, pg_name)
+    podgroup = session.podgroup(hint.get("apiVersion") or keys.KAI_PODGROUP_API, ns, pg_name)
+    if podgroup is None:
+        return Outcome("ignored", "the PodGroup no longer exists", ns, pg_name, event.uid)
+    owner = owning_trainjob(podgroup)
+    if triage.labels(podgroup).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY or owner is None:
+        return Outcome("ignored", "not a PodGroup kai_fn made for a TrainJob", ns, pg_name, event.uid)
     if holding(podgroup):
         handed = hand_over(session, podgroup, owner)
         if handed is not None:
             return handed
-    if recent.is_bound(event.uid) or keys.GANG_BOUND_ANNOTATION in (meta.get("annotations") or {}):
-        return Outcome("skipped", "already bound", ns, owner["name"], owner.get("uid"), pg_name)
+    if keys.GANG_BOUND_ANNOTATION in triage.notes(podgroup):
+        recent.bound(triage.meta(podgroup).get("uid"))
+        return Outcome("skipped", "already bound", ns, owner["name"], owner.get("uid"), pg_name, bound=True)
     if event.type.endswith(".add") and not podgroup.get("status"):
         # Made a moment ago (by kai_fn, before it released the TrainJob): no pod of it can exist yet. The scheduler's
         # status writes that follow come as updates; the resync looks at every released gang in any case.
@@ -53,11 +60,11 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     marks = triage.marks(trainjob, jobset if jobset and triage.controlled_by(jobset, owner.get("uid")) else None)
     if why := settled(marks, pg_name):
         if marks.bound is not None:
-            recent.bound(event.uid)
+            recent.bound(triage.meta(podgroup).get("uid"))
         return Outcome("skipped", why, ns, owner["name"], owner.get("uid"), pg_name)
-    outcome = report_on(session, trainjob, podgroup, marks.podgroup or "", fresh=False)
-    if outcome.result == "done" and outcome.reason.startswith(report.GANG_BOUND) or outcome.reason == "already bound":
-        recent.bound(event.uid)
+    outcome = report_on(session, trainjob, podgroup, marks.podgroup or "")
+    if outcome.bound:
+        recent.bound(triage.meta(podgroup).get("uid"))
     return outcome
 
 
@@ -105,11 +112,10 @@ def settled(marks: triage.Marks, podgroup_name: str | None = None) -> str | None
     return None
 
 
-def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, Any], main_name: str, *,
-              fresh: bool) -> Outcome:
+def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, Any], main_name: str) -> Outcome:
     """Bound: GangBound once, then the mark on the main PodGroup. Nothing on a node and KAI gives reasons:
     GangUnschedulable. Another stage's PodGroup (initializers, MPI's launcher) gets reasons only: GangBound is the
-    main gang's."""
+    main gang's. ``podgroup`` is as the API server returned it to kai_fn (a GET or the resync's LIST)."""
     meta = trainjob["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta.get("uid")
     pg_name = podgroup["metadata"]["name"]
@@ -119,16 +125,6 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
     if counted.bound and not main:
         return Outcome("skipped", f"stage bound ({counted.summary()}); GangBound waits for the main gang",
                        ns, name, uid, pg_name)
-    if counted.bound and not fresh:
-        # The event's copy may be from before the mark (a replica that did not see it bound, a late redelivery): the
-        # mark is on this PodGroup now, so read it rather than post and mark again.
-        now = session.podgroup(podgroup["apiVersion"], ns, pg_name)
-        owner = owning_trainjob(now or {})
-        if now is None or owner is None or owner.get("uid") != uid:
-            return Outcome("ignored", "the PodGroup no longer exists", ns, name, uid, pg_name)
-        if keys.GANG_BOUND_ANNOTATION in triage.notes(now):
-            return Outcome("skipped", "already bound", ns, name, uid, pg_name)
-        podgroup = now
     if counted.bound:
         message = f"PodGroup {pg_name}: every pod of the gang is on a node ({counted.summary()})"
         body = report.event_body(trainjob, report.GANG_BOUND, message, warning=False, key=pg_name)
@@ -141,18 +137,10 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
         except Gone:
             return Outcome("ignored", "the PodGroup was deleted meanwhile", ns, name, uid, pg_name)
         metrics.GANG_STATUS.labels(report.GANG_BOUND).inc()
-        return Outcome("done", f"{report.GANG_BOUND}: {message}", ns, name, uid, pg_name)
+        return Outcome("done", f"{report.GANG_BOUND}: {message}", ns, name, uid, pg_name, bound=True)
     waiting = f"waiting: {counted.summary()}"
-    if counted.any_bound or not (fresh or gang.unschedulable(podgroup)):
-        return Outcome("skipped", waiting, ns, name, uid, pg_name)
-    if not fresh:
-        now = session.podgroup(podgroup["apiVersion"], ns, pg_name)
-        owner = owning_trainjob(now or {})
-        if now is None or owner is None or owner.get("uid") != uid:
-            return Outcome("ignored", "the PodGroup no longer exists", ns, name, uid, pg_name)
-        podgroup = now
     reasons = gang.unschedulable(podgroup)
-    if not reasons:
+    if counted.any_bound or not reasons:
         return Outcome("skipped", waiting, ns, name, uid, pg_name)
     text = gang.describe(reasons)
     message = f"PodGroup {pg_name}: {text}"
@@ -170,7 +158,7 @@ def sweep(session: Session, settings: Settings, entries: list[Entry]) -> dict[st
     waiting = [e for e in entries if e.podgroup is not None and settled(e.marks) is None]
     for entry in session.cluster.take_turn("sweep", waiting, settings.resync_limit, creation_order):
         try:
-            result = report_on(session, entry.trainjob, entry.podgroup, entry.marks.podgroup or "", fresh=True).result
+            result = report_on(session, entry.trainjob, entry.podgroup, entry.marks.podgroup or "").result
         except Transient:
             result = "retry"
         tally[result] = tally.get(result, 0) + 1

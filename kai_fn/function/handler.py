@@ -40,6 +40,7 @@ class App:
         self.cluster = cluster or Cluster.from_settings(self.settings)
         self.auth = Authenticator(self.settings.audience, self.settings.senders) if self.settings.audience else None
         self.work: WorkQueue | None = None
+        self.resyncs = resync.OneAtATime()
         self._started_lock, self._caught_up = threading.Lock(), False
         if self.settings.background_workers:
             self.work = WorkQueue(self.pass_after_answer, self.settings.background_workers, on_drop=_dropped)
@@ -157,8 +158,8 @@ class App:
         """The work the event asks for: the resync, a gang's status, or a TrainJob's pass (queued when it can be)."""
         try:
             if isinstance(event, events.Resync):
-                work, outcome = "resync", resync.resync(session, self.settings,
-                                                        self.offer if self.work is not None else None)
+                offer = self.offer if self.work is not None else None
+                work, outcome = "resync", self.resyncs.run(lambda: resync.resync(session, self.settings, offer))
             elif isinstance(event, events.PodGroupEvent):
                 fields |= {"kind": "PodGroup", "namespace": event.namespace, "podgroup": event.name,
                            "mode": event.mode}

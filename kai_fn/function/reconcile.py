@@ -6,8 +6,8 @@ hold stands. The pass makes the gang, then writes the pod templates, the decisio
 patch: no pod exists before its PodGroups, and the TrainJob itself is never written on the way (its Events say what
 was done). Every step is idempotent, so duplicates, retries and concurrent deliveries are harmless.
 
-An event's body is acted on only when its sender was authenticated (``KAI_FN_AUDIENCE``); otherwise it may only
-save work, and the plan comes from a fresh GET. A TrainJob the earlier policy suspended (``kai-fn/auto-suspended``)
+An event's body is never acted on, whoever sent it: the plan comes from a fresh GET (or the resync's LIST), made
+with kai_fn's own identity. A TrainJob the earlier policy suspended (``kai-fn/auto-suspended``)
 is still released after an upgrade.
 """
 from __future__ import annotations
@@ -47,27 +47,23 @@ class NotYet(Exception):
 
 
 def from_body(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome | None:
-    """The answer the event's body (and what this process remembers) gives without an API call, or None when the
-    TrainJob needs a pass."""
-    hint = event.object
-    legacy = hint is not None and triage.marks(hint).legacy_owed
-    if not settings.watches(event.namespace) and not legacy and event.via != keys.JOBSET_KIND:
+    """The answer the event's identity (and what this process remembers) gives without an API call, or None when
+    the TrainJob needs a pass. The body is never read here: whoever sent it, only the live TrainJob decides."""
+    if not settings.watches(event.namespace) and event.via != keys.JOBSET_KIND:
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", event.namespace, event.name, event.uid)
     # A JobSet's event is judged by the JobSet's uid: Trainer makes a deleted JobSet again, held, with a new one.
     known = event.uid if event.via == keys.TRAINJOB_KIND else event.jobset_uid
     if event.via != RESYNC and session.cluster.recent.is_decided(known):
         return Outcome("skipped", "duplicate: this process decided its JobSet", event.namespace, event.name, event.uid)
-    if hint is None:
-        return None
-    if triage.deleting(hint):
-        return Outcome("ignored", "the TrainJob is being deleted", event.namespace, event.name, event.uid)
     return None
 
 
 def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
+    """One TrainJob's pass, planned from the TrainJob as the API server returns it to kai_fn: read now, or listed
+    by the resync a moment ago. An event's body, authenticated or not, never decides a gang."""
     if (answer := from_body(event, session, settings)) is not None:
         return answer
-    obj = event.object if settings.audience or event.via == RESYNC else None
+    obj = event.object if event.via == RESYNC else None
     if obj is None:
         obj = session.trainjob(event.namespace, event.name)
         if obj is None or (event.uid and obj.get("metadata", {}).get("uid") != event.uid):

@@ -45,6 +45,7 @@ class Outcome:
     name: str | None = None
     uid: str | None = None
     podgroup: str | None = None
+    bound: bool = False  # the gang is on its nodes (GangBound posted now or before): later events of it cost nothing
 
 
 def event_body(trainjob: dict[str, Any], reason: str, message: str, warning: bool, key: str | None = None) -> dict[str, Any]:

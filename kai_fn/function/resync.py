@@ -8,6 +8,7 @@ reconciled here, in turn. A resync that got this far renews the heartbeat.
 """
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
 
@@ -19,6 +20,39 @@ from kai_fn.function.report import Outcome
 from kai_fn.function.settings import Settings
 
 Offer = Callable[[TrainJobEvent], bool]
+
+
+class OneAtATime:
+    """One resync at a time in a process: a ping that arrives while one runs joins it and answers with its outcome,
+    so a flood of pings (forged, or a redelivering sender) costs the LISTs of one resync, not one each."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: tuple[threading.Event, list[Outcome | BaseException]] | None = None
+
+    def run(self, work: Callable[[], Outcome]) -> Outcome:
+        with self._lock:
+            joined = self._running
+            if joined is None:
+                self._running = mine = (threading.Event(), [])
+        if joined is not None:
+            done, result = joined
+            done.wait()
+            if isinstance(result[0], BaseException):
+                raise result[0]
+            return Outcome(result[0].result, f"joined the resync under way: {result[0].reason}")
+        done, result = mine
+        try:
+            outcome = work()
+            result.append(outcome)
+            return outcome
+        except BaseException as error:
+            result.append(error)
+            raise
+        finally:
+            with self._lock:
+                self._running = None
+            done.set()
 
 
 def as_event(entry: inventory.Entry) -> TrainJobEvent:

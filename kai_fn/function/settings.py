@@ -16,6 +16,18 @@ QueueCheck = Literal["enforce", "warn", "off"]
 OnTimeout = Literal["event", "suspend"]
 
 
+# Who sends knative/base's events when Knative's authentication-oidc is on: the identities Knative makes for its
+# sources. With KAI_FN_AUDIENCE set and KAI_FN_SENDERS empty, these are the senders: an audience alone would let any
+# ServiceAccount's token for it in.
+SOURCES_NAMESPACE = "kai-fn"
+SOURCE_SENDERS = tuple(f"system:serviceaccount:{SOURCES_NAMESPACE}:{name}" for name in (
+    "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource",
+    "kai-fn-jobsets-oidc-sources.knative.dev-apiserversource",
+    "kai-fn-podgroups-oidc-sources.knative.dev-apiserversource",
+    "kai-fn-resync-oidc-sources.knative.dev-pingsource",
+))
+
+
 class SettingsError(SystemExit):
     """Raised at start-up; its text names the environment variable."""
 
@@ -65,10 +77,16 @@ class Settings(BaseSettings):
     @field_validator("senders")
     @classmethod
     def _service_accounts(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        """Senders are ServiceAccounts (what a TokenReview names); a list without an audience would check nothing."""
+        """Senders are ServiceAccounts (what a TokenReview names); a list without an audience would check nothing,
+        and no value accepts every ServiceAccount: empty means knative/base's sources (``SOURCE_SENDERS``)."""
         if value and not info.data.get("audience"):
             raise ValueError("needs KAI_FN_AUDIENCE: without it no sender is checked")
+        if not value and info.data.get("audience"):
+            return SOURCE_SENDERS
         for sender in value:
+            if "*" in sender or sender in ("system:serviceaccounts", "system:authenticated"):
+                raise ValueError(f"{sender!r} would accept any ServiceAccount: name each sender "
+                                 "system:serviceaccount:<namespace>:<name> (empty: knative/base's sources)")
             system, kind, namespace, name = (sender.split(":") + ["", "", "", ""])[:4]
             if (system, kind) != ("system", "serviceaccount") or sender.count(":") != 3 or \
                     not namespace or not name or validation.dns_label(namespace) or validation.dns_subdomain(name):

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from kai_fn.function.auth import MAX_AGE_SECONDS, Authenticator, Denied, bearer, expiry, token_sha
-from kai_fn.function.settings import SettingsError, load
+from kai_fn.function.settings import SOURCE_SENDERS, SettingsError, load
 
 AUDIENCE = "kai-fn"
 SOURCE = "system:serviceaccount:kai-fn:kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource"
@@ -78,7 +78,7 @@ def reviews() -> Reviews:
 def test_a_header_that_carries_no_token_is_refused_before_any_review(header, status, reason):
     fake = reviews()
     with pytest.raises(Denied, match=re.escape(reason)) as denied:
-        Authenticator(AUDIENCE, ()).check(header, fake)
+        Authenticator(AUDIENCE, (SOURCE,)).check(header, fake)
     assert (denied.value.status, fake.calls) == (status, 0)
     assert reason in denied.value.reason
 
@@ -86,14 +86,13 @@ def test_a_header_that_carries_no_token_is_refused_before_any_review(header, sta
 @pytest.mark.parametrize(
     "who,senders,status",
     [
-        ("source", (), 200),
-        ("other", (), 200),
         ("source", (SOURCE,), 200),
+        ("other", (SOURCE, OTHER), 200),
         ("other", (SOURCE,), 403),
-        ("elsewhere", (), 401),
-        ("unknown", (), 401),
+        ("elsewhere", (SOURCE,), 401),
+        ("unknown", (SOURCE,), 401),
     ],
-    ids=["any-sender", "any-sender-other", "allowed", "not-allowed", "wrong-audience", "unknown-jwt"],
+    ids=["allowed", "allowed-other", "not-allowed", "wrong-audience", "unknown-jwt"],
 )
 def test_the_review_decides_401_and_the_senders_403(who, senders, status):
     fake = reviews()
@@ -111,9 +110,14 @@ def test_the_review_decides_401_and_the_senders_403(who, senders, status):
     assert fake.calls == 1
 
 
+def test_an_authenticator_without_senders_cannot_be_made_it_would_let_any_service_account_in():
+    with pytest.raises(ValueError, match="any ServiceAccount"):
+        Authenticator(AUDIENCE, ())
+
+
 def test_the_scheme_is_case_insensitive_and_surrounding_space_ignored():
     fake = reviews()
-    assert Authenticator(AUDIENCE, ()).check(f"  bearer   {fake.tokens['source']} ", fake).username == SOURCE
+    assert Authenticator(AUDIENCE, (SOURCE,)).check(f"  bearer   {fake.tokens['source']} ", fake).username == SOURCE
 
 
 def test_a_steady_stream_with_one_token_costs_one_review():
@@ -142,7 +146,7 @@ def test_a_refused_token_is_remembered_too():
 )
 def test_an_answer_is_kept_until_the_token_expires_at_most_ten_minutes(who, still_cached_at, reviewed_again_at):
     fake, clock = reviews(), Clock()
-    auth = Authenticator(AUDIENCE, (), clock=clock)
+    auth = Authenticator(AUDIENCE, (SOURCE,), clock=clock)
     header = f"Bearer {fake.tokens[who]}"
     auth.check(header, fake)
     clock.now = T0 + still_cached_at
@@ -155,7 +159,7 @@ def test_an_answer_is_kept_until_the_token_expires_at_most_ten_minutes(who, stil
 
 def test_the_cache_is_bounded_and_drops_the_least_recently_used():
     fake = reviews()
-    auth = Authenticator(AUDIENCE, (), clock=Clock(), max_entries=3)
+    auth = Authenticator(AUDIENCE, (SOURCE,), clock=Clock(), max_entries=3)
     garbage = [f"Bearer {jwt(sub=f'g{i}')}" for i in range(3)]
     source = f"Bearer {fake.tokens['source']}"
     auth.check(source, fake)
@@ -175,7 +179,7 @@ def test_concurrent_first_events_with_one_token_share_one_review():
         release.wait(5)
         return fake(token, audience)
 
-    auth = Authenticator(AUDIENCE, ())
+    auth = Authenticator(AUDIENCE, (SOURCE,))
     header = f"Bearer {fake.tokens['source']}"
     answers = []
     threads = [threading.Thread(target=lambda: answers.append(auth.check(header, slow).username)) for _ in range(8)]
@@ -208,6 +212,9 @@ def test_bearer_returns_the_token_alone():
         ("kai-fn", f"{SOURCE}, {OTHER}", None),
         ("kai-fn", "", None),
         ("", "", None),
+        ("kai-fn", "*", "would accept any ServiceAccount"),
+        ("kai-fn", "system:serviceaccount:*:*", "would accept any ServiceAccount"),
+        ("kai-fn", "system:serviceaccounts", "would accept any ServiceAccount"),
         ("", SOURCE, "needs KAI_FN_AUDIENCE"),
         ("kai-fn", "system:serviceaccount:kai-fn", "is not system:serviceaccount:<namespace>:<name>"),
         ("kai-fn", "system:serviceaccount:Kai-Fn:x", "is not system:serviceaccount:<namespace>:<name>"),
@@ -215,13 +222,15 @@ def test_bearer_returns_the_token_alone():
         ("kai-fn", "kai-fn:x", "is not system:serviceaccount:<namespace>:<name>"),
         ("kai-fn", "system:node:worker-1", "is not system:serviceaccount:<namespace>:<name>"),
     ],
-    ids=["two-senders", "any-sender", "off", "senders-without-audience", "no-name", "upper-case-namespace",
+    ids=["two-senders", "default-senders", "off", "wildcard", "wildcard-names", "every-service-account-group",
+         "senders-without-audience", "no-name", "upper-case-namespace",
          "extra-part", "no-prefix", "a-node"],
 )
 def test_senders_are_service_accounts_and_need_an_audience(audience, senders, problem):
     if problem is None:
         settings = load(KAI_FN_AUDIENCE=audience, KAI_FN_SENDERS=senders)
-        assert settings.senders == tuple(s.strip() for s in senders.split(",") if s.strip())
+        named = tuple(s.strip() for s in senders.split(",") if s.strip())
+        assert settings.senders == (named or (SOURCE_SENDERS if audience else ()))
     else:
         with pytest.raises(SettingsError, match=f"invalid setting KAI_FN_SENDERS: .*{re.escape(problem)}"):
             load(KAI_FN_AUDIENCE=audience, KAI_FN_SENDERS=senders)

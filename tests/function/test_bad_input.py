@@ -29,9 +29,9 @@ UNDECIDED_UID = "0f0f0f0f-7777-4888-9999-aaaabbbbcccc"
 
 
 def fuzz_trainjob(marked: bool) -> dict[str, Any]:
-    """The base TrainJob: a ``marked`` one is decided already (a marker written before the gate moved, still read),
-    and the fuzzed process remembers so from its first delivery: a valid event for it costs no API call after that.
-    An unmarked one (another uid) needs a pass."""
+    """The base TrainJob: a ``marked`` one is decided already (its live JobSet carries kai_fn's decision, and the
+    fuzzed process remembers so from its first delivery): a valid event for it costs no API call after that. An
+    unmarked one (another uid) needs a pass. The marker in the body is decoration: bodies are never read."""
     tj = sample_object("trainjob-llama-finetune")
     tj["metadata"].update(namespace=FUZZ_NS, name="fuzz", uid=FUZZ_UID if marked else UNDECIDED_UID,
                           resourceVersion="7")
@@ -40,12 +40,16 @@ def fuzz_trainjob(marked: bool) -> dict[str, Any]:
     return tj
 
 
-def fuzz_jobset() -> dict[str, Any]:
-    """The held JobSet of the marked TrainJob, as its event brings it."""
+def fuzz_jobset(decided: bool = False) -> dict[str, Any]:
+    """The JobSet of the marked TrainJob: held, as its event brings it, or ``decided`` as it lives in the cluster."""
     js = sample_object("jobset-llama-finetune")
     js["metadata"].update(namespace=FUZZ_NS, name="fuzz", uid="0f0f0f0f-dddd-4eee-8fff-000011112222",
                           resourceVersion="8")
     js["metadata"]["ownerReferences"][0].update(name="fuzz", uid=FUZZ_UID)
+    if decided:
+        js["metadata"]["labels"].pop("kai-fn/held", None)
+        js["metadata"]["annotations"] = {MARKER: f"pg-fuzz-{FUZZ_UID}"}
+        js["spec"]["suspend"] = False
     return js
 
 
@@ -406,13 +410,12 @@ CASES = st.one_of(garbage_bodies(), broken_identities(), mangled_headers(), igno
 @pytest.mark.slow
 def test_fuzzed_headers_and_bodies_get_their_status_and_only_a_warning_event_is_ever_written(api, functions):
     """1,200 hypothesis cases (derandomized) against the real server with a 64 KiB body limit and authenticated
-    delivery (so bodies are acted on), on a cluster holding only the runtime (no TrainJob, no JobSet): each case's
-    family fixes the statuses it may get. The first delivery (the marked TrainJob's) is decided from its marker
-    and remembered, so every valid event of it after that costs no call; a held JobSet's costs the read of its
-    TrainJob."""
+    delivery, on a cluster holding the runtime and the marked TrainJob with its decided JobSet: each case's family
+    fixes the statuses it may get. The first delivery (the marked TrainJob's) reads both, is decided from the
+    JobSet's decision and remembered, so every valid event of it (or of its JobSet) after that costs no call."""
     fn = functions(KAI_FN_MAX_BODY_BYTES=str(FUZZ_LIMIT), KAI_FN_AUDIENCE=FUZZ_AUDIENCE,
                    KAI_FN_SENDERS="system:serviceaccount:{}:{}".format(*FUZZ_SENDER))
-    seed(api, sample_object("clustertrainingruntime-torch-kai"))
+    seed(api, sample_object("clustertrainingruntime-torch-kai"), fuzz_trainjob(True), fuzz_jobset(decided=True))
     tokens = {"valid": api.issue_token(*FUZZ_SENDER, [FUZZ_AUDIENCE]),
               "other-audience": api.issue_token(*FUZZ_SENDER, ["https://kubernetes.default.svc.cluster.local"]),
               "other-sender": api.issue_token("rel-fuzz", "default", [FUZZ_AUDIENCE])}
@@ -424,8 +427,8 @@ def test_fuzzed_headers_and_bodies_get_their_status_and_only_a_warning_event_is_
     api.reset_calls()
     again = session.post(fn.url, data=JOBSET_ADD.body, headers={**JOBSET_ADD.headers, "Authorization": "Bearer "
                          + tokens["valid"]}, timeout=10)
-    assert (again.status_code, again.headers.get("X-Kai-Fn-Outcome")) == (200, "ignored")
-    assert [(c.verb, c.resource) for c in api.calls] == [("get", "trainjobs")]  # its TrainJob: absent
+    assert (again.status_code, again.headers.get("X-Kai-Fn-Outcome")) == (200, "skipped")
+    assert api.calls == []  # its JobSet was decided by the first delivery's pass, and remembered
     started = time.perf_counter()
 
     @settings(max_examples=FUZZ_CASES, deadline=None, derandomize=True, database=None,

@@ -99,12 +99,12 @@ def test_a_sender_not_let_in_gets_401_or_403_and_costs_no_call_but_the_review(ap
 
 
 @forgetful
-def test_the_right_sender_is_served_from_the_body_it_sent(api, secured):
+def test_the_right_sender_is_served_from_the_trainjob_read_with_kai_fns_identity_not_from_its_body(api, secured):
     tj = seed_llama(api)
     api.reset_calls()
     answer = send(secured.url, resource(tj), token=api.issue_token(*SOURCE, audiences=[AUDIENCE]))
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "done")
-    assert verbs(api) == [REVIEW, ("get", "jobsets"), ("get", "clustertrainingruntimes"), ("list", "queues"),
+    assert verbs(api) == [REVIEW, ("get", "trainjobs"), ("get", "jobsets"), ("get", "clustertrainingruntimes"), ("list", "queues"),
                           ("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
     assert decided(api)
 
@@ -122,10 +122,15 @@ def test_the_right_sender_of_a_held_jobsets_event_is_served_after_one_read_of_it
 
 
 @forgetful
-def test_any_sender_for_the_audience_is_served_when_no_senders_are_listed(api, functions):
+def test_with_no_senders_listed_only_knative_bases_sources_are_served_and_any_other_service_account_is_403(
+        api, functions):
     fn = functions(KAI_FN_AUDIENCE=AUDIENCE)
     tj = seed_llama(api)
-    assert send(fn.url, resource(tj), token=api.issue_token("team-a", "default", audiences=[AUDIENCE])).status == 200
+    api.reset_calls()
+    answer = send(fn.url, resource(tj), token=api.issue_token("team-a", "default", audiences=[AUDIENCE]))
+    assert answer.status == 403 and "not in KAI_FN_SENDERS" in answer.body
+    assert verbs(api) == [REVIEW] and still_held(api)
+    assert send(fn.url, resource(tj), token=api.issue_token(*SOURCE, audiences=[AUDIENCE])).status == 200
     assert decided(api)
 
 

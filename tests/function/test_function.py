@@ -500,9 +500,10 @@ def test_any_later_event_of_a_trainjob_this_process_decided_costs_no_api_call(ap
 
 
 @pytest.mark.parametrize("authenticated, calls", [
-    (True, [("get", "jobsets")]),  # token reviewed before; the body is trusted, the JobSet shows the decision
+    # Authenticated or not, the body is never trusted: the TrainJob is read, the JobSet shows the decision.
+    (True, [("get", "trainjobs"), ("get", "jobsets")]),
     (False, [("get", "trainjobs"), ("get", "jobsets")]),
-], ids=["body-trusted", "read-first"])
+], ids=["authenticated", "unauthenticated"])
 def test_a_redelivered_add_costs_another_process_reads_only_and_the_deciding_one_nothing(
         api, functions, authenticated, calls):
     """Another replica (or this one after a restart) reads the decision on the JobSet; the process that decided it
@@ -510,7 +511,7 @@ def test_a_redelivered_add_costs_another_process_reads_only_and_the_deciding_one
     settings = {"KAI_FN_AUDIENCE": "kai-fn"} if authenticated else {}
     fn = functions(**settings)
     replica = functions(**settings, KAI_FN_MAX_BODY_BYTES="4194303")  # another process: it decided nothing
-    token = api.issue_token("kai-fn", "source", ["kai-fn"]) if authenticated else None
+    token = api.issue_token("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource", ["kai-fn"]) if authenticated else None
     tj = seed_llama(api)
     assert send(fn.url, resource(tj), token=token).status == 200
     live = api.get(TRAINER, "TrainJob", NS, NAME)
@@ -528,11 +529,11 @@ def test_a_redelivered_add_costs_another_process_reads_only_and_the_deciding_one
     assert len(events_of(api, "GangCreated")) == 1
 
 
-@pytest.mark.parametrize("authenticated", [True, False], ids=["body-trusted", "read-first"])
+@pytest.mark.parametrize("authenticated", [True, False], ids=["authenticated", "unauthenticated"])
 def test_an_add_redelivered_after_an_operator_released_its_jobset_keeps_the_operators_mark_and_is_not_too_late(
         api, functions, authenticated):
     fn = functions(KAI_FN_AUDIENCE="kai-fn") if authenticated else functions()
-    token = api.issue_token("kai-fn", "source", ["kai-fn"]) if authenticated else None
+    token = api.issue_token("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource", ["kai-fn"]) if authenticated else None
     tj = seed_llama(api)  # held while the function was down: this is the add event's copy
     js = llama_jobset(api)  # kai_fn release: marked, the label removed, resumed
     js["metadata"]["annotations"] = {"kai-fn/skipped": "released-by-operator"}

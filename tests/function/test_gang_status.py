@@ -182,9 +182,9 @@ def test_the_same_report_delivered_again_is_one_event(api, function, live, bound
 
 
 def test_an_old_unschedulable_update_arriving_after_bound_posts_nothing_and_writes_nothing(api, functions):
-    """The bound mark is on the PodGroup: a replica that did not see it bound reads the TrainJob, its JobSet, the
-    pods and the PodGroup (which carries the mark), and writes nothing; the process that reported it bound remembers
-    the PodGroup and answers with no call; an update carrying the mark costs nothing anywhere."""
+    """The bound mark is on the PodGroup: a replica that did not see it bound reads the PodGroup (which carries the
+    mark), writes nothing and remembers it; the process that reported it bound remembers the PodGroup and answers
+    with no call; later updates cost nothing in either."""
     function, replica = functions(), functions(KAI_FN_MAX_BODY_BYTES="4194303")
     released(api, function.url, fresh())
     stale = kai_says(api, OVER_LIMIT)
@@ -194,7 +194,7 @@ def test_an_old_unschedulable_update_arriving_after_bound_posts_nothing_and_writ
     marked = api.get(KAI_PG, "PodGroup", NS, pg_of(api))
     api.reset_calls()
     assert send(replica.url, resource(stale, "update")).headers["X-Kai-Fn-Outcome"] == "skipped"
-    assert verbs(api) == [("get", "trainjobs"), ("get", "jobsets"), ("list", "pods"), ("get", "podgroups")]
+    assert verbs(api) == [("get", "podgroups")]
     api.reset_calls()
     assert send(function.url, resource(stale, "update")).headers["X-Kai-Fn-Outcome"] == "skipped"
     assert send(replica.url, resource(marked, "update")).headers["X-Kai-Fn-Outcome"] == "skipped"
@@ -227,8 +227,7 @@ def _no_owner(pg):
     pg["metadata"]["ownerReferences"] = []
 
 
-IGNORED = {"not kai_fn's PodGroup": ("update", _not_managed), "no TrainJob owns it": ("update", _no_owner),
-           "a delete": ("delete", lambda pg: None)}
+IGNORED = {"not kai_fn's PodGroup": ("update", _not_managed), "a delete": ("delete", lambda pg: None)}
 
 
 @pytest.mark.parametrize("action, change", IGNORED.values(), ids=list(IGNORED))
@@ -241,11 +240,25 @@ def test_updates_of_podgroups_that_are_not_kai_fns_gangs_cost_nothing(api, funct
     assert api.calls == []
 
 
-def test_the_add_of_a_podgroup_kai_fn_just_made_costs_nothing_and_a_later_add_with_kais_status_reports(api, function):
+def test_a_body_that_disowns_a_podgroup_is_not_believed_and_one_that_is_disowned_live_is_ignored(api, function):
+    pg = released(api, function.url, fresh())
+    place(api, 4, 0)
+    lying = kai_says(api, OVER_LIMIT)
+    _no_owner(lying)
+    assert send(function.url, resource(lying, "update")).headers["X-Kai-Fn-Outcome"] == "blocked"
+    live = api.get(KAI_PG, "PodGroup", NS, pg_of(api))
+    _no_owner(live)
+    _write(api, live)
+    api.reset_calls()
+    answer = send(function.url, resource(pg, "update"))
+    assert answer.headers["X-Kai-Fn-Outcome"] == "ignored" and verbs(api) == [("get", "podgroups")]
+
+
+def test_the_add_of_a_podgroup_kai_fn_just_made_costs_one_read_and_a_later_add_with_kais_status_reports(api, function):
     pg = released(api, function.url, fresh())
     api.reset_calls()
     answer = send(function.url, resource(pg, "add"))
-    assert answer.headers["X-Kai-Fn-Outcome"] == "skipped" and api.calls == []
+    assert answer.headers["X-Kai-Fn-Outcome"] == "skipped" and verbs(api) == [("get", "podgroups")]
     place(api, 4, 0)
     pg = kai_says(api, OVER_LIMIT)  # an add after the source restarted: the PodGroup as it is now
     answer = send(function.url, resource(pg, "add"))

@@ -153,8 +153,8 @@ def test_the_scheduler_plugins_flavor_has_no_kai_queue_to_check(api, functions):
     assert released(api) and "queues" not in {c.resource for c in api.calls}
 
 
-def test_a_new_trainjob_costs_four_calls_with_warm_caches(api, functions):
-    """Authenticated delivery, so the event's body is trusted (unauthenticated, the TrainJob is read first)."""
+def test_a_new_trainjob_costs_five_calls_with_warm_caches(api, functions):
+    """The TrainJob is read whoever sent its event (authenticated here): its body never decides a gang."""
     fn = functions(KAI_FN_RUNTIME_CACHE_SECONDS="30", KAI_FN_AUDIENCE="kai-fn")
     token = api.issue_token("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource", ["kai-fn"])
     tj = seed_llama(api, team_a())
@@ -168,7 +168,7 @@ def test_a_new_trainjob_costs_four_calls_with_warm_caches(api, functions):
     api.reset_calls()
     assert send(fn.url, resource(api.get(TRAINER, "TrainJob", NS, "gpt-small")), token=token).status == 200
     assert [(c.verb, c.resource) for c in api.calls] == [
-        ("get", "jobsets"), ("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
+        ("get", "trainjobs"), ("get", "jobsets"), ("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
 
 
 def test_a_duplicate_of_a_refused_trainjob_or_of_its_held_jobset_writes_no_second_warning(api, function):
