@@ -23,7 +23,7 @@ it can never quietly render something other than kustomize would:
   transformers (namespace, images) then apply to all of it.
 
 Like kustomize, the namespace goes only on kinds listed below as cluster-scoped:
-kustomize's built-in schema predates MutatingAdmissionPolicy, so it (and this
+kustomize's built-in schema does not know the admission policies' scope, so it (and this
 renderer) set a namespace on those, which the API server clears.
 
 Transformers run in kustomize's order for these kinds: patches, then the

@@ -99,12 +99,16 @@ KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get"
     ("scheduling.run.ai", "queues", "list"),  # the queue pre-check
     ("", "pods", "create"),  # placeholders holding MPI's launcher's place in its nodes' gang (kai_fn/core/reserve.py)
     ("", "pods", "delete"),  # ... deleted once JobSet made the launcher, or the JobSet stopped
+    ("", "pods", "get"),  # ... and a pod of a placeholder's name read before it is taken as kai_fn's (core/adopt.py)
 }
 SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", v) for v in ("create", "get", "patch", "list")}
+# Granted, never called: the marks policy (knative/components/marks-policy) asks the authorizer whether the writer
+# may `write` `marks.kai-fn.io`, a name no API serves.
+ADMISSION_CHECKED = {("kai-fn.io", "marks", "write")}
 FUNCTION_TRIPLES = {
-    BASE: COMMON_TRIPLES | KAI_PODGROUPS,
-    BROKER: COMMON_TRIPLES | KAI_PODGROUPS,
-    SCHEDULER_PLUGINS: COMMON_TRIPLES | SP_PODGROUPS,
+    BASE: COMMON_TRIPLES | KAI_PODGROUPS | ADMISSION_CHECKED,
+    BROKER: COMMON_TRIPLES | KAI_PODGROUPS | ADMISSION_CHECKED,
+    SCHEDULER_PLUGINS: COMMON_TRIPLES | SP_PODGROUPS | ADMISSION_CHECKED,
 }
 WATCH = ("get", "list", "watch")
 # The sources' account watches TrainJobs, the held JobSets and kai_fn's PodGroups of the flavor.

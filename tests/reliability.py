@@ -34,6 +34,8 @@ from typing import Any
 
 import pytest
 
+from kai_fn.core.models import Runtime, TrainJob, parse
+from kai_fn.core.plan import plan
 from kai_fn.core.stages import is_stage_of
 from kai_fn.local.emulator import Call, Emulator, Fault
 from kai_fn.commands.invoke import Sample
@@ -118,12 +120,9 @@ def make_job(namespace: str, name: str, uid: str, *, shape: str = "flat", mode: 
         pod.setdefault("metadata", {}).setdefault("annotations", {})["example.com/keep"] = "yes"
         pod["metadata"].setdefault("labels", {})["example.com/app"] = "train"
     job = Job(namespace, name, uid, shape, mode, tj, js)
-    if preexisting_podgroup:
-        job.podgroup = {
-            "apiVersion": KAI_PG, "kind": "PodGroup",
-            "metadata": {"name": job.pg_name, "namespace": namespace, "labels": {"made-by": "someone-else"}},
-            "spec": {"minMember": 7, "queue": "someone-elses-queue"},
-        }
+    if preexisting_podgroup:  # kai_fn's own, made by an earlier pass that stopped before its patch
+        runtime = runtimes(namespace)[0 if shape == "flat" else 1]
+        job.podgroup = plan(parse(TrainJob, tj), parse(Runtime, runtime)).podgroup
     return job
 
 
@@ -398,9 +397,9 @@ def on_nth(verb: str, resource_: str, n: int, fault: Fault):
 
 
 def _podgroup_problems(job: Any, pg: dict[str, Any] | None) -> list[str]:
-    """A PodGroup that was there before kai_fn is left alone; one kai_fn made is owned by its TrainJob."""
+    """kai_fn's PodGroup from an earlier pass is adopted as it is; one kai_fn made is owned by its TrainJob."""
     if job.podgroup is not None and pg != job.podgroup:
-        return ["the PodGroup that was there before kai_fn was changed"]
+        return ["the PodGroup an earlier pass made was changed"]
     if pg is not None and job.podgroup is None:
         owner = pg["metadata"].get("ownerReferences") or [{}]
         if owner[0].get("uid") != job.uid or not owner[0].get("controller"):

@@ -30,7 +30,7 @@ class Unusable(Exception):
 
 def duration(text: str) -> float:
     """``90``, ``90s``, ``2m``, ``1h30m`` in seconds; Unusable otherwise."""
-    match = _DURATION.match(text.strip())
+    match = _DURATION.fullmatch(text.strip())
     if not text.strip() or match is None or not any(match.groups()):
         raise Unusable(f"{text!r}: expected a duration such as 90s, 2m or 1h")
     hours, minutes, seconds = (int(g or 0) for g in match.groups())

@@ -172,7 +172,13 @@ def _kai(base: Plan, job: TrainJob, waves: tuple[Stage, ...], policy: GangPolicy
         for stage in waves for ps in stage.pod_sets
     )
     main = main_stage(waves) if waves else None
-    held = tuple(p for s in waves for p in reserve.placeholders(
+    reserved = sum(ps.pods for s in waves for ps in s.reserved)
+    if reserved > reserve.MAX_PLACEHOLDERS:
+        problems.append(Problem(
+            "replicatedJobs " + ", ".join(repr(ps.name) for s in waves for ps in s.reserved) + " (dependsOn Ready)",
+            f"{reserved} pods would need places held in the gang before they exist; kai_fn holds at most "
+            f"{reserve.MAX_PLACEHOLDERS} (MPI's launcher is 1)"))
+    held = () if reserved > reserve.MAX_PLACEHOLDERS else tuple(p for s in waves for p in reserve.placeholders(
         namespace=job.metadata.namespace, trainjob=job.metadata.name, uid=job.metadata.uid,
         podgroup=names[s.wave], queue=policy.queue, sets=s.reserved, image=image))
     for pod in held:

@@ -26,7 +26,7 @@ LIMIT = Decimal(10) ** 24
 
 
 def _value(raw: str) -> Decimal:
-    match = _SYNTAX.match(raw)
+    match = _SYNTAX.fullmatch(raw)
     if match is None:
         raise ValueError(f"{raw!r} is not a Kubernetes quantity")
     number, suffix = match.group(1), match.group(2) or ""

@@ -23,6 +23,9 @@ from kai_fn.core import keys
 from kai_fn.core.podsets import PodSet
 
 DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
+# The most places kai_fn holds for one TrainJob: MPI's launcher is one pod. A runtime any tenant can write may say
+# more (parallelism: 1000000); such a gang is refused with a Warning before a single placeholder is planned.
+MAX_PLACEHOLDERS = 64
 PLACEHOLDER_CONTAINER = "placeholder"
 # Requests the API server lets a container have without an equal limit; any other (nvidia.com/gpu, hugepages-*)
 # must have its limit set, and to the same amount.

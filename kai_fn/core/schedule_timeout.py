@@ -27,7 +27,7 @@ def stamp(moment: datetime.datetime) -> str:
 
 def parse_seconds(text: str | None) -> int | None:
     """A whole number of seconds, or None when absent or not one."""
-    return int(text) if text is not None and _SECONDS.match(text) else None
+    return int(text) if text is not None and _SECONDS.fullmatch(text) else None
 
 
 def seconds_problem(notes: dict[str, str]) -> str | None:

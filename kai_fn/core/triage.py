@@ -15,14 +15,19 @@ from typing import Any
 from kai_fn.core import keys
 
 
+# Times kai_fn reads from annotations anyone may have written: outside these years a mark is no mark, so that no
+# arithmetic on it (a deadline, an age) can overflow.
+_YEARS = range(1970, 3000)
+
+
 def parse_time(text: str | None) -> datetime.datetime | None:
-    if not text:
+    if not text or not isinstance(text, str) or len(text) > 40:
         return None
     try:
         moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return moment if moment.tzinfo else None
+    return moment if moment.tzinfo and moment.year in _YEARS else None
 
 
 def meta(obj: dict[str, Any] | None) -> dict[str, Any]:
@@ -111,16 +116,19 @@ class Marks:
 def marks(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None,
           podgroup: dict[str, Any] | None = None) -> Marks:
     """Read the markers of ``trainjob``: decisions on its JobSet (``jobset`` must be the one it controls), the gang's
-    marks on its main PodGroup, each falling back to the TrainJob's own (written before the gate moved)."""
+    marks on its main PodGroup, each falling back to the TrainJob's own (written before the gate moved). A JobSet
+    the policy holds is decided by its own annotations alone: a TrainJob's author can write its TrainJob's, and a
+    hold is never skipped for them."""
     job_notes, set_notes, pg_notes = notes(trainjob), notes(jobset), notes(podgroup)
+    held_label = jobset is not None and labels(jobset).get(keys.HELD_LABEL) == "true"
+    legacy_notes = {} if held_label else job_notes
     legacy = job_notes.get(keys.AUTO_SUSPENDED_ANNOTATION) == "true" and suspended(trainjob)
-    podgroup_name = set_notes.get(keys.MARKER_PODGROUP) or job_notes.get(keys.MARKER_PODGROUP)
-    skipped = set_notes.get(keys.MARKER_SKIPPED) or job_notes.get(keys.MARKER_SKIPPED)
+    podgroup_name = set_notes.get(keys.MARKER_PODGROUP) or legacy_notes.get(keys.MARKER_PODGROUP)
+    skipped = set_notes.get(keys.MARKER_SKIPPED) or legacy_notes.get(keys.MARKER_SKIPPED)
     return Marks(
         podgroup=podgroup_name,
         skipped=None if podgroup_name else skipped,
-        held=jobset is not None and labels(jobset).get(keys.HELD_LABEL) == "true"
-        and keys.MARKER_PODGROUP not in set_notes and keys.MARKER_SKIPPED not in set_notes,
+        held=held_label and keys.MARKER_PODGROUP not in set_notes and keys.MARKER_SKIPPED not in set_notes,
         legacy_owed=legacy,
         has_jobset=jobset is not None,
         jobset_suspended=suspended(jobset),

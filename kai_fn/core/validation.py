@@ -11,7 +11,7 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 def _check(value: str, limit: int, pattern: re.Pattern[str], what: str, rule: str) -> str | None:
     if len(value) > limit:
         return f"{value!r} is longer than {limit} characters, the limit for {what}"
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         return f"{value!r} is not {what} ({rule})"
     return None
 

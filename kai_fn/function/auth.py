@@ -57,7 +57,7 @@ def bearer(authorization: str | None) -> str:
     token = token.strip()
     if not token:
         raise Denied(401, "empty bearer token")
-    if not _JWT.match(token):
+    if not _JWT.fullmatch(token):
         raise Denied(401, f"malformed bearer token (sha256 {token_sha(token)}): not a JWT")
     return token
 

@@ -2,6 +2,7 @@
 by a timeout and counted per event, and the process's caches (runtimes, Queues) and memory (:mod:`recent`)."""
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from kai_fn.core.runtime import RuntimeTarget
 from kai_fn.function.client import (  # noqa: F401 - the errors callers catch, where they get them
     Gone, GuardFailed, NoClusterConfig, NotServed, Stale, Transient, api_client, request_shape,
 )
+from kai_fn.function import metrics
 from kai_fn.function.recent import Recent
 from kai_fn.function.settings import Settings
 
@@ -83,6 +85,16 @@ class Cluster:
         if self.runtime_ttl > 0:
             with self._lock:
                 self._runtimes[target] = (time.monotonic() + self.runtime_ttl, runtime)
+
+
+def _event_lost(namespace: str, body: dict[str, Any], why: str) -> None:
+    """An Event that could not be written is logged and counted: ``status`` tells a blocked TrainJob from a held one
+    by its Warnings, so one lost to RBAC must show somewhere."""
+    reason = str(body.get("reason", "?"))
+    metrics.EVENTS_NOT_WRITTEN.labels(reason if reason.isalnum() and len(reason) <= 40 else "other").inc()
+    logging.getLogger("kai_fn").warning("event not written", extra={"fields": {
+        "namespace": namespace, "name": (body.get("involvedObject") or {}).get("name"), "event_reason": reason,
+        "reason": why}})
 
 
 @dataclass
@@ -275,6 +287,15 @@ class Session:
         status = review.get("status") if isinstance(review, dict) else None
         return status if isinstance(status, dict) else {}
 
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call(self._request, "GET", "/api/v1/namespaces/{namespace}/pods/{name}",
+                              namespace=namespace, name=name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise Transient(f"API {error.status} on get pod") from None
+
     def podgroup(self, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
         group, version = api_version.split("/")
         return self._get(self._custom.get_namespaced_custom_object, group, version, namespace, "podgroups", name)
@@ -346,8 +367,12 @@ class Session:
         an Event that cannot be written never fails the work it reports."""
         try:
             self._call(self._post, "/api/v1/namespaces/{namespace}/events", body, namespace=namespace)
+            return True
         except ApiException as error:
-            return error.status == 409
-        except Transient:
-            return False
-        return True
+            if error.status == 409:
+                return True
+            why = f"API {error.status}"
+        except Transient as error:
+            why = str(error)
+        _event_lost(namespace, body, why)
+        return False

@@ -75,6 +75,8 @@ def parse(headers: Mapping[str, str], body: bytes) -> Event:
         raise BadEvent(f"not a CloudEvent: {_first_line(error)}") from None
     except (ValueError, TypeError, AttributeError) as error:
         raise BadEvent(f"not a CloudEvent: {_first_line(error)}") from None
+    except RecursionError:
+        raise BadEvent("not a CloudEvent: nested too deeply") from None
     attrs = event.get_attributes()
     ce_id, ce_type = str(attrs.get("id", "")), str(attrs.get("type", ""))
     if not ce_id or not ce_type:
@@ -183,6 +185,10 @@ def _json_object(raw: Any) -> dict[str, Any]:
             raw = json.loads(raw)
         except json.JSONDecodeError as error:
             raise BadEvent(f"data: not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+        except ValueError as error:  # an integer of more digits than Python converts
+            raise BadEvent(f"data: not usable JSON ({_first_line(error)})") from None
+        except RecursionError:
+            raise BadEvent("data: JSON nested too deeply") from None
     if not isinstance(raw, dict):
         raise BadEvent(f"data: must be a JSON object, got {type(raw).__name__ if raw is not None else 'nothing'}")
     return raw

@@ -64,8 +64,8 @@ class App:
         session = self.cluster.session()
         try:
             entries = inventory.take(session, self.settings)
-        except Exception as error:  # the API not reachable yet: the first ping does it
-            log.warning("catch-up", extra={"fields": {"outcome": "retry", "reason": str(error)[:200]}})
+        except Exception as error:  # the API not reachable yet (or a bug, hence the traceback): the first ping does it
+            log.warning("catch-up", exc_info=error, extra={"fields": {"outcome": "retry", "reason": str(error)[:200]}})
             return
         owed = [e for e in entries if inventory.owed(e, self.settings)]
         queued = sum(1 for e in owed if self.offer(resync.as_event(e)))

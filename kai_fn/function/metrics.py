@@ -58,6 +58,19 @@ PLACEHOLDERS = Counter(
 )
 TIMEOUTS = Counter("kai_fn_schedule_timeouts", "Gangs not fully bound within their schedule timeout.",
                    registry=REGISTRY)
+OBJECT_ERRORS = Counter(
+    "kai_fn_object_errors", "Objects whose work failed unexpectedly, by stage (pass, resync, sweep, timeout): each "
+    "gets an Unprocessable Warning on its TrainJob, and the other objects go on.", ["stage"], registry=REGISTRY,
+)
+REFUSED_ADOPTIONS = Counter(
+    "kai_fn_refused_adoptions", "Objects of the name kai_fn would give a gang's PodGroup or placeholder that kai_fn "
+    "did not make (or that differ from the plan): never taken as the gang; the JobSet stays held.", ["kind"],
+    registry=REGISTRY,
+)
+EVENTS_NOT_WRITTEN = Counter(
+    "kai_fn_events_not_written", "Events kai_fn could not write (RBAC, the API), by Event reason; the work they "
+    "report is done all the same.", ["reason"], registry=REGISTRY,
+)
 # A timestamp, not a count, so an alert can tell how long ago the last resync succeeded from the last value
 # Prometheus scraped, also while the function is down (max_over_time): knative/overlays/servicemonitor/alerts.yaml.
 LAST_RESYNC = Gauge(

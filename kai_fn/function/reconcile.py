@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import keys, triage
+from kai_fn.core import adopt, keys, triage
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
@@ -23,8 +23,9 @@ from kai_fn.core.queue_check import check
 from kai_fn.core.runtime import target
 from kai_fn.core.schedule_timeout import stamp
 from kai_fn.function import metrics, report, reserve
-from kai_fn.function.cluster import Gone, GuardFailed, NotServed, Session
+from kai_fn.function.cluster import Gone, GuardFailed, NotServed, Session, Transient
 from kai_fn.function.events import RESYNC, TrainJobEvent
+from kai_fn.function.isolate import apart
 from kai_fn.function.report import Outcome, Result
 from kai_fn.function.settings import Settings
 
@@ -68,7 +69,10 @@ def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Out
         obj = session.trainjob(event.namespace, event.name)
         if obj is None or (event.uid and obj.get("metadata", {}).get("uid") != event.uid):
             return Outcome("ignored", "the TrainJob no longer exists", event.namespace, event.name, event.uid)
-    return Reconciler(session, settings, obj).run()
+    failed = Outcome("error", "the pass failed unexpectedly (logged, Warning on the TrainJob)", event.namespace,
+                     event.name, event.uid)
+    return apart("pass", session, obj, Reconciler(session, settings, obj).run, failed,
+                 let_through=(Retry, Transient))
 
 
 def now() -> datetime.datetime:
@@ -107,6 +111,9 @@ class Reconciler:
             token = str(wait)
             metrics.WAITING.labels(token).inc()
             return self.outcome("waiting", f"{_WAITING.get(token, token)}; its next event does the work")
+        except adopt.NotAdopted as taken:
+            return self.warn(report.NOT_ADOPTED, f"{taken}. Its JobSet stays held: delete that {taken.kind} (kai_fn "
+                                                 f"then makes its own on the next pass or resync) or ask who made it")
 
     def decide(self, jobset: dict[str, Any] | None) -> Outcome:
         """``jobset`` None: Trainer has not made it yet, so only a TrainJob that needs no gang is answered now."""
@@ -180,6 +187,16 @@ class Reconciler:
         return self.warn(reason, f"{refusal.message}; its JobSet stays held, and is checked again on its next "
                                  f"change and at every resync")
 
+    def adopt(self, planned: dict[str, Any]) -> None:
+        """A PodGroup of the gang's name exists: it is the gang only when it is the one kai_fn plans."""
+        meta = planned["metadata"]
+        live = self.session.podgroup(planned["apiVersion"], meta["namespace"], meta["name"])
+        if live is None:
+            raise Retry(f"PodGroup {meta['name']} was deleted while it was made")
+        if differences := adopt.podgroup_differences(live, planned):
+            metrics.REFUSED_ADOPTIONS.labels("podgroup").inc()
+            raise adopt.NotAdopted("PodGroup", meta["namespace"], meta["name"], differences)
+
     def waits_for(self) -> str | None:
         """Why the gang, once made, must not start yet: kai_fn is told to wait, or its TrainJob is suspended by its
         owner (Trainer resumes the JobSet when the owner resumes the TrainJob)."""
@@ -223,6 +240,8 @@ class Reconciler:
                     if self.session.create_podgroup(podgroup):
                         created = True
                         metrics.GANGS_CREATED.inc()
+                    else:
+                        self.adopt(podgroup)
                 if resume:  # the later wave's places, held in its gang before any pod of it exists
                     reserve.make(self.session, result.placeholders)
             except NotServed as missing:

@@ -14,7 +14,7 @@ import datetime
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kai_fn.core import keys, reserve, triage
+from kai_fn.core import adopt, keys, reserve, triage
 from kai_fn.core.models import Runtime, TrainJob, parse
 from kai_fn.core.plan import plan
 from kai_fn.core.runtime import target
@@ -26,18 +26,21 @@ Planned = Callable[[], Sequence[dict[str, Any]]]  # the placeholders the plan ma
 
 
 def make(session: Session, bodies: Sequence[dict[str, Any]]) -> int:
-    """Create each placeholder (idempotent: an existing one of the TrainJob is kept); the number created. One of that
-    name owned by another TrainJob (an earlier one of the same name, being deleted) is not ours: try again later."""
+    """Create each placeholder (idempotent: one kai_fn made for the TrainJob is kept); the number created. One of
+    that name being deleted (an earlier TrainJob's of the same name) is waited for; any other that is not what kai_fn
+    plans is never taken as the placeholder (:class:`NotAdopted`)."""
     created = 0
     for body in bodies:
         if session.create_pod(body) is not None:
             created += 1
             continue
         meta = body["metadata"]
-        uid = meta["ownerReferences"][0]["uid"]
-        mine = [p for p in session.placeholders(meta["namespace"], uid) if triage.meta(p).get("name") == meta["name"]]
-        if not mine:
-            raise Transient(f"pod {meta['namespace']}/{meta['name']} exists and is not this TrainJob's placeholder")
+        live = session.pod(meta["namespace"], meta["name"])
+        if live is None or (triage.deleting(live) and not adopt.owned_by(live, meta["ownerReferences"][0]["uid"])):
+            raise Transient(f"pod {meta['namespace']}/{meta['name']} is going away; its place is made again later")
+        if differences := adopt.placeholder_differences(live, body):
+            metrics.REFUSED_ADOPTIONS.labels("pod").inc()
+            raise adopt.NotAdopted("pod", meta["namespace"], meta["name"], differences)
     if created:
         metrics.PLACEHOLDERS.labels("created").inc(created)
     return created
@@ -66,7 +69,7 @@ def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | 
     running = marks.running and not marks.deleting and not triage.deleting(jobset)
 
     def now_step(listed: list[dict[str, Any]] | None) -> tuple[reserve.Step, list[dict[str, Any]]]:
-        held = session.placeholders(ns, uid)
+        held = [p for p in session.placeholders(ns, uid) if adopt.owned_by(p, uid)]
         found = listed if listed is not None else (session.jobset_pods(ns, name) if running else [])
         return reserve.step(trainjob=name, reserves=reserves, running=running, finished=reserve.finished(jobset),
                             pods=found, held=held), held

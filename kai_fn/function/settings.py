@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     @classmethod
     def _go_duration(cls, value: str | None) -> str | None:
         """What KAI parses (``time.ParseDuration``): ``-1s`` never evicts, ``60s`` is KAI's own default."""
-        if value is not None and not _GO_DURATION.match(value):
+        if value is not None and not _GO_DURATION.fullmatch(value):
             raise ValueError("must be a Go duration such as -1s, 60s or 5m (empty: KAI's default)")
         return value
 

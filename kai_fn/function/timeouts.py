@@ -16,6 +16,7 @@ from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, placed,
 from kai_fn.function import metrics, report
 from kai_fn.function.cluster import Gone, Session, Stale, Transient
 from kai_fn.function.inventory import Entry
+from kai_fn.function.isolate import apart
 from kai_fn.function.settings import Settings
 
 
@@ -23,16 +24,22 @@ def check(session: Session, settings: Settings, entries: list[Entry], now: datet
     """Time out what is overdue."""
     tally: dict[str, int] = {}
     due = [(wait, e) for e in entries if e.podgroup is not None and settings.watches(e.key[0])
-           and (wait := overdue(e.trainjob, e.marks, e.podgroup, now)) is not None]
+           and (wait := apart("timeout", session, e.trainjob,
+                              lambda e=e: overdue(e.trainjob, e.marks, e.podgroup or {}, now), None)) is not None]
     due.sort(key=lambda d: d[0].deadline)
     for wait, entry in due[: settings.resync_limit]:
-        try:
-            _count(tally, time_out(session, settings, wait, entry, now))
-        except Transient:
-            _count(tally, "retry")
+        _count(tally, apart("timeout", session, entry.trainjob,
+                            lambda w=wait, e=entry: _time_out(session, settings, w, e, now), "error"))
     left = max(len(due) - settings.resync_limit, 0)
     summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "none"
     return f"timeouts: {summary}" + (f"; {left} left for the next run" if left else "")
+
+
+def _time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime) -> str:
+    try:
+        return time_out(session, settings, wait, entry, now)
+    except Transient:
+        return "retry"
 
 
 def time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime) -> str:

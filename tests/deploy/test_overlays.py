@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kai_fn.function.settings import SOURCE_SENDERS, load
 from tests import kustomize
 from tests.manifests import (
     BASE, BROKER, FUNCTION, NAMESPACE, SCHEDULER_PLUGINS, bound_triples, by_kind, container, crd_plurals, env_of,
@@ -91,7 +92,7 @@ def _without(objs, *ids):
     )
 
 
-def test_broker_overlay_changes_only_the_source_sink_and_adds_its_objects():
+def test_broker_overlay_changes_only_the_source_sink_and_the_senders_and_adds_its_objects():
     base, broker = render(BASE), render(BROKER)
     added = {
         ("eventing.knative.dev", "Broker", NAMESPACE, "kai-fn"),
@@ -103,7 +104,12 @@ def test_broker_overlay_changes_only_the_source_sink_and_adds_its_objects():
     one(expected, "ApiServerSource", "kai-fn-trainjobs")["spec"]["sink"] = {
         "ref": {"apiVersion": "eventing.knative.dev/v1", "kind": "Broker", "name": "kai-fn"},
     }  # no audience: the Broker announces its own
+    env = {e["name"]: e for e in container(ksvc(expected))["env"]}
+    env["KAI_FN_SENDERS"]["value"] = ",".join([  # TrainJob events come from the Trigger
+        "system:serviceaccount:kai-fn:kai-fn-trainjobs-oidc-eventing.knative.dev-trigger",
+        *(s for s in SOURCE_SENDERS if "trainjobs" not in s)])
     assert _without(broker, *added) == _without(expected)
+    assert load(KAI_FN_AUDIENCE="kai-fn", KAI_FN_SENDERS=env["KAI_FN_SENDERS"]["value"]).senders
 
 
 # --------------------------------------------------------------------------- scheduler-plugins overlay

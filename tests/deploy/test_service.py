@@ -20,7 +20,7 @@ EXPECTED_KINDS = {
     BASE: {
         ("v1", "Namespace"): 1,
         ("v1", "ServiceAccount"): 2,
-        ("rbac.authorization.k8s.io/v1", "ClusterRole"): 3,
+        ("rbac.authorization.k8s.io/v1", "ClusterRole"): 4,  # + kai-fn-marks, for operators who release
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): 3,
         ("rbac.authorization.k8s.io/v1", "Role"): 1,  # the heartbeat's one Lease
         ("rbac.authorization.k8s.io/v1", "RoleBinding"): 1,
@@ -30,6 +30,8 @@ EXPECTED_KINDS = {
         ("sources.knative.dev/v1", "PingSource"): 1,
         ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 1,
         ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 1,
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): 1,  # kai_fn's marks are kai_fn's
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): 1,
     },
 }
 EXPECTED_KINDS[SCHEDULER_PLUGINS] = dict(EXPECTED_KINDS[BASE])
@@ -186,4 +188,5 @@ def test_manifest_env_values_are_accepted_by_the_function(variant, monkeypatch):
     if variant == BASE:
         for name in SETTINGS_DEFAULTS:
             monkeypatch.delenv(name, raising=False)
-        assert loaded == settings.load(), "base spells out the function's own defaults"
+        # One setting differs from the function's default on purpose: base authenticates delivery (docs/security.md).
+        assert loaded == settings.load(KAI_FN_AUDIENCE="kai-fn"), "base spells out the function's own defaults"

@@ -138,8 +138,9 @@ READ_RT, READ_JS, READ_TJ = ("get", "clustertrainingruntimes", 200), ("get", "jo
 READ_QUEUES = ("list", "queues", 200)  # the queue pre-check before a new gang (no cache in these tests)
 DECIDE = ("patch", "jobsets", 200)  # the one patch: templates, decision, the hold's label, resume
 FULL_PASS = [READ_TJ, READ_JS, READ_RT, READ_QUEUES, ("create", "podgroups", 201), DECIDE, ("create", "events", 201)]
-FINISH_AFTER_PODGROUP = [READ_TJ, READ_JS, READ_RT, READ_QUEUES, ("create", "podgroups", 409), DECIDE,
-                         ("create", "events", 201)]
+# The PodGroup of the gang's name exists: it is read, found to be kai_fn's own, and adopted (kai_fn/core/adopt.py).
+FINISH_AFTER_PODGROUP = [READ_TJ, READ_JS, READ_RT, READ_QUEUES, ("create", "podgroups", 409), ("get", "podgroups", 200),
+                         DECIDE, ("create", "events", 201)]
 DECIDED_ALREADY = [READ_TJ, READ_JS]  # the JobSet names its gang: nothing left to do
 CRASHES = {
     # name: (the fault on the first delivery, the state it leaves, the calls of the second delivery)

@@ -1,0 +1,244 @@
+"""kai_fn's marks are kai_fn's alone, on a real API server with knative/base's policies and RBAC (docs/security.md):
+the ValidatingAdmissionPolicy ``kai-fn-own-marks`` refuses every write of a ``kai-fn/*`` decision by a tenant (here a
+ServiceAccount allowed everything on TrainJobs, runtimes, JobSets and PodGroups in its namespace), and lets kai_fn's
+ServiceAccount, an operator bound to ``kai-fn-marks`` and cluster admins write them; the function, under its own
+token, still decides a held JobSet with both policies in place."""
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kai_fn.core import keys
+from tests.ce import resource, send
+from tests.testbed.kai_fn_install import (
+    NAMESPACE, TRAINER, admission_policy, apply, create_trainjob, enabled_namespace, function_process, rendered,
+    seed_samples, trainjob,
+)
+from tests.testbed.test_admission import JOBSETS, _jobset
+
+if TYPE_CHECKING:
+    from tests.testbed.conftest import LiveCluster
+
+POLICY = "kai-fn-own-marks"
+KAI_PG = ("scheduling.run.ai", "v2alpha2")
+_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRole", "ClusterRoleBinding",
+          "ServiceAccount", "Namespace"}
+
+
+@pytest.fixture(scope="module")
+def marks_policy(testbed: LiveCluster) -> Iterator[None]:
+    with admission_policy(testbed):
+        apply(testbed, rendered(_KINDS))
+        yield
+        testbed.kubectl("delete", "validatingadmissionpolicybindings.admissionregistration.k8s.io", POLICY,
+                        "--ignore-not-found")
+        testbed.kubectl("delete", "validatingadmissionpolicies.admissionregistration.k8s.io", POLICY,
+                        "--ignore-not-found")
+
+
+def _grant(testbed: LiveCluster, namespace: str, sa: str, rules: list[dict[str, Any]]) -> client.ApiClient:
+    """A ServiceAccount of ``namespace`` with ``rules`` there, and a client that authenticates as it."""
+    rbac = client.RbacAuthorizationV1Api(testbed.api)
+    token = testbed.sa_token(namespace, sa)
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": sa}, "rules": rules})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": sa}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}]})
+    return testbed.client_for_token(token)
+
+
+EVERYTHING = [{"apiGroups": ["trainer.kubeflow.org", "jobset.x-k8s.io", "scheduling.run.ai"],
+               "resources": ["*"], "verbs": ["*"]}]
+
+
+@pytest.fixture(scope="module")
+def team(testbed: LiveCluster, marks_policy: None) -> Iterator[dict[str, Any]]:
+    """An opted-in namespace, a tenant allowed everything on the kinds kai_fn reads there, and an operator who may
+    also write kai_fn's marks (bound to the ClusterRole kai-fn-marks)."""
+    ns = enabled_namespace(testbed, "marks")
+    tenant = _grant(testbed, ns, "tenant", EVERYTHING)
+    operator = _grant(testbed, ns, "operator", EVERYTHING)
+    client.RbacAuthorizationV1Api(testbed.api).create_cluster_role_binding({
+        "metadata": {"name": f"kai-fn-marks-{ns}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kai-fn-marks"},
+        "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": ns}]})
+    kai_fn = testbed.client_for_token(testbed.sa_token(NAMESPACE, "kai-fn"))
+    _wait_until_refused(lambda: _create_trainjob(tenant, ns, "probe", {keys.MARKER_SKIPPED: "x"}))
+    yield {"ns": ns, "tenant": tenant, "operator": operator, "kai-fn": kai_fn, "admin": testbed.api}
+    client.CoreV1Api(testbed.api).delete_namespace(ns)
+    client.RbacAuthorizationV1Api(testbed.api).delete_cluster_role_binding(f"kai-fn-marks-{ns}")
+
+
+def _wait_until_refused(write: Callable[[], Any]) -> None:
+    """The API server loads a policy asynchronously: a refused dry run says it acts."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            write()
+        except ApiException as error:
+            if error.status in (403, 422) and POLICY in str(error.body):
+                return
+            raise
+        time.sleep(0.5)
+    raise AssertionError(f"{POLICY} did not act within 60 s")
+
+
+def _create_trainjob(api: client.ApiClient, ns: str, name: str, annotations: dict[str, str] | None = None,
+                     spec: dict[str, Any] | None = None, dry_run: bool = True) -> dict[str, Any]:
+    body = trainjob(name, "torch-distributed-kai", annotations=annotations, spec=spec)
+    return client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *TRAINER, ns, "trainjobs", body, dry_run="All" if dry_run else None)
+
+
+def _patch_template(key: str) -> dict[str, Any]:
+    return {"runtimePatches": [{"manager": "tenant.example.com/tool", "trainingRuntimeSpec": {
+        "template": {"metadata": {"annotations": {key: "out-of-scope"}}}}}]}
+
+
+def _runtime(key: str) -> dict[str, Any]:
+    from tests.conftest import sample_object
+    rt = sample_object("clustertrainingruntime-torch-kai")
+    rt["kind"], rt["metadata"] = "TrainingRuntime", {"name": "tenant-runtime"}
+    rt["spec"]["template"].setdefault("metadata", {})["annotations"] = {key: "pg-forged"}
+    return rt
+
+
+def _podgroup(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+            "metadata": {"name": name, "labels": labels or {}}, "spec": {"minMember": 1, "queue": "default-queue"}}
+
+
+# (id, who, the write as a function of (client, namespace), refused with this in the message or None: admitted)
+CREATES: list[tuple[str, str, Callable[[client.ApiClient, str], Any], str | None]] = [
+    ("tenant: TrainJob marked skipped", "tenant",
+     lambda api, ns: _create_trainjob(api, ns, "a", {keys.MARKER_SKIPPED: "out-of-scope"}), "kai-fn/skipped"),
+    ("tenant: TrainJob marked with a PodGroup", "tenant",
+     lambda api, ns: _create_trainjob(api, ns, "b", {keys.MARKER_PODGROUP: "pg-x"}), "kai-fn/podgroup"),
+    ("tenant: TrainJob marked released in 9999", "tenant",
+     lambda api, ns: _create_trainjob(api, ns, "c", {keys.RELEASED_AT_ANNOTATION: "9999-12-31T23:59:59Z"}),
+     "kai-fn/released-at"),
+    ("tenant: TrainJob asking to hold, with a timeout", "tenant",
+     lambda api, ns: _create_trainjob(api, ns, "d", {keys.HOLD_ANNOTATION: "true",
+                                                     keys.SCHEDULE_TIMEOUT_ANNOTATION: "600"}), None),
+    ("tenant: runtimePatches copying kai-fn/skipped onto the JobSet", "tenant",
+     lambda api, ns: _create_trainjob(api, ns, "e", spec=_patch_template(keys.MARKER_SKIPPED)),
+     "Trainer copies this template metadata onto the JobSet"),
+    ("tenant: a TrainingRuntime whose JobSet metadata carries kai-fn/podgroup", "tenant",
+     lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
+         *TRAINER, ns, "trainingruntimes", _runtime(keys.MARKER_PODGROUP), dry_run="All"),
+     "Trainer copies this template metadata onto the JobSet"),
+    ("tenant: a JobSet carrying kai-fn/skipped (Trainer would copy it)", "tenant",
+     lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
+         *JOBSETS, ns, "jobsets", _jobset("s", annotations={keys.MARKER_SKIPPED: "x"}), dry_run="All"),
+     "kai-fn/skipped"),
+    ("tenant: a plain JobSet, held by the other policy", "tenant",
+     lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
+         *JOBSETS, ns, "jobsets", _jobset("plain"), dry_run="All"), None),
+    ("tenant: a PodGroup labelled managed-by kai-fn", "tenant",
+     lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
+         *KAI_PG, ns, "podgroups", _podgroup("pg-y", {keys.MANAGED_BY_LABEL: keys.MANAGED_BY}), dry_run="All"),
+     "app.kubernetes.io/managed-by"),
+    ("tenant: a PodGroup of its own (kai_fn's adoption check refuses it as a gang)", "tenant",
+     lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
+         *KAI_PG, ns, "podgroups", _podgroup("pg-z"), dry_run="All"), None),
+    ("operator: a JobSet released by operator", "operator",
+     lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
+         *JOBSETS, ns, "jobsets", _jobset("op", annotations={keys.MARKER_SKIPPED: "released-by-operator"}),
+         dry_run="All"), None),
+    ("admin: TrainJob marked skipped", "admin",
+     lambda api, ns: _create_trainjob(api, ns, "f", {keys.MARKER_SKIPPED: "x"}), None),
+]
+
+
+@pytest.mark.parametrize("who, write, refused", [c[1:] for c in CREATES], ids=[c[0] for c in CREATES])
+def test_who_may_write_kai_fns_marks_at_create(team: dict[str, Any], who: str,
+                                               write: Callable[[client.ApiClient, str], Any], refused: str | None):
+    if refused is None:
+        write(team[who], team["ns"])
+        return
+    with pytest.raises(ApiException, match=r"\(403\)") as denied:
+        write(team[who], team["ns"])
+    assert POLICY in denied.value.body and refused in denied.value.body
+
+
+def _held(testbed: LiveCluster, ns: str, name: str) -> dict[str, Any]:
+    """A JobSet as Trainer makes it for a TrainJob, held by the mutating policy."""
+    job = create_trainjob(testbed, ns, trainjob(name, "torch-distributed-kai"))
+    body = _jobset(name)
+    body["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
+    made = client.CustomObjectsApi(testbed.api).create_namespaced_custom_object(*JOBSETS, ns, "jobsets", body)
+    assert made["metadata"]["labels"][keys.HELD_LABEL] == "true"
+    return made
+
+
+def _release(api: client.ApiClient, ns: str, name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    ops = [{"op": "add", "path": "/metadata/annotations", "value": annotations},
+           {"op": "remove", "path": "/metadata/labels/kai-fn~1held"},
+           {"op": "replace", "path": "/spec/suspend", "value": False}]
+    return client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        *JOBSETS, ns, "jobsets", name, ops, dry_run="All", _content_type="application/json-patch+json")
+
+
+UPDATES = [
+    ("held-1", "tenant", {keys.MARKER_SKIPPED: "out-of-scope"}, "kai-fn/skipped"),
+    ("held-2", "tenant", {keys.MARKER_PODGROUP: "pg-z"}, "kai-fn/podgroup"),
+    ("held-3", "operator", {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}, None),
+    ("held-4", "kai-fn", {keys.MARKER_PODGROUP: "pg-held"}, None),
+]
+
+
+@pytest.mark.parametrize("name, who, annotations, refused", UPDATES,
+                         ids=["tenant: skipped and suspend false", "tenant: its own PodGroup as the decision",
+                              "operator: released by operator", "kai_fn: its decision"])
+def test_who_may_end_a_hold_with_a_decision(testbed: LiveCluster, team: dict[str, Any], name: str, who: str,
+                                            annotations: dict[str, str], refused: str | None):
+    _held(testbed, team["ns"], name)
+    if refused is None:
+        assert _release(team[who], team["ns"], name, annotations)["spec"]["suspend"] is False
+        return
+    with pytest.raises(ApiException, match=r"\(403\)") as denied:
+        _release(team[who], team["ns"], name, annotations)
+    assert POLICY in denied.value.body and refused in denied.value.body
+
+
+def test_a_tenant_may_not_drop_the_hold_nor_mark_a_gang_bound_but_may_change_anything_else(
+        testbed: LiveCluster, team: dict[str, Any]):
+    ns, objs = team["ns"], client.CustomObjectsApi(team["tenant"])
+    _held(testbed, ns, "kept")
+    with pytest.raises(ApiException, match=r"\(403\)") as denied:
+        objs.patch_namespaced_custom_object(*JOBSETS, ns, "jobsets", "kept",
+                                            [{"op": "remove", "path": "/metadata/labels/kai-fn~1held"}],
+                                            _content_type="application/json-patch+json")
+    assert POLICY in denied.value.body and "kai-fn/held" in denied.value.body
+    objs.patch_namespaced_custom_object(*JOBSETS, ns, "jobsets", "kept", {"metadata": {"labels": {"team": "a"}}})
+    pg = copy.deepcopy(_podgroup("pg-kept", {keys.MANAGED_BY_LABEL: keys.MANAGED_BY}))
+    client.CustomObjectsApi(team["kai-fn"]).create_namespaced_custom_object(*KAI_PG, ns, "podgroups", pg)
+    with pytest.raises(ApiException, match=r"\(403\)") as marked:
+        objs.patch_namespaced_custom_object(*KAI_PG, ns, "podgroups", "pg-kept", {
+            "metadata": {"annotations": {keys.GANG_BOUND_ANNOTATION: "2026-01-01T00:00:00Z"}}})
+    assert POLICY in marked.value.body and keys.GANG_BOUND_ANNOTATION in marked.value.body
+    objs.patch_namespaced_custom_object(*KAI_PG, ns, "podgroups", "pg-kept", {"metadata": {"annotations": {
+        "team": "a"}}})
+
+
+def test_the_function_under_its_own_token_still_decides_a_held_jobset_with_both_policies(
+        testbed: LiveCluster, team: dict[str, Any]):
+    seed_samples(testbed)
+    ns = team["ns"]
+    job = create_trainjob(testbed, ns, trainjob("decided-by-kai-fn", "torch-distributed-kai",
+                                                labels={"kai.scheduler/queue": "team-a"}))
+    body = _jobset("decided-by-kai-fn")
+    body["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
+    client.CustomObjectsApi(testbed.api).create_namespaced_custom_object(*JOBSETS, ns, "jobsets", body)
+    with function_process(testbed) as fn:
+        answer = send(fn.url, resource(job))
+    assert answer.status == 200 and answer.headers["X-Kai-Fn-Outcome"] == "done", answer.body
+    live = client.CustomObjectsApi(testbed.api).get_namespaced_custom_object(*JOBSETS, ns, "jobsets",
+                                                                             "decided-by-kai-fn")
+    assert live["spec"]["suspend"] is False and live["metadata"]["annotations"][keys.MARKER_PODGROUP]
