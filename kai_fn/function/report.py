@@ -30,7 +30,6 @@ SCHEDULE_TIMEOUT = "ScheduleTimeout"
 SCHEDULER_NOT_SERVED = "SchedulerNotInstalled"  # the PodGroup or Queue API answers 404
 UNPROCESSABLE = "Unprocessable"  # the object's work failed unexpectedly (kai_fn/function/isolate.py)
 NOT_ADOPTED = "NotMadeByKaiFn"  # an object of the gang's name that kai_fn did not make, or that differs
-TOO_MANY_PODS = "TooManyPlaceholders"  # a later wave larger than kai_fn holds places for
 # Normal
 GANG_CREATED = "GangCreated"
 GANG_BOUND = "GangBound"

@@ -62,7 +62,10 @@ SOURCE_SAS = {
 RUNTIMES = ("clustertrainingruntime-chain.yaml", "clustertrainingruntime-chain-staged.yaml")
 _FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease"}
 KNATIVE_SOURCES = os.environ.get("KAI_FN_CHAIN_SOURCES", "knative") != "stand-in"
-_POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+# The hold (a MutatingAdmissionPolicy) and kai_fn's marks kept its own (a ValidatingAdmissionPolicy).
+_POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+                 "ValidatingAdmissionPolicyBinding"}
+MARKS_POLICY = "kai-fn-own-marks"
 QUEUE_PROXY = os.environ.get("KAI_FN_CHAIN_QUEUE_PROXY", "1") != "0"  # Knative Serving's queue-proxy in front
 
 
@@ -325,9 +328,12 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
         probe.apply([o for o in objs if o["kind"] in _FUNCTION_KINDS]
                     + [for_scheduler(sample(r), SCHEDULERS[flavor]) for r in RUNTIMES])
         if policy:
-            stack.callback(lambda: [probe.kubectl("delete", f"{plural}.admissionregistration.k8s.io", POLICY,
+            stack.callback(lambda: [probe.kubectl("delete", f"{plural}.admissionregistration.k8s.io", name,
                                                   "--ignore-not-found", check=False)
-                                    for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies")])
+                                    for plural, name in (("mutatingadmissionpolicybindings", POLICY),
+                                                         ("mutatingadmissionpolicies", POLICY),
+                                                         ("validatingadmissionpolicybindings", MARKS_POLICY),
+                                                         ("validatingadmissionpolicies", MARKS_POLICY))])
             probe.apply([o for o in objs if o["kind"] in _POLICY_KINDS])
             _wait_for_policy(probe, SCHEDULERS[flavor])
 
@@ -345,9 +351,8 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
         if not production:
             env["KAI_FN_RUNTIME_CACHE_SECONDS"] = "0"
         tokens: dict[str, Callable[[], str] | None] = dict.fromkeys(SOURCE_SAS)
+        env |= {"KAI_FN_AUDIENCE": audience or "", "KAI_FN_SENDERS": ""}  # knative/base's senders, or none at all
         if audience:
-            env |= {"KAI_FN_AUDIENCE": audience,
-                    "KAI_FN_SENDERS": ",".join(f"system:serviceaccount:{NAMESPACE}:{sa}" for sa in SOURCE_SAS.values())}
             for key, sa in SOURCE_SAS.items():
                 token = _token(core, NAMESPACE, sa, [audience], token_seconds)
                 tokens[key] = lambda token=token: token

@@ -158,3 +158,18 @@ def test_reserves_text_round_trips():
     ([{"type": "Suspended", "status": "True"}], False), ([], False)])
 def test_a_jobset_is_finished_when_completed_or_failed(conditions, expected):
     assert reserve.finished({"status": {"conditions": conditions}}) is expected
+
+
+@pytest.mark.parametrize("replicas, blocked", [(reserve.MAX_PLACEHOLDERS, False), (reserve.MAX_PLACEHOLDERS + 1, True),
+                                               (1_000_000, True)], ids=["at-the-limit", "one-over", "a-million"])
+def test_a_later_wave_over_the_placeholder_limit_is_refused_before_any_placeholder_is_planned(replicas, blocked):
+    """A runtime any tenant can write may ask for a million launcher pods: refused with the field named, never built
+    in memory (docs/security.md)."""
+    result = make(mpi({**launcher(), "replicas": replicas}))
+    assert result.blocked is blocked
+    if blocked:
+        (problem,) = [p for p in result.problems if p.blocking]
+        assert "'launcher'" in str(problem) and f"at most {reserve.MAX_PLACEHOLDERS}" in str(problem)
+        assert result.placeholders == ()
+    else:
+        assert len(result.placeholders) == replicas

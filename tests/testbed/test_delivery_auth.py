@@ -108,3 +108,14 @@ def test_the_emulators_tokenreview_answers_like_the_real_one(testbed: LiveCluste
     emulated = shape(*emulator.review({"spec": {"token": emulated_token, "audiences": audiences}}))
     assert emulated == real
 
+
+
+def test_an_audience_without_senders_lets_in_knative_bases_sources_only_not_any_service_account(
+        testbed: LiveCluster):
+    """On the real TokenReview: any pod may request a token for the audience; only the sources' identities pass."""
+    with function_process(testbed, KAI_FN_AUDIENCE=AUDIENCE) as fn:
+        other = send(fn.url, delete_event(), authorization="Bearer " + testbed.sa_token(OTHER_NS, OTHER_SA, [AUDIENCE]))
+        source = send(fn.url, delete_event(), authorization="Bearer " + testbed.sa_token(NAMESPACE, SOURCE_SA,
+                                                                                          [AUDIENCE]))
+    assert (other.status, source.status) == (403, 200), (other.body, source.body)
+    assert "not in KAI_FN_SENDERS" in other.body

@@ -1,0 +1,113 @@
+"""Scenario 10, a tenant against the gate (docs/security.md): while another team's burst of TrainJobs runs, a tenant
+allowed everything on TrainJobs, JobSets and PodGroups in its own namespace tries kai_fn's marks (a runtimePatch that
+Trainer would copy onto the JobSet, a decision written on its held JobSet) and a PodGroup of its gang's name made
+before kai_fn's (its queue missing, so the hold stays open as long as the tenant likes). Each write of a mark is
+refused by the API server, the pre-made PodGroup is never taken as the gang (a Warning on the TrainJob names it), and
+the other team's gangs bind whole."""
+from __future__ import annotations
+
+import time
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kai_fn.core import keys
+from kai_fn.local.chain import MARKS_POLICY, TRAINER
+from tests.chain.conftest import REPORT, wait_for
+from tests.chain.gangs import bound, jobset, pods, table, trainjob_warnings
+
+BURST = 6
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2")
+KAI_PG = ("scheduling.run.ai", "v2alpha2")
+
+
+def _tenant(chain, ns: str) -> client.ApiClient:
+    """A ServiceAccount of ``ns`` allowed everything on the kinds kai_fn reads there (not on kai_fn's marks)."""
+    core, rbac = client.CoreV1Api(chain.api), client.RbacAuthorizationV1Api(chain.api)
+    core.create_namespaced_service_account(ns, {"metadata": {"name": "tenant"}})
+    rbac.create_namespaced_role(ns, {"metadata": {"name": "tenant"}, "rules": [{
+        "apiGroups": ["trainer.kubeflow.org", "jobset.x-k8s.io", "scheduling.run.ai"], "resources": ["*"],
+        "verbs": ["*"]}]})
+    rbac.create_namespaced_role_binding(ns, {
+        "metadata": {"name": "tenant"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                    "name": "tenant"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]})
+    token = core.create_namespaced_service_account_token(
+        "tenant", ns, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))).status.token
+    admin = chain.api.configuration
+    cfg = client.Configuration()
+    cfg.host, cfg.ssl_ca_cert = admin.host, admin.ssl_ca_cert
+    cfg.api_key, cfg.api_key_prefix = {"authorization": token}, {"authorization": "Bearer"}
+    return client.ApiClient(cfg)
+
+
+def _refused(write) -> str:
+    """The API server's refusal of ``write`` by the marks policy (loaded asynchronously: retried for a while)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            write()
+        except ApiException as error:
+            if error.status == 403 and MARKS_POLICY in str(error.body):
+                return str(error.body)
+            raise
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{MARKS_POLICY} let the write through for 30 s")
+        time.sleep(0.5)
+
+
+def test_a_tenants_marks_and_premade_podgroup_change_no_gang_while_another_teams_burst_binds_whole(
+        chain, pool, namespaces):
+    pool("tenant").ensure(f"{BURST + 2}x8")
+    other, mine = namespaces("burst"), namespaces("tenant")
+    for ns in (other, mine):
+        chain.runtime(ns, pool="tenant")
+    tenant = _tenant(chain, mine)
+    objs = client.CustomObjectsApi(tenant)
+    for i in range(BURST):
+        chain.trainjob(other, f"tj-{i}", num_nodes=1)
+
+    # A runtimePatch whose annotations Trainer would copy onto the JobSet: refused when submitted.
+    patched = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+               "metadata": {"name": "patched"}, "spec": {
+                   "runtimeRef": {"name": "chain", "kind": "TrainingRuntime", "apiGroup": TRAINER[0]},
+                   "runtimePatches": [{"manager": "tenant.example.com/tool", "trainingRuntimeSpec": {"template": {
+                       "metadata": {"annotations": {keys.MARKER_SKIPPED: "out-of-scope"}}}}}]}}
+    said = _refused(lambda: objs.create_namespaced_custom_object(*TRAINER, mine, "trainjobs", patched))
+    assert "Trainer copies this template metadata onto the JobSet" in said
+
+    # Its own TrainJob, in a queue that does not exist: kai_fn refuses the gang and keeps the JobSet held.
+    job = objs.create_namespaced_custom_object(*TRAINER, mine, "trainjobs", {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "mine", "labels": {keys.KAI_QUEUE_LABEL: "tenant-queue-missing"}},
+        "spec": {"runtimeRef": {"name": "chain", "kind": "TrainingRuntime", "apiGroup": TRAINER[0]},
+                 "trainer": {"numNodes": 2}}})
+    wait_for("kai_fn refuses the gang of a missing queue (QueueNotFound)",
+             lambda: trainjob_warnings(chain, mine, "mine", "QueueNotFound"), explain=lambda: table(chain, mine))
+    said = _refused(lambda: objs.patch_namespaced_custom_object(*JOBSETS, mine, "jobsets", "mine", [
+        {"op": "add", "path": "/metadata/annotations", "value": {keys.MARKER_SKIPPED: "out-of-scope"}},
+        {"op": "remove", "path": "/metadata/labels/kai-fn~1held"},
+        {"op": "replace", "path": "/spec/suspend", "value": False}], _content_type="application/json-patch+json"))
+    assert keys.MARKER_SKIPPED in said
+
+    # The PodGroup of its gang's name, made by the tenant; the queue label moved to one that exists, so kai_fn's next
+    # pass gets as far as the gang.
+    name = f"pg-mine-{job['metadata']['uid']}"
+    objs.create_namespaced_custom_object(*KAI_PG, mine, "podgroups", {
+        "apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup", "metadata": {"name": name},
+        "spec": {"minMember": 1, "queue": "default-queue"}})
+    objs.patch_namespaced_custom_object(*TRAINER, mine, "trainjobs", "mine",
+                                        {"metadata": {"labels": {keys.KAI_QUEUE_LABEL: "default-queue"}}})
+    refused = wait_for("kai_fn refuses the tenant's PodGroup as the gang (NotMadeByKaiFn)",
+                       lambda: trainjob_warnings(chain, mine, "mine", "NotMadeByKaiFn"),
+                       explain=lambda: table(chain, mine))
+    assert name in refused[0] and "no controller ownerReference" in refused[0], refused
+
+    wait_for(f"the other team's {BURST} gangs bind whole",
+             lambda: all(len(bound(pods(chain, other, f"tj-{i}"))) == 1 for i in range(BURST)),
+             deadline_s=180, explain=lambda: table(chain, other))
+    held = jobset(chain, mine, "mine")
+    assert held["spec"]["suspend"] is True and keys.MARKER_PODGROUP not in (held["metadata"].get("annotations") or {})
+    assert pods(chain, mine, "mine") == [], "no pod of the tenant's gang exists while its JobSet is held"
+    REPORT.append(f"tenant: marks refused by {MARKS_POLICY}; pre-made PodGroup refused ({refused[0][:80]}...); "
+                  f"the other team's {BURST} gangs bound whole")
