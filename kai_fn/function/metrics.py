@@ -41,6 +41,11 @@ WORK_QUEUE = Gauge(
     "kai_fn_work_queue", "TrainJobs whose pass after the answer is queued, waiting to be tried again, or running.",
     registry=REGISTRY,
 )
+CATCH_UP = Counter(
+    "kai_fn_catch_up", "The catch-up pass of a started process, once, by outcome: 'done' (the held JobSets owed are "
+    "queued), 'retry' (the API was not reachable: the first ping does it), 'off' (no work queue: the resync does it).",
+    ["outcome"], registry=REGISTRY,
+)
 GANGS_CREATED = Counter("kai_fn_gangs_created", "PodGroups kai_fn created.", registry=REGISTRY)
 GANG_STATUS = Counter(
     "kai_fn_gang_status_events", "Gang status reports on TrainJobs (GangUnschedulable, GangBound); a report "
