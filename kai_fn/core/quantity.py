@@ -38,7 +38,8 @@ def _client_parser() -> Callable[[str], Decimal]:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.parse_quantity
+    parse: Callable[[str], Decimal] = module.parse_quantity
+    return parse
 
 
 _parse_quantity = _client_parser()

@@ -6,8 +6,8 @@ JobSet is not made yet; a Broker turns a non-empty non-CloudEvent body into a re
 only a retry can help (a direct sink does not retry 500), 400 for a bad event,
 413 for an oversized body; with ``KAI_FN_AUDIENCE`` set, 401 / 403 for a sender that is not let in, checked
 before the body is read. With ``KAI_FN_BACKGROUND_WORKERS``, a TrainJob event that needs a pass is answered 202 at
-once and reconciled right after (kai_fn.function.workqueue says why); its pass logs a line of its own (``work``). ``GET /metrics`` serves the Prometheus metrics and ``GET`` elsewhere the health check
-(no auth: they hold no secrets).
+once and reconciled right after (kai_fn.function.workqueue says why); its pass logs a line of its own (``work``).
+``GET /metrics`` serves the Prometheus metrics and ``GET`` elsewhere the health check (no auth: they hold no secrets).
 """
 from __future__ import annotations
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +27,8 @@ def write(tmp_path: Path, name: str, text: str) -> str:
 
 
 def test_plan_of_the_samples_prints_podgroup_templates_and_patch():
-    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
+    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml",
+              "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
               "--jobset", "samples/cluster/jobset-llama-finetune.yaml", "-o", "json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -40,7 +40,8 @@ def test_plan_of_the_samples_prints_podgroup_templates_and_patch():
 
 
 def test_plan_prints_yaml_by_default_and_honours_the_flavor_flag():
-    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
+    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml",
+              "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
               "--flavor", "scheduler-plugins")
     assert out.returncode == 0, out.stderr
     report = yaml.safe_load(out.stdout)
@@ -91,7 +92,8 @@ def test_unusable_input_exits_2_with_one_line_and_no_traceback(tmp_path, name, t
 def test_invalid_setting_stops_with_its_name(tmp_path):
     import os
     env = {**os.environ, "KAI_PODGROUP_FLAVOR": "volcano"}
-    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", env=env)
+    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml",
+              "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", env=env)
     assert out.returncode == 2
     assert "KAI_PODGROUP_FLAVOR" in out.stderr and "Traceback" not in out.stderr
 

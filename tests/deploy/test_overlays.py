@@ -8,7 +8,7 @@ import pytest
 
 from tests import kustomize
 from tests.manifests import (
-    BASE, BROKER, FUNCTION, NAMESPACE, SCHEDULER_PLUGINS, bound_triples, by_kind, container, crd_plurals, env_of,
+    BASE, BROKER, FUNCTION, NAMESPACE, SCHEDULER_PLUGINS, bound_triples, container, crd_plurals, env_of,
     ksvc, one, render,
 )
 

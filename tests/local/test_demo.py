@@ -34,7 +34,8 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     assert re.search(r"\n  llama-finetune +Warning +GangUnschedulable +PodGroup pg-llama-finetune-\S+: Unschedulable: ", text)
     assert re.search(r"\n  llama-finetune +Normal +GangBound +PodGroup pg-llama-finetune-", text)
     assert text.count("GangUnschedulable ") == 1 and text.count("GangBound ") == 1
-    assert "the old unschedulable update, arriving late: nothing\n   dev.knative.apiserver.resource.update -> HTTP 200 skipped" in text
+    late = "the old unschedulable update, arriving late: nothing\n   dev.knative.apiserver.resource.update -> HTTP 200 skipped"
+    assert late in text
     # explain at the end: the bound gang exits 0, the one its queue can never hold exits 1.
     assert "TrainJob team-a/llama-finetune: BOUND" in text and "(exit 0)" in text
     assert "TrainJob team-a/gpt-large: BLOCKED" in text and "(exit 1)" in text
