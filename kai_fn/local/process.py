@@ -79,7 +79,8 @@ class FunctionProcess(Started):
                     if response.status == 200 and (not self.serves_kai_fn or self.caught_up()):
                         return self
             except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"the function did not answer on {self.url} within {ready_timeout}s")
 
