@@ -260,11 +260,24 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     return EXIT_OK if answer.status < 300 else EXIT_BLOCKED
 
 
-def main(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> int:
+def parse_command_line(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = (),
+                       prog: str = "kai-fn") -> argparse.Namespace:
+    """The command line as argparse reads it (its errors exit 2), then the rules across options (UsageError)."""
     parser = build_parser(extra, prog)
     args = parser.parse_args(argv)
     if args.namespace and args.all_namespaces:
         parser.error("give -n NAMESPACE or -A, not both")
+    if args.command == "release" and args.yes and not (args.reason or "").strip():
+        raise UsageError("--yes needs --reason TEXT: it is recorded in the Event on each TrainJob")
+    return args
+
+
+def main(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> int:
+    try:
+        args = parse_command_line(argv, extra, prog)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT
     try:
         return args.func(args)
     except UsageError as error:
