@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from kai_fn import __version__
 from kai_fn.commands import plan_view
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
@@ -112,6 +113,7 @@ before or after the command. As a kubectl plugin they follow the plugin's name:
 def build_parser(extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _cluster_access(parser, top=True, namespace="for status, explain and release (see their --help)",
                     everywhere="for status and release --held")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -249,6 +251,8 @@ def cmd_invoke(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
     try:
         answer = post(args.url, sample)
+    except ValueError:
+        raise UsageError(f"--url {args.url}: not an http:// or https:// URL") from None
     except OSError as error:
         raise UsageError(f"{args.url}: no answer: {getattr(error, 'reason', error)}") from None
     print(f"HTTP {answer.status}")

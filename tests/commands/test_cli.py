@@ -114,8 +114,16 @@ def test_invoke_posts_a_sample_and_prints_the_answer(api, function):
     (["invoke", "samples/events/nope.json"], "cannot read"),
     (["invoke", "samples/cluster/queue-team-a.yaml"], "not JSON"),
     (["invoke", "samples/events/resource-add.json", "--url", "http://127.0.0.1:9"], "no answer"),
+    (["invoke", "samples/events/resource-add.json", "--url", "notaurl"], "--url notaurl: not an http:// or https:// URL"),
 ])
 def test_invoke_reports_bad_input_in_one_line(args, message):
     out = run(*args)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_version_prints_the_package_version():
+    import tomllib
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    out = run("--version")
+    assert (out.returncode, out.stdout) == (0, f"python -m kai_fn {version}\n")
