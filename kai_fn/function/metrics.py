@@ -64,7 +64,7 @@ PLACEHOLDERS = Counter(
 TIMEOUTS = Counter("kai_fn_schedule_timeouts", "Gangs not fully bound within their schedule timeout.",
                    registry=REGISTRY)
 # A timestamp, not a count, so an alert can tell how long ago the last resync succeeded from the last value
-# Prometheus scraped, also while the function is down (max_over_time): knative/overlays/servicemonitor/alerts.yaml.
+# Prometheus scraped, also while the function is down (max_over_time): knative/components/servicemonitor/alerts.yaml.
 LAST_RESYNC = Gauge(
     "kai_fn_last_resync_timestamp_seconds", "When the last resync (PingSource) succeeded, in Unix seconds; 0 before "
     "the first one of this process.", registry=REGISTRY,
