@@ -6,6 +6,7 @@ gang (``release``), plan a TrainJob from files (``plan``), and post a sample eve
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -16,9 +17,11 @@ import yaml
 
 from kai_fn import __version__
 from kai_fn.commands import plan_view
+from kai_fn.core import keys, triage
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
+from kai_fn.core.schedule_timeout import stamp
 from kai_fn.function import settings as settings_mod
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
@@ -49,17 +52,49 @@ def load_document(path: str) -> dict[str, Any]:
     return docs[0]
 
 
-def _read(path: str, model: type[TrainJob] | type[Runtime]) -> Any:
+def _read(path: str, model: type[TrainJob] | type[Runtime], doc: dict[str, Any] | None = None) -> Any:
     try:
-        return parse(model, load_document(path))
+        return parse(model, load_document(path) if doc is None else doc)
     except InputError as error:
-        hint = ""
-        if str(error).startswith("metadata.uid"):
-            hint = " (the PodGroup is named after it: plan the live object, kubectl get trainjob NAME -o yaml)"
-        raise UsageError(f"{path}: {error}{hint}") from None
+        raise UsageError(f"{path}: {error}") from None
 
 
-def plan_report(result: Plan, jobset: dict[str, Any] | None) -> dict[str, Any]:
+PREVIEW_UID = "uid"
+
+
+def _trainjob_document(path: str) -> tuple[dict[str, Any], str | None]:
+    """The TrainJob file, and a note when it has no uid yet (not submitted): ``UID`` stands in for the one the API
+    server will give it, which names its PodGroup."""
+    doc = load_document(path)
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict) or meta.get("uid"):
+        return doc, None
+    name = meta.get("name", "NAME")
+    return {**doc, "metadata": {**meta, "uid": PREVIEW_UID}}, (
+        f"{path} has no metadata.uid (not submitted yet): the names below use '{PREVIEW_UID}' for the uid the API "
+        f"server will give it; its PodGroup will be named pg-{name}-<that uid>")
+
+
+def decision_of(result: Plan, trainjob: dict[str, Any], jobset: dict[str, Any], resume_setting: bool,
+                now: datetime.datetime) -> tuple[dict[str, str] | None, bool]:
+    """The decision the function writes with the plan on a held JobSet, and whether it resumes it: as its pass does
+    for a TrainJob that asks for no wait (kai-fn/hold, KAI_FN_RESUME=false: templates only; suspended: decided, not
+    resumed)."""
+    waits = triage.hold_reason(trainjob) is not None or not resume_setting or triage.suspended(trainjob)
+    if waits and not triage.suspended(trainjob):
+        return None, False
+    decision = {keys.MARKER_PODGROUP: result.podgroup_name or ""}
+    if result.reserves:
+        decision[keys.RESERVES_ANNOTATION] = result.reserves
+    resume = not waits and keys.HELD_LABEL in ((jobset.get("metadata") or {}).get("labels") or {})
+    if resume:
+        decision[keys.RELEASED_AT_ANNOTATION] = stamp(now)
+    return decision, resume
+
+
+def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str, Any] | None = None,
+                resume_setting: bool = True, now: datetime.datetime | None = None) -> dict[str, Any]:
+    """What ``plan`` prints; with the live JobSet, the whole JSON Patch the function would apply to it now."""
     report: dict[str, Any] = {"plan": plan_view.summary(result)}
     if result.podgroup:
         report["podGroup"] = result.podgroup
@@ -72,7 +107,9 @@ def plan_report(result: Plan, jobset: dict[str, Any] | None) -> dict[str, Any]:
     if result.jobset_annotations:
         report["jobSetAnnotations"] = result.jobset_annotations
     if jobset is not None and result.actionable:
-        report["jobSetPatch"] = jobset_patch(result, jobset)
+        decision, resume = decision_of(result, trainjob or {}, jobset, resume_setting,
+                                       now or datetime.datetime.now(datetime.UTC))
+        report["jobSetPatch"] = jobset_patch(result, jobset, decision, resume)
     if result.problems:
         report["problems"] = [str(p) for p in result.problems]
     return report
@@ -80,12 +117,13 @@ def plan_report(result: Plan, jobset: dict[str, Any] | None) -> dict[str, Any]:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     config = settings_mod.load()
-    job = _read(args.trainjob, TrainJob)
+    doc, preview = _trainjob_document(args.trainjob)
+    job = _read(args.trainjob, TrainJob, doc)
     runtime = _read(args.runtime, Runtime)
     jobset = load_document(args.jobset) if args.jobset else None
     try:
         result = plan(job, runtime, **(config.planning() | {"flavor": args.flavor or config.flavor}))
-        report = plan_report(result, jobset)
+        report = ({"preview": preview} if preview else {}) | plan_report(result, jobset, doc, config.resume)
     except InputError as error:
         raise UsageError(f"{args.runtime}: {error}") from None
     except MissingReplicatedJob as error:

@@ -127,3 +127,40 @@ def test_version_prints_the_package_version():
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     out = run("--version")
     assert (out.returncode, out.stdout) == (0, f"python -m kai_fn {version}\n")
+
+
+@pytest.mark.usefixtures("forgetful")  # the sample's uid: a server that decided it earlier would answer skipped
+def test_plan_prints_the_whole_patch_the_function_applies_to_the_held_jobset(api, function, tmp_path):
+    from tests.ce import resource, send
+    from tests.conftest import JOBSET, TRAINER, sample_object, seed
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
+         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+    live = {name: api.get(version, kind, "team-a", "llama-finetune")
+            for name, version, kind in (("trainjob", TRAINER, "TrainJob"), ("jobset", JOBSET, "JobSet"))}
+    files = [f"--{name}" if i == 0 else write(tmp_path, f"{name}.json", json.dumps(obj))
+             for name, obj in live.items() for i in range(2)]
+    out = run("plan", *files, "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)["jobSetPatch"]
+    assert send(function.url, resource(live["trainjob"])).status == 200
+    (applied,) = [c.body for c in api.calls if (c.verb, c.resource) == ("patch", "jobsets")]
+
+    def timeless(ops):
+        return [{**op, "value": {k: v for k, v in op["value"].items() if k != "kai-fn/released-at"}}
+                if op["path"] == "/metadata/annotations" else op for op in ops]
+
+    assert timeless(printed) == timeless(applied)
+    assert {"op": "remove", "path": "/metadata/labels/kai-fn~1held"} in printed
+    assert {"op": "replace", "path": "/spec/suspend", "value": False} in printed
+
+
+def test_plan_previews_a_trainjob_not_yet_submitted_and_says_its_uid_is_a_stand_in(tmp_path):
+    doc = yaml.safe_load((SAMPLES / "cluster" / "trainjob-llama-finetune.yaml").read_text())
+    del doc["metadata"]["uid"]
+    out = run("plan", "--trainjob", write(tmp_path, "tj.yaml", yaml.safe_dump(doc)),
+              "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["plan"]["podGroup"] == "pg-llama-finetune-uid"
+    assert "has no metadata.uid (not submitted yet)" in report["preview"] and "pg-llama-finetune-<that uid>" in \
+        report["preview"]
