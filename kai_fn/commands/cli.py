@@ -232,6 +232,39 @@ def _settings(args: argparse.Namespace) -> settings_mod.Settings:
     return settings_mod.load(**overrides)
 
 
+def _with_cluster(error: Exception, args: argparse.Namespace) -> str:
+    """The error's line; when the API server did not answer, with the server and the kubeconfig context asked."""
+    from kai_fn.commands.status import Unreachable
+
+    if not isinstance(error, Unreachable):
+        return str(error)
+    return f"{error} (API server {_server(args)}, context {_context(args)})"
+
+
+def _server(args: argparse.Namespace) -> str:
+    from kai_fn.function.client import NoClusterConfig, api_client
+
+    try:
+        return str(api_client(args.kubeconfig, args.context).configuration.host)
+    except NoClusterConfig:
+        return "unknown"
+
+
+def _context(args: argparse.Namespace) -> str:
+    import os
+
+    import kubernetes.config
+
+    if args.context:
+        return str(args.context)
+    if args.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "in-cluster (its service account)"
+    try:
+        return str(kubernetes.config.list_kube_config_contexts(config_file=args.kubeconfig)[1]["name"])
+    except (kubernetes.config.ConfigException, OSError, KeyError, TypeError):
+        return "unknown"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Exit 0 nothing held longer than --held-for, 1 something is, 2 bad input or no cluster."""
     from kai_fn.commands.status import Unusable, run
@@ -240,7 +273,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         code, out, err = run(None if args.all_namespaces else args.namespace, args.kubeconfig, args.output,
                              args.held_for, args.heartbeat, _settings(args), context=args.context)
     except Unusable as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(_with_cluster(error, args)) from None
     print(out)
     if err:
         print(err, file=sys.stderr)
@@ -256,7 +289,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         code, out = run(args.trainjobs, args.held, args.namespace, args.all_namespaces, args.yes, args.reason,
                         args.kubeconfig, _settings(args), context=args.context)
     except Unusable as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(_with_cluster(error, args)) from None
     print(out)
     return code
 
@@ -275,7 +308,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     try:
         code, text = run(ref, args.kubeconfig, args.output, _settings(args), context=args.context)
     except Unusable as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(_with_cluster(error, args)) from None
     print(text)
     return code
 
