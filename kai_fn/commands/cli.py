@@ -17,11 +17,9 @@ import yaml
 
 from kai_fn import __version__
 from kai_fn.commands import plan_view
-from kai_fn.core import keys, triage
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
-from kai_fn.core.schedule_timeout import stamp
 from kai_fn.function import settings as settings_mod
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
@@ -63,7 +61,7 @@ PREVIEW_UID = "uid"
 
 
 def _trainjob_document(path: str) -> tuple[dict[str, Any], str | None]:
-    """The TrainJob file, and a note when it has no uid yet (not submitted): ``UID`` stands in for the one the API
+    """The TrainJob file, and a note when it has no uid yet (not submitted): ``uid`` stands in for the one the API
     server will give it, which names its PodGroup."""
     doc = load_document(path)
     meta = doc.get("metadata")
@@ -73,23 +71,6 @@ def _trainjob_document(path: str) -> tuple[dict[str, Any], str | None]:
     return {**doc, "metadata": {**meta, "uid": PREVIEW_UID}}, (
         f"{path} has no metadata.uid (not submitted yet): the names below use '{PREVIEW_UID}' for the uid the API "
         f"server will give it; its PodGroup will be named pg-{name}-<that uid>")
-
-
-def decision_of(result: Plan, trainjob: dict[str, Any], jobset: dict[str, Any], resume_setting: bool,
-                now: datetime.datetime) -> tuple[dict[str, str] | None, bool]:
-    """The decision the function writes with the plan on a held JobSet, and whether it resumes it: as its pass does
-    for a TrainJob that asks for no wait (kai-fn/hold, KAI_FN_RESUME=false: templates only; suspended: decided, not
-    resumed)."""
-    waits = triage.hold_reason(trainjob) is not None or not resume_setting or triage.suspended(trainjob)
-    if waits and not triage.suspended(trainjob):
-        return None, False
-    decision = {keys.MARKER_PODGROUP: result.podgroup_name or ""}
-    if result.reserves:
-        decision[keys.RESERVES_ANNOTATION] = result.reserves
-    resume = not waits and keys.HELD_LABEL in ((jobset.get("metadata") or {}).get("labels") or {})
-    if resume:
-        decision[keys.RELEASED_AT_ANNOTATION] = stamp(now)
-    return decision, resume
 
 
 def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str, Any] | None = None,
@@ -107,8 +88,8 @@ def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str,
     if result.jobset_annotations:
         report["jobSetAnnotations"] = result.jobset_annotations
     if jobset is not None and result.actionable:
-        decision, resume = decision_of(result, trainjob or {}, jobset, resume_setting,
-                                       now or datetime.datetime.now(datetime.UTC))
+        decision, resume = plan_view.decision_of(result, trainjob or {}, jobset, resume_setting,
+                                                 now or datetime.datetime.now(datetime.UTC))
         report["jobSetPatch"] = jobset_patch(result, jobset, decision, resume)
     if result.problems:
         report["problems"] = [str(p) for p in result.problems]
