@@ -53,6 +53,12 @@ case "${1:-}" in
     # (nothing collected) means they are missing, which fails like any other error.
     [ "$chain_rc" = 0 ] && [ "$plain_rc" = 0 ] && [ "$quick_rc" = 0 ]
     ;;
+  check)
+    # The static checks .ci/run makes before the tests: ruff over the Python tree, mypy (strict) over kai_fn/core.
+    venv
+    .venv/bin/ruff check --quiet kai_fn tests bench main.py
+    .venv/bin/mypy
+    ;;
   cluster)
     shift
     # The chain deploys kai_fn (python -m kai_fn.local.chain serve) unless told not to.
@@ -60,7 +66,7 @@ case "${1:-}" in
     exec testbed/cluster.sh "$@"
     ;;
   *)
-    echo "usage: ./run.sh demo [--real] | ./run.sh test [pytest args] |" \
+    echo "usage: ./run.sh demo [--real] | ./run.sh test [pytest args] | ./run.sh check |" \
       "./run.sh cluster up [--chain [--without-kai-fn]]|down|status" >&2
     exit 2
     ;;

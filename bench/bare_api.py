@@ -26,7 +26,8 @@ TRAINER = (keys.TRAINER_GROUP, keys.TRAINER_VERSION)
 
 
 def main(spec_path: str) -> int:
-    spec = json.loads(open(spec_path, encoding="utf-8").read())
+    with open(spec_path, encoding="utf-8") as file:
+        spec = json.load(file)
     jobs: list[dict[str, Any]] = spec["jobs"]
     threads, seconds, timeout, mix = int(spec["threads"]), float(spec["seconds"]), float(spec["timeout"]), spec["mix"]
     client = api_client(spec["kubeconfig"])

@@ -209,7 +209,8 @@ def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elap
         f"Each burst: N TrainJobs created back to back, each {args.pods} pods × 1 GPU, on {args.nodes} simulated nodes "
         f"of {GPUS_PER_NODE} GPUs; KAI Scheduler v0.17.0 binds them. Time: the TrainJob's create → its last pod bound "
         "(`pods/binding`), both by the API server's clock (audit log).", "",
-        "| TrainJobs | path | bound | p50 s | p95 s | max s | p95 ratio to the podgrouper | writes / TrainJob | load before → after |",
+        "| TrainJobs | path | bound | p50 s | p95 s | max s | p95 ratio to the podgrouper | writes / TrainJob "
+        "| load before → after |",
         "|---|---|---|---|---|---|---|---|---|"]
     for size in sizes:
         anchor = results.get((size, "podgrouper"))
@@ -227,7 +228,8 @@ def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elap
         via, direct = results.get((size, "kai-fn")), results.get((size, "kai-fn-direct"))
         if via and direct:
             lines.append("")
-            lines.append(f"queue-proxy's hop ({size} TrainJobs): p50 {nearest_rank(via.latencies(), 50) - nearest_rank(direct.latencies(), 50):+.2f} s, "
+            p50 = nearest_rank(via.latencies(), 50) - nearest_rank(direct.latencies(), 50)
+            lines.append(f"queue-proxy's hop ({size} TrainJobs): p50 {p50:+.2f} s, "
                          f"p95 {nearest_rank(via.latencies(), 95) - nearest_rank(direct.latencies(), 95):+.2f} s "
                          "(kai-fn through queue-proxy minus kai-fn-direct)")
     lines += ["", "Target: kai-fn's p95 ≤ 1.0 × the podgrouper's at each size, in the median of three runs.", "",

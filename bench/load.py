@@ -8,7 +8,8 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from bench.cloudevent import Post

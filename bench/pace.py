@@ -160,7 +160,8 @@ def report(rows, jobs: int, commit: str) -> str:
         lat = b.latencies() if b else []
         cells = ", ".join(f"{rank(latency.get(r, []), 50):.0f}" for r in ("configmaps", "jobsets", "trainjobs/status"))
         lines.append(f"| {variant} | {f'{b.bound()}/{b.jobs}' if b else 'none released'} | "
-                     f"{f'{rank(lat, 50):.2f} / {rank(lat, 95):.2f}' if lat else '–'} | {rank(made, 50):.2f} / {max(made, default=0):.2f} | "
+                     f"{f'{rank(lat, 50):.2f} / {rank(lat, 95):.2f}' if lat else '–'} | "
+                     f"{rank(made, 50):.2f} / {max(made, default=0):.2f} | "
                      f"{cells} | {sum(served.values())} |")
     lines += ["", "<details><summary>the API server's requests by verb and resource, per variant (the 12 most)"
               "</summary>", ""]

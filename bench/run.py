@@ -140,7 +140,8 @@ class Bench:
                         for c in calls)
         per_event = len(calls) / result.answered if result.answered else None
         return result, {"server_cpu_ms_per_event": round(cpu * 1000 / result.answered, 3) if result.answered else None,
-                        "api_calls": len(calls), "runtime_cache_refresh_gets": len(refreshes), "api_calls_per_event": None if per_event is None else round(per_event, 3),
+                        "api_calls": len(calls), "runtime_cache_refresh_gets": len(refreshes),
+                        "api_calls_per_event": None if per_event is None else round(per_event, 3),
                         "api_call_kinds": dict(sorted(kinds.items()))}
 
     def warm_up(self) -> dict[str, Any]:
@@ -400,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results: dict[str, Any] = {"machine": machine(), "settings": {
         "seconds": args.seconds, "repeats": args.repeats, "server_threads": SERVER_THREADS,
-        "concurrency": list(CONCURRENCY), "function_env": "KUBECONFIG and KAI_FN_BACKGROUND_WORKERS=0 (kai_fn defaults otherwise: runtime cache 30 s)"}}
+        "concurrency": list(CONCURRENCY),
+        "function_env": "KUBECONFIG and KAI_FN_BACKGROUND_WORKERS=0 (kai_fn defaults otherwise: runtime cache 30 s)"}}
     bench = Bench(args)
     try:
         Bench._log("starting the function server")

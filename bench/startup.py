@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from bench.cloudevent import Post
 from kai_fn.local.process import REPO, FunctionProcess

@@ -35,7 +35,8 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import jsonpatch
 import yaml

@@ -9,9 +9,11 @@ least-privilege RBAC the function needs. No network is used.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -139,8 +141,24 @@ def _render_cached(variant: str) -> str:
     return yaml.safe_dump_all(kustomize.render(path))
 
 
+MONITORING = "components/servicemonitor"
+
+
+@cache
+def with_monitoring(variant: str) -> str:
+    """A kustomization of the operator's own, as README.md's Operate says: ``variant`` and the monitoring component
+    (metrics Service, ServiceMonitor, alerts) beside it; its path, for :func:`render`."""
+    where = Path(tempfile.mkdtemp(prefix="kai-fn-kustomization-"))
+    atexit.register(shutil.rmtree, where, True)
+    (where / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(KNATIVE / variant, where)],
+        "components": [os.path.relpath(KNATIVE / MONITORING, where)]}))
+    return str(where)
+
+
 def render(variant: str) -> list[dict[str, Any]]:
-    """Fresh objects of one kustomization (callers may mutate them)."""
+    """Fresh objects of one kustomization, a path under knative/ or absolute (callers may mutate them)."""
     return [d for d in yaml.safe_load_all(_render_cached(variant)) if d]
 
 

@@ -6,6 +6,7 @@ gang (``release``), plan a TrainJob from files (``plan``), and post a sample eve
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -14,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from kai_fn import __version__
 from kai_fn.commands import plan_view
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
@@ -48,17 +50,32 @@ def load_document(path: str) -> dict[str, Any]:
     return docs[0]
 
 
-def _read(path: str, model: type[TrainJob] | type[Runtime]) -> Any:
+def _read(path: str, model: type[TrainJob] | type[Runtime], doc: dict[str, Any] | None = None) -> Any:
     try:
-        return parse(model, load_document(path))
+        return parse(model, load_document(path) if doc is None else doc)
     except InputError as error:
-        hint = ""
-        if str(error).startswith("metadata.uid"):
-            hint = " (the PodGroup is named after it: plan the live object, kubectl get trainjob NAME -o yaml)"
-        raise UsageError(f"{path}: {error}{hint}") from None
+        raise UsageError(f"{path}: {error}") from None
 
 
-def plan_report(result: Plan, jobset: dict[str, Any] | None) -> dict[str, Any]:
+PREVIEW_UID = "uid"
+
+
+def _trainjob_document(path: str) -> tuple[dict[str, Any], str | None]:
+    """The TrainJob file, and a note when it has no uid yet (not submitted): ``uid`` stands in for the one the API
+    server will give it, which names its PodGroup."""
+    doc = load_document(path)
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict) or meta.get("uid"):
+        return doc, None
+    name = meta.get("name", "NAME")
+    return {**doc, "metadata": {**meta, "uid": PREVIEW_UID}}, (
+        f"{path} has no metadata.uid (not submitted yet): the names below use '{PREVIEW_UID}' for the uid the API "
+        f"server will give it; its PodGroup will be named pg-{name}-<that uid>")
+
+
+def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str, Any] | None = None,
+                resume_setting: bool = True, now: datetime.datetime | None = None) -> dict[str, Any]:
+    """What ``plan`` prints; with the live JobSet, the whole JSON Patch the function would apply to it now."""
     report: dict[str, Any] = {"plan": plan_view.summary(result)}
     if result.podgroup:
         report["podGroup"] = result.podgroup
@@ -71,7 +88,9 @@ def plan_report(result: Plan, jobset: dict[str, Any] | None) -> dict[str, Any]:
     if result.jobset_annotations:
         report["jobSetAnnotations"] = result.jobset_annotations
     if jobset is not None and result.actionable:
-        report["jobSetPatch"] = jobset_patch(result, jobset)
+        decision, resume = plan_view.decision_of(result, trainjob or {}, jobset, resume_setting,
+                                                 now or datetime.datetime.now(datetime.UTC))
+        report["jobSetPatch"] = jobset_patch(result, jobset, decision, resume)
     if result.problems:
         report["problems"] = [str(p) for p in result.problems]
     return report
@@ -79,12 +98,13 @@ def plan_report(result: Plan, jobset: dict[str, Any] | None) -> dict[str, Any]:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     config = settings_mod.load()
-    job = _read(args.trainjob, TrainJob)
+    doc, preview = _trainjob_document(args.trainjob)
+    job = _read(args.trainjob, TrainJob, doc)
     runtime = _read(args.runtime, Runtime)
     jobset = load_document(args.jobset) if args.jobset else None
     try:
         result = plan(job, runtime, **(config.planning() | {"flavor": args.flavor or config.flavor}))
-        report = plan_report(result, jobset)
+        report = ({"preview": preview} if preview else {}) | plan_report(result, jobset, doc, config.resume)
     except InputError as error:
         raise UsageError(f"{args.runtime}: {error}") from None
     except MissingReplicatedJob as error:
@@ -112,6 +132,7 @@ before or after the command. As a kubectl plugin they follow the plugin's name:
 def build_parser(extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _cluster_access(parser, top=True, namespace="for status, explain and release (see their --help)",
                     everywhere="for status and release --held")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -192,6 +213,39 @@ def _settings(args: argparse.Namespace) -> settings_mod.Settings:
     return settings_mod.load(**overrides)
 
 
+def _with_cluster(error: Exception, args: argparse.Namespace) -> str:
+    """The error's line; when the API server did not answer, with the server and the kubeconfig context asked."""
+    from kai_fn.commands.status import Unreachable
+
+    if not isinstance(error, Unreachable):
+        return str(error)
+    return f"{error} (API server {_server(args)}, context {_context(args)})"
+
+
+def _server(args: argparse.Namespace) -> str:
+    from kai_fn.function.client import NoClusterConfig, api_client
+
+    try:
+        return str(api_client(args.kubeconfig, args.context).configuration.host)
+    except NoClusterConfig:
+        return "unknown"
+
+
+def _context(args: argparse.Namespace) -> str:
+    import os
+
+    import kubernetes.config
+
+    if args.context:
+        return str(args.context)
+    if args.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "in-cluster (its service account)"
+    try:
+        return str(kubernetes.config.list_kube_config_contexts(config_file=args.kubeconfig)[1]["name"])
+    except (kubernetes.config.ConfigException, OSError, KeyError, TypeError):
+        return "unknown"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Exit 0 nothing held longer than --held-for, 1 something is, 2 bad input or no cluster."""
     from kai_fn.commands.status import Unusable, run
@@ -200,7 +254,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         code, out, err = run(None if args.all_namespaces else args.namespace, args.kubeconfig, args.output,
                              args.held_for, args.heartbeat, _settings(args), context=args.context)
     except Unusable as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(_with_cluster(error, args)) from None
     print(out)
     if err:
         print(err, file=sys.stderr)
@@ -216,7 +270,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         code, out = run(args.trainjobs, args.held, args.namespace, args.all_namespaces, args.yes, args.reason,
                         args.kubeconfig, _settings(args), context=args.context)
     except Unusable as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(_with_cluster(error, args)) from None
     print(out)
     return code
 
@@ -235,7 +289,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     try:
         code, text = run(ref, args.kubeconfig, args.output, _settings(args), context=args.context)
     except Unusable as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(_with_cluster(error, args)) from None
     print(text)
     return code
 
@@ -249,6 +303,8 @@ def cmd_invoke(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
     try:
         answer = post(args.url, sample)
+    except ValueError:
+        raise UsageError(f"--url {args.url}: not an http:// or https:// URL") from None
     except OSError as error:
         raise UsageError(f"{args.url}: no answer: {getattr(error, 'reason', error)}") from None
     print(f"HTTP {answer.status}")
@@ -260,11 +316,24 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     return EXIT_OK if answer.status < 300 else EXIT_BLOCKED
 
 
-def main(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> int:
+def parse_command_line(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = (),
+                       prog: str = "kai-fn") -> argparse.Namespace:
+    """The command line as argparse reads it (its errors exit 2), then the rules across options (UsageError)."""
     parser = build_parser(extra, prog)
     args = parser.parse_args(argv)
     if args.namespace and args.all_namespaces:
         parser.error("give -n NAMESPACE or -A, not both")
+    if args.command == "release" and args.yes and not (args.reason or "").strip():
+        raise UsageError("--yes needs --reason TEXT: it is recorded in the Event on each TrainJob")
+    return args
+
+
+def main(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> int:
+    try:
+        args = parse_command_line(argv, extra, prog)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INPUT
     try:
         return args.func(args)
     except UsageError as error:

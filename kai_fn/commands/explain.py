@@ -24,6 +24,7 @@ from kai_fn.core.plan import Plan, plan
 from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
 from kai_fn.core.runtime import target
 from kai_fn.commands import plan_view, state as states, status as status_mod, survey
+from kai_fn.commands.status import Unreachable, Unusable
 from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
 from kai_fn.function.heartbeat import RESYNC_PERIOD_SECONDS
 from kai_fn.function.settings import Settings
@@ -39,10 +40,6 @@ _NEXT_FOR_REASON = {
     "QueueDoesNotExist": "create the leaf Queue, or fix the kai.scheduler/queue label",
     "PreemptionDelayNotElapsed": "wait: KAI is about to preempt lower-priority work for this gang",
 }
-
-
-class Unusable(Exception):
-    """No such TrainJob, or no cluster to ask: exit 2 with this one line."""
 
 
 @dataclass
@@ -74,7 +71,7 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
     try:
         obj = session.trainjob(namespace, name)
     except Transient as error:
-        raise Unusable(f"cannot read TrainJob {namespace}/{name}: {error}") from None
+        raise Unreachable(f"cannot read TrainJob {namespace}/{name}: {error}") from None
     if obj is None:
         raise Unusable(f"no TrainJob {namespace}/{name}")
     now = now or datetime.datetime.now(datetime.UTC)
@@ -311,6 +308,6 @@ def run(target_ref: str, kubeconfig: str | None, output: str, settings: Settings
     try:
         report = explain(cluster.session(), settings, namespace, name)
     except Transient as error:
-        raise Unusable(f"lost the cluster while reading {namespace}/{name}: {error}") from None
+        raise Unreachable(f"lost the cluster while reading {namespace}/{name}: {error}") from None
     text = json.dumps(report.as_dict(), indent=2) if output == "json" else render(report)
     return report.exit_code, text

@@ -1,10 +1,12 @@
 """A Plan as the commands show it (``plan``, ``explain``): the core type carries data, its readers format it."""
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
-from kai_fn.core import keys, reserve
+from kai_fn.core import keys, reserve, triage
 from kai_fn.core.plan import Plan
+from kai_fn.core.schedule_timeout import stamp
 
 
 def summary(plan: Plan) -> dict[str, Any]:
@@ -33,3 +35,20 @@ def summary(plan: Plan) -> dict[str, Any]:
     if plan.flavor == "scheduler-plugins" or plan.schedule_timeout_seconds is not None:
         out["scheduleTimeoutSeconds"] = plan.schedule_timeout_seconds
     return out
+
+
+def decision_of(result: Plan, trainjob: dict[str, Any], jobset: dict[str, Any], resume_setting: bool,
+                now: datetime.datetime) -> tuple[dict[str, str] | None, bool]:
+    """The decision the function writes with the plan on a held JobSet, and whether it resumes it: as its pass does
+    for a TrainJob that asks for no wait (kai-fn/hold, KAI_FN_RESUME=false: templates only; suspended: decided, not
+    resumed)."""
+    waits = triage.hold_reason(trainjob) is not None or not resume_setting or triage.suspended(trainjob)
+    if waits and not triage.suspended(trainjob):
+        return None, False
+    decision = {keys.MARKER_PODGROUP: result.podgroup_name or ""}
+    if result.reserves:
+        decision[keys.RESERVES_ANNOTATION] = result.reserves
+    resume = not waits and keys.HELD_LABEL in ((jobset.get("metadata") or {}).get("labels") or {})
+    if resume:
+        decision[keys.RELEASED_AT_ANNOTATION] = stamp(now)
+    return decision, resume

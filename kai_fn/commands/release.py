@@ -25,7 +25,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from kai_fn.commands import state, survey
-from kai_fn.commands.status import Unusable, age, connect
+from kai_fn.commands.status import Unreachable, Unusable, age, connect
 from kai_fn.commands.tables import table
 from kai_fn.core import keys, triage
 from kai_fn.core.patch import jobset_patch
@@ -141,6 +141,6 @@ def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool
         user = who(session)
         done = [release_one(session, c, user, reason or "") for c in candidates]
     except Transient as error:
-        raise Unusable(f"cannot read or write the cluster: {error}") from None
+        raise Unreachable(f"cannot read or write the cluster: {error}") from None
     failed = refused or [line for line in done if not line.startswith("released ")]
     return (EXIT_NOT_DONE if failed else EXIT_OK), "\n".join([*refused, *done])

@@ -28,6 +28,10 @@ class Unusable(Exception):
     """Bad input, or no cluster to ask: exit 2 with this one line."""
 
 
+class Unreachable(Unusable):
+    """The API server did not answer (or not in time): the CLI adds which server and context it asked."""
+
+
 def duration(text: str) -> float:
     """``90``, ``90s``, ``2m``, ``1h30m`` in seconds; Unusable otherwise."""
     match = _DURATION.fullmatch(text.strip())
@@ -95,7 +99,7 @@ def run(namespace: str | None, kubeconfig: str | None, output: str, held_for: st
         absent = (absence(session, settings, lease, now)
                   if any(state.held_longer(r, now, heartbeat.RESYNC_PERIOD_SECONDS) for r in held) else None)
     except Transient as error:
-        raise Unusable(f"cannot read the cluster: {error}") from None
+        raise Unreachable(f"cannot read the cluster: {error}") from None
     stranded = {r.uid for r in held if state.stranded(r, absent, now, heartbeat.RESYNC_PERIOD_SECONDS)}
     overdue = [r for r in held if r.age(now) > threshold]
     code = EXIT_HELD if overdue else EXIT_OK

@@ -75,8 +75,8 @@ def members(podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> list[di
         if meta.get("deletionTimestamp"):
             return False
         if sp:
-            return (meta.get("labels") or {}).get(keys.SP_POD_GROUP_LABEL) == name
-        return (meta.get("annotations") or {}).get(keys.KAI_POD_GROUP_ANNOTATION) == name
+            return bool((meta.get("labels") or {}).get(keys.SP_POD_GROUP_LABEL) == name)
+        return bool((meta.get("annotations") or {}).get(keys.KAI_POD_GROUP_ANNOTATION) == name)
 
     return [p for p in pods if joined(p)]
 

@@ -309,7 +309,7 @@ def _podgroup_annotations(base: Plan, stage: Stage | None) -> dict[str, str]:
     return notes
 
 
-def _finish(base: Plan, problems: list[Problem], podgroup: dict[str, Any], templates: tuple[PodTemplateChange, ...],
+def _finish(base: Plan, problems: list[Problem], podgroup: dict[str, Any] | None, templates: tuple[PodTemplateChange, ...],
             jobset_annotations: dict[str, str]) -> Plan:
     if any(p.blocking for p in problems):
         return replace(base, problems=tuple(problems), placeholders=())

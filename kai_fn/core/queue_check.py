@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import StrictFloat, StrictInt, StrictStr
 
@@ -72,7 +72,7 @@ class QueueTree:
     children: Mapping[str, tuple[str, ...]]
 
     @classmethod
-    def of(cls, items: Iterable[dict]) -> QueueTree:
+    def of(cls, items: Iterable[dict[str, Any]]) -> QueueTree:
         queues: dict[str, Queue] = {}
         for item in items:
             try:

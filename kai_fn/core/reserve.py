@@ -122,8 +122,8 @@ def step(*, trainjob: str, reserves: dict[str, int], running: bool, finished: bo
     the JobSet runs and has not finished; none otherwise. ``pods``: the JobSet's; ``held``: the placeholders that
     exist (both as listed; ones being deleted are left out)."""
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    have = {(p.get("metadata") or {}).get("name") for p in held
-            if not (p.get("metadata") or {}).get("deletionTimestamp")}
+    have = {held_name for p in held if (held_name := (p.get("metadata") or {}).get("name"))
+            and not (p.get("metadata") or {}).get("deletionTimestamp")}
     made = {job: sum(1 for p in live if ((p.get("metadata") or {}).get("labels") or {}).get(keys.REPLICATED_JOB_LABEL)
                      == job) for job in reserves}
     wanted: set[str] = set()

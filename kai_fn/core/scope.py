@@ -54,7 +54,8 @@ def out_of_scope(job: TrainJob, runtime: Runtime) -> str | None:
         return None
     if keys.KAI_QUEUE_LABEL in job.metadata.labels or keys.KAI_QUEUE_LABEL in runtime.metadata.labels:
         return None
-    return f"neither the TrainJob nor {runtime.kind} {runtime.metadata.name} asks for KAI ({keys.KAI_QUEUE_LABEL} label or podGroupPolicy.kai)"
+    return (f"neither the TrainJob nor {runtime.kind} {runtime.metadata.name} asks for KAI "
+            f"({keys.KAI_QUEUE_LABEL} label or podGroupPolicy.kai)")
 
 
 def _kai_policy(runtime: Runtime) -> KaiPolicy | None:
@@ -68,7 +69,8 @@ def gang_policy(job: TrainJob, runtime: Runtime, sets: list[PodSet], default_que
     if (why := validation.label_value(queue)) or not queue:
         problems.append(Problem(source, why or "the queue name must not be empty"))
 
-    priority, priority_source = job.metadata.labels.get(keys.KAI_PRIORITY_LABEL), f"TrainJob metadata.labels[{keys.KAI_PRIORITY_LABEL}]"
+    priority = job.metadata.labels.get(keys.KAI_PRIORITY_LABEL)
+    priority_source = f"TrainJob metadata.labels[{keys.KAI_PRIORITY_LABEL}]"
     if priority is None:
         priority = _runtime_priority(sets)
         priority_source = f"{runtime.kind} pod template spec.priorityClassName"

@@ -8,7 +8,7 @@ wave instead, its places held by placeholder pods (:mod:`kai_fn.core.reserve`, d
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kai_fn.core import keys
@@ -68,7 +68,9 @@ def stages(sets: Sequence[PodSet], reserve: bool = False) -> tuple[Stage, ...]:
 
 
 def _main_wave(sets: Sequence[PodSet], wave: dict[str, int]) -> int:
-    for pick in (lambda ps: ps.name == keys.NODE, lambda ps: ps.ancestor == keys.ANCESTOR_TRAINER):
+    picks: tuple[Callable[[PodSet], bool], ...] = (lambda ps: ps.name == keys.NODE,
+                                                   lambda ps: ps.ancestor == keys.ANCESTOR_TRAINER)
+    for pick in picks:
         if found := [ps for ps in sets if pick(ps)]:
             return wave[found[0].name]
     return max(wave.values())

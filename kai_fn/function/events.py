@@ -35,7 +35,7 @@ class TrainJobEvent:
     name: str
     uid: str | None = None  # ref mode carries none
     object: dict[str, Any] | None = None  # resource mode: the TrainJob as the watch saw it
-    via: str = keys.TRAINJOB_KIND  # JobSet: brought by the held JobSet's event (no TrainJob body)
+    via: str = keys.TRAINJOB_KIND  # JobSet: brought by the held JobSet's event (resource mode, no TrainJob body)
     jobset_uid: str | None = None  # the JobSet's, when ``via`` is JobSet
 
 
@@ -157,7 +157,7 @@ def _jobset(ce_id: str, ce_type: str, mode: str, action: str, data: dict[str, An
                   and r.get("controller") is True), None)
     if owner is None:
         return Ignored(ce_id, ce_type, "a JobSet no TrainJob controls")
-    return TrainJobEvent(ce_id, ce_type, "ref", _name(meta, "namespace", "data.metadata"),
+    return TrainJobEvent(ce_id, ce_type, "resource", _name(meta, "namespace", "data.metadata"),
                          _name(owner, "name", "data.metadata.ownerReferences[]"),
                          _name(owner, "uid", "data.metadata.ownerReferences[]"), via=keys.JOBSET_KIND,
                          jobset_uid=_name(meta, "uid", "data.metadata"))

@@ -6,8 +6,8 @@ JobSet is not made yet; a Broker turns a non-empty non-CloudEvent body into a re
 only a retry can help (a direct sink does not retry 500), 400 for a bad event,
 413 for an oversized body; with ``KAI_FN_AUDIENCE`` set, 401 / 403 for a sender that is not let in, checked
 before the body is read. With ``KAI_FN_BACKGROUND_WORKERS``, a TrainJob event that needs a pass is answered 202 at
-once and reconciled right after (kai_fn.function.workqueue says why); its pass logs a line of its own (``work``). ``GET /metrics`` serves the Prometheus metrics and ``GET`` elsewhere the health check
-(no auth: they hold no secrets).
+once and reconciled right after (kai_fn.function.workqueue says why); its pass logs a line of its own (``work``).
+``GET /metrics`` serves the Prometheus metrics and ``GET`` elsewhere the health check (no auth: they hold no secrets).
 """
 from __future__ import annotations
 
@@ -53,11 +53,15 @@ class App:
 
     def catch_up(self) -> None:
         """Once, on the first request a started process gets (its readiness probe): a resync's worth of held
-        JobSets handed to the work queue, so work owed while no function ran starts now, not at the next ping."""
+        JobSets handed to the work queue, so work owed while no function ran starts now, not at the next ping.
+        ``kai_fn_catch_up_total`` counts its end, so a reader knows when what it queued is in the queue."""
         with self._started_lock:
-            if self._caught_up or self.work is None:
+            if self._caught_up:
                 return
             self._caught_up = True
+        if self.work is None:
+            metrics.CATCH_UP.labels("off").inc()
+            return
         threading.Thread(target=self._catch_up, name="kai-fn-catch-up", daemon=True).start()
 
     def _catch_up(self) -> None:
@@ -66,11 +70,13 @@ class App:
             entries = inventory.take(session, self.settings)
         except Exception as error:  # the API not reachable yet (or a bug, hence the traceback): the first ping does it
             log.warning("catch-up", exc_info=error, extra={"fields": {"outcome": "retry", "reason": str(error)[:200]}})
+            metrics.CATCH_UP.labels("retry").inc()
             return
         owed = [e for e in entries if inventory.owed(e, self.settings)]
         queued = sum(1 for e in owed if self.offer(resync.as_event(e)))
         log.info("catch-up", extra={"fields": {"outcome": "done", "owed": len(owed), "queued": queued,
                                                 "api_calls": session.calls}})
+        metrics.CATCH_UP.labels("done").inc()  # after the offers: a reader of it sees them in kai_fn_work_queue
 
     def drain(self) -> None:
         """At a graceful stop, finishes the passes already answered 202 (their events will not come again)."""

@@ -41,6 +41,11 @@ WORK_QUEUE = Gauge(
     "kai_fn_work_queue", "TrainJobs whose pass after the answer is queued, waiting to be tried again, or running.",
     registry=REGISTRY,
 )
+CATCH_UP = Counter(
+    "kai_fn_catch_up", "The catch-up pass of a started process, once, by outcome: 'done' (the held JobSets owed are "
+    "queued), 'retry' (the API was not reachable: the first ping does it), 'off' (no work queue: the resync does it).",
+    ["outcome"], registry=REGISTRY,
+)
 GANGS_CREATED = Counter("kai_fn_gangs_created", "PodGroups kai_fn created.", registry=REGISTRY)
 GANG_STATUS = Counter(
     "kai_fn_gang_status_events", "Gang status reports on TrainJobs (GangUnschedulable, GangBound); a report "
@@ -72,7 +77,7 @@ EVENTS_NOT_WRITTEN = Counter(
     "report is done all the same.", ["reason"], registry=REGISTRY,
 )
 # A timestamp, not a count, so an alert can tell how long ago the last resync succeeded from the last value
-# Prometheus scraped, also while the function is down (max_over_time): knative/overlays/servicemonitor/alerts.yaml.
+# Prometheus scraped, also while the function is down (max_over_time): knative/components/servicemonitor/alerts.yaml.
 LAST_RESYNC = Gauge(
     "kai_fn_last_resync_timestamp_seconds", "When the last resync (PingSource) succeeded, in Unix seconds; 0 before "
     "the first one of this process.", registry=REGISTRY,

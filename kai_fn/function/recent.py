@@ -6,9 +6,9 @@ from before its release, and KAI's controllers update a bound gang's PodGroup ma
 reads (the JobSet and the TrainJob; the TrainJob), and every later event of the namespace waited for them.
 
 Remembered, per process and bounded (least recently used goes first): the TrainJobs whose JobSet it decided with
-nothing left for kai_fn to do (by the TrainJob's uid and the JobSet's), and the PodGroups whose gang it knows to be bound. Any later event of such a TrainJob
-asks for work that is done; a bound gang is never reported again. Forgetting (a restart, another replica, an old
-entry) only costs the reads again, never a wrong answer.
+nothing left for kai_fn to do (by the TrainJob's uid and the JobSet's), and the PodGroups whose gang it knows to be
+bound. Any later event of such a TrainJob asks for work that is done; a bound gang is never reported again.
+Forgetting (a restart, another replica, an old entry) only costs the reads again, never a wrong answer.
 """
 from __future__ import annotations
 

@@ -307,8 +307,9 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
     ``audience``: None delivers without tokens (authentication-oidc off). ``log_dir``: where ``function.log``
     (and each adapter's log) goes (default: the testbed's state dir, next to the kubeconfig). ``settings``: more
     KAI_* variables, over the Service's (runtimes and Queues are not cached: scenarios make them and use them at
-    once; ``production`` keeps the Service's caches, as the benchmarks need). ``knative_sources``: Knative's own adapters (default; ``KAI_FN_CHAIN_SOURCES=stand-in`` picks the
-    stand-ins of kai_fn/local/source.py); their ping runs ``@every <ping_seconds>s``. ``queue_proxy``: the
+    once; ``production`` keeps the Service's caches, as the benchmarks need). ``knative_sources``: Knative's own
+    adapters (default; ``KAI_FN_CHAIN_SOURCES=stand-in`` picks the stand-ins of kai_fn/local/source.py); their ping
+    runs ``@every <ping_seconds>s``. ``queue_proxy``: the
     sources deliver to Knative Serving's queue-proxy, which proxies to the function with the Service's
     containerConcurrency, timeoutSeconds and readinessProbe (default; ``KAI_FN_CHAIN_QUEUE_PROXY=0``: straight to the
     function); its log is ``queue-proxy.log``. ``replicas``: as many function processes (each with its

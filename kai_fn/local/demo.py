@@ -72,7 +72,7 @@ STEPS: list[Step] = [
     ("running", "a TrainJob whose JobSet was never held (no admission policy)", None),
     ("exceeds-queue", "a gang of 8 GPUs in queue team-a-small, whose GPU limit is 4", None),
     ("podgroup-unschedulable", "the PodGroup source: KAI says why llama-finetune's gang waits", kai_reports),
-    ("podgroup-unschedulable", "the same update again: no second Event", None),
+    ("podgroup-unschedulable", "the same update again: its Event, named by content, exists already (409)", None),
     ("podgroup-scheduled", "the PodGroup source: every pod of the gang is on a node", binder_binds),
     ("podgroup-unschedulable", "the old unschedulable update, arriving late: nothing", None),
     ("resource-delete", "a TrainJob deleted", None),
@@ -147,7 +147,9 @@ def run() -> int:
                 print(f"   {sample.headers.get('Ce-Type', '(no Ce-Type)')} -> HTTP {answer.status} {outcome}")
                 calls = api.calls
                 writes = [c for c in calls if c.verb in ("create", "patch", "update", "delete")]
-                print(f"   API calls: {len(calls)}, writes: {len(writes)}")
+                refused = [c for c in writes if c.status is None or c.status >= 400]
+                print(f"   API calls: {len(calls)}, writes: {len(writes) - len(refused)}"
+                      + (f" ({len(refused)} refused: {', '.join(str(c.status) for c in refused)})" if refused else ""))
                 if calls:
                     print(table([describe(c) for c in calls], indent="     "))
             show_cluster(api)

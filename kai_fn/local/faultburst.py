@@ -6,8 +6,8 @@ every ``blocked_every``-th one is one kai_fn must refuse, alternately naming a Q
 ``kill_every`` seconds and started again as Knative would, the API server is restarted once half-way through the
 submissions, and the adapters of the TrainJob and JobSet sources are killed at three quarters and started again once
 Trainer is done with the last quarter (their events are lost with the old adapters, the new ones send none for what
-exists: only the resync can find those). Then, for at most ``settle`` seconds, every TrainJob is waited for: bound whole, or blocked
-with kai_fn's Warning.
+exists: only the resync can find those). Then, for at most ``settle`` seconds, every TrainJob is waited for: bound
+whole, or blocked with kai_fn's Warning.
 
 :func:`run` records what was seen — pods and KAI's BindRequests and PodGroups as watched, the TrainJobs and Events at
 the end, the function's log lines — and :class:`Record` judges it: each check returns what broke its rule, empty

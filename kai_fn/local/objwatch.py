@@ -4,8 +4,8 @@ KAI's scheduler allocates a whole gang in one session and then writes one BindRe
 the binder binds each. A scheduler killed between two of a gang's writes would leave the gang partly bound until the
 next one wrote the rest, so :func:`split_gangs` tells which gangs' BindRequests two scheduler processes made. When a
 BindRequest was made is the API server's ``creationTimestamp`` (whole seconds, the test's clock), not when the watch
-saw it, which can lag by seconds on a loaded machine. PodGroups are watched to count those of each TrainJob, whoever made them. The watch
-survives an API server restart: on any error it lists again and watches from there.
+saw it, which can lag by seconds on a loaded machine. PodGroups are watched to count those of each TrainJob, whoever
+made them. The watch survives an API server restart: on any error it lists again and watches from there.
 """
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ class PodWatch:
         if name in self._groups_seen:
             return True
         objs = client.CustomObjectsApi(self.api)
-        for attempt in range(20):  # the API server may be restarting: a 404 is an answer, an outage is not
+        for _ in range(20):  # the API server may be restarting: a 404 is an answer, an outage is not
             try:
                 group = objs.get_namespaced_custom_object(api[0], api[1], self.namespace, api[2], name,
                                                           _request_timeout=5)

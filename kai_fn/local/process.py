@@ -60,10 +60,13 @@ class FunctionProcess(Started):
         self.env = {**os.environ, "THREADS": str(threads), "PYTHONUNBUFFERED": "1", **env}
         self.command = functions_framework_command(self.port, source, target)
         self.log = log
+        self.serves_kai_fn = source == REPO / "main.py" and target == "handle"
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
 
     def start(self, ready_timeout: float = 60.0) -> Self:
+        """Until it answers its readiness probe and, serving kai_fn, its catch-up pass has ended: what that pass
+        queued is then in ``kai_fn_work_queue``, and what a caller seeds after this is not seen by it."""
         self.started_at = time.perf_counter()
         self.proc = subprocess.Popen(self.command, env=self.env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -73,12 +76,20 @@ class FunctionProcess(Started):
                 raise RuntimeError(f"the function exited with {self.proc.returncode} before it answered")
             try:
                 with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:
-                    if response.status == 200:
+                    if response.status == 200 and (not self.serves_kai_fn or self.caught_up()):
                         return self
             except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"the function did not answer on {self.url} within {ready_timeout}s")
+
+    def caught_up(self) -> bool:
+        """Whether ``kai_fn_catch_up_total`` counts the catch-up's end (``off`` without a work queue)."""
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=1) as response:
+            text = response.read().decode()
+        return any(line.startswith("kai_fn_catch_up_total{") and float(line.rsplit(" ", 1)[1]) > 0
+                   for line in text.splitlines())
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -158,7 +158,8 @@ def test_a_scale_down_during_a_burst_loses_no_trainjob(chain: Chain, pool, names
     by = record.released_by()
     REPORT.append(f"queue-proxy scale-down in a burst of {burst.jobs}: preStop (queue-proxy drained) after "
                   f"{seen.drained_at:.1f} s, the function stopped after {seen.function_stopped_at:.1f} s "
-                  f"(exit {seen.function_exit}; its drain: {[(e.get('queued'), e.get('left')) for e in drained] or 'nothing queued'}), "
+                  f"(exit {seen.function_exit}; its drain: "
+                  f"{[(e.get('queued'), e.get('left')) for e in drained] or 'nothing queued'}), "
                   f"the new pod serving after {seen.replacement_at:.1f} s; released by events {by['events']}, by the "
                   f"replacement's catch-up {by['resync']}; adapters dropped {dropped} of the burst's events; settled "
                   f"{(record.settled or 0) - record.began:.0f} s after the first create")

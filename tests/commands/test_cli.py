@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +27,8 @@ def write(tmp_path: Path, name: str, text: str) -> str:
 
 
 def test_plan_of_the_samples_prints_podgroup_templates_and_patch():
-    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
+    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml",
+              "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
               "--jobset", "samples/cluster/jobset-llama-finetune.yaml", "-o", "json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -40,7 +40,8 @@ def test_plan_of_the_samples_prints_podgroup_templates_and_patch():
 
 
 def test_plan_prints_yaml_by_default_and_honours_the_flavor_flag():
-    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
+    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml",
+              "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
               "--flavor", "scheduler-plugins")
     assert out.returncode == 0, out.stderr
     report = yaml.safe_load(out.stdout)
@@ -91,7 +92,8 @@ def test_unusable_input_exits_2_with_one_line_and_no_traceback(tmp_path, name, t
 def test_invalid_setting_stops_with_its_name(tmp_path):
     import os
     env = {**os.environ, "KAI_PODGROUP_FLAVOR": "volcano"}
-    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", env=env)
+    out = run("plan", "--trainjob", "samples/cluster/trainjob-llama-finetune.yaml",
+              "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", env=env)
     assert out.returncode == 2
     assert "KAI_PODGROUP_FLAVOR" in out.stderr and "Traceback" not in out.stderr
 
@@ -112,8 +114,53 @@ def test_invoke_posts_a_sample_and_prints_the_answer(api, function):
     (["invoke", "samples/events/nope.json"], "cannot read"),
     (["invoke", "samples/cluster/queue-team-a.yaml"], "not JSON"),
     (["invoke", "samples/events/resource-add.json", "--url", "http://127.0.0.1:9"], "no answer"),
+    (["invoke", "samples/events/resource-add.json", "--url", "notaurl"], "--url notaurl: not an http:// or https:// URL"),
 ])
 def test_invoke_reports_bad_input_in_one_line(args, message):
     out = run(*args)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_version_prints_the_package_version():
+    import tomllib
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    out = run("--version")
+    assert (out.returncode, out.stdout) == (0, f"python -m kai_fn {version}\n")
+
+
+@pytest.mark.usefixtures("forgetful")  # the sample's uid: a server that decided it earlier would answer skipped
+def test_plan_prints_the_whole_patch_the_function_applies_to_the_held_jobset(api, function, tmp_path):
+    from tests.ce import resource, send
+    from tests.conftest import JOBSET, TRAINER, sample_object, seed
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
+         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+    live = {name: api.get(version, kind, "team-a", "llama-finetune")
+            for name, version, kind in (("trainjob", TRAINER, "TrainJob"), ("jobset", JOBSET, "JobSet"))}
+    files = [f"--{name}" if i == 0 else write(tmp_path, f"{name}.json", json.dumps(obj))
+             for name, obj in live.items() for i in range(2)]
+    out = run("plan", *files, "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)["jobSetPatch"]
+    assert send(function.url, resource(live["trainjob"])).status == 200
+    (applied,) = [c.body for c in api.calls if (c.verb, c.resource) == ("patch", "jobsets")]
+
+    def timeless(ops):
+        return [{**op, "value": {k: v for k, v in op["value"].items() if k != "kai-fn/released-at"}}
+                if op["path"] == "/metadata/annotations" else op for op in ops]
+
+    assert timeless(printed) == timeless(applied)
+    assert {"op": "remove", "path": "/metadata/labels/kai-fn~1held"} in printed
+    assert {"op": "replace", "path": "/spec/suspend", "value": False} in printed
+
+
+def test_plan_previews_a_trainjob_not_yet_submitted_and_says_its_uid_is_a_stand_in(tmp_path):
+    doc = yaml.safe_load((SAMPLES / "cluster" / "trainjob-llama-finetune.yaml").read_text())
+    del doc["metadata"]["uid"]
+    out = run("plan", "--trainjob", write(tmp_path, "tj.yaml", yaml.safe_dump(doc)),
+              "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["plan"]["podGroup"] == "pg-llama-finetune-uid"
+    assert "has no metadata.uid (not submitted yet)" in report["preview"] and "pg-llama-finetune-<that uid>" in \
+        report["preview"]

@@ -62,6 +62,14 @@ def test_without_context_the_current_one_is_used(api, tmp_path, capsys):
     assert code == 2 and err.startswith("error: cannot read the cluster: API unreachable"), err
 
 
+@pytest.mark.parametrize("args", [["status", "-A"], ["explain", f"{NS}/{NAME}"], ["release", "--held", "-A"]])
+def test_an_unreachable_api_server_is_one_line_naming_the_server_and_the_context(api, tmp_path, capsys, args):
+    code = cli.main([*args, "--kubeconfig", two_contexts(api, tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.rstrip().endswith("(API server http://127.0.0.1:9, context nowhere)") and "unreachable" in err, err
+
+
 def test_an_unknown_context_is_one_line(api, tmp_path, capsys):
     code = cli.main(["--context", "nope", "status", "--kubeconfig", two_contexts(api, tmp_path)])
     err = capsys.readouterr().err

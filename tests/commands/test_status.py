@@ -26,8 +26,8 @@ from tests.commands.test_explain import _released_bound as _bound_by_its_pods
 from tests.commands.test_explain import _released_unschedulable as _waiting_kai_says
 from tests.commands.test_explain import _released_waiting as _waiting_kai_silent
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
-from tests.function.test_function import NAME, NS, PG, UID, seed_llama
-from tests.function.test_gang_status import OVER_LIMIT, kai_says, place, released
+from tests.function.test_function import NAME, NS, PG, seed_llama
+from tests.function.test_gang_status import OVER_LIMIT, kai_says, released
 
 LEASE_API = "coordination.k8s.io/v1"
 AUTO = {"kai-fn/auto-suspended": "true"}  # the earlier (TrainJob) admission policy's mark, still read after an upgrade

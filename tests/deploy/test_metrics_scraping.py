@@ -11,9 +11,11 @@ import pytest
 
 from kai_fn.function import metrics
 from tests import kustomize
-from tests.manifests import BASE, FUNCTION, K8S_VERSIONS, NAMESPACE, VARIANTS, container, ksvc, one, render
+from tests.manifests import (
+    BASE, FUNCTION, K8S_VERSIONS, NAMESPACE, VARIANTS, container, ksvc, one, render, with_monitoring,
+)
 
-SERVICEMONITOR = "overlays/servicemonitor"
+SERVICEMONITOR = with_monitoring(BASE)
 
 # The fields of monitoring.coreos.com/v1 ServiceMonitor that the overlay uses, as the Prometheus Operator
 # documents them; no CRD of it is in ../shared/crds, so this stands in for one (and rejects any other field).
@@ -48,12 +50,19 @@ def test_the_revision_template_asks_to_be_scraped_on_the_user_port_at_metrics(va
         "true", str(port), "/metrics")
 
 
-def test_the_servicemonitor_overlay_scrapes_the_functions_pods_through_its_own_service():
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_monitoring_component_adds_its_three_objects_to_any_variant_and_changes_nothing_else(variant):
+    objs, alone = render(with_monitoring(variant)), render(variant)
+    ids = {kustomize.object_id(o) for o in alone}
+    assert {kustomize.object_id(o) for o in objs} - ids == {
+        ("", "Service", NAMESPACE, "kai-fn-metrics"),
+        ("monitoring.coreos.com", "ServiceMonitor", NAMESPACE, "kai-fn"),
+        ("monitoring.coreos.com", "PrometheusRule", NAMESPACE, "kai-fn")}
+    assert [o for o in objs if kustomize.object_id(o) in ids] == alone
+
+
+def test_the_servicemonitor_scrapes_the_functions_pods_through_its_own_service():
     objs = render(SERVICEMONITOR)
-    added = {kustomize.object_id(o) for o in objs} - {kustomize.object_id(o) for o in render(BASE)}
-    assert added == {("", "Service", NAMESPACE, "kai-fn-metrics"),
-                     ("monitoring.coreos.com", "ServiceMonitor", NAMESPACE, "kai-fn"),
-                     ("monitoring.coreos.com", "PrometheusRule", NAMESPACE, "kai-fn")}
     sm = one(objs, "ServiceMonitor", "kai-fn", "monitoring.coreos.com")
     assert shape_problems(sm) == []
     service = one(objs, "Service", "kai-fn-metrics", "")

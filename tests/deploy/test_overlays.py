@@ -9,7 +9,7 @@ import pytest
 from kai_fn.function.settings import SOURCE_SENDERS, load
 from tests import kustomize
 from tests.manifests import (
-    BASE, BROKER, FUNCTION, NAMESPACE, SCHEDULER_PLUGINS, bound_triples, by_kind, container, crd_plurals, env_of,
+    BASE, BROKER, FUNCTION, NAMESPACE, SCHEDULER_PLUGINS, bound_triples, container, crd_plurals, env_of,
     ksvc, one, render,
 )
 

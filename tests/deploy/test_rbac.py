@@ -29,8 +29,8 @@ def scenario_new_trainjob_by_resource(api, url):
 
 
 def scenario_new_trainjob_by_ref_with_a_namespaced_runtime(api, url):
-    seed(api, sample_object("queue-team-a"), sample_object("trainingruntime-torch-llm-kai"), sample_object("trainjob-bert-pretrain"),
-         sample_object("jobset-bert-pretrain"))
+    seed(api, sample_object("queue-team-a"), sample_object("trainingruntime-torch-llm-kai"),
+         sample_object("trainjob-bert-pretrain"), sample_object("jobset-bert-pretrain"))
     assert send(url, ref(NS, "bert-pretrain")).status == 200
 
 
@@ -41,8 +41,8 @@ def scenario_running_jobset_too_late(api, url):
 
 
 def scenario_resync(api, url):
-    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), sample_object("trainjob-llama-finetune"),
-         sample_object("jobset-llama-finetune"))
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
+         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
     assert send(url, ping()).status == 200
     assert "kai-fn/podgroup" in api.get(JOBSET, "JobSet", NS, "llama-finetune")["metadata"]["annotations"]
     assert send(url, ping()).status == 200  # now a released gang: the resync looks at its pods

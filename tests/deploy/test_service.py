@@ -9,7 +9,8 @@ import yaml
 from kai_fn.function import settings
 from tests import kustomize
 from tests.manifests import (
-    ADMISSION_KINDS, BASE, BROKER, FUNCTION, IMAGE, KNATIVE, NAMESPACE, RESERVED_ENV, SCHEDULER_PLUGINS, SETTINGS_DEFAULTS, VARIANTS,
+    ADMISSION_KINDS, BASE, BROKER, FUNCTION, IMAGE, KNATIVE, NAMESPACE, RESERVED_ENV, SCHEDULER_PLUGINS, SETTINGS_DEFAULTS,
+    VARIANTS,
     container, env_of, knative_services, ksvc, one, render,
 )
 

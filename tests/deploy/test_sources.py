@@ -143,7 +143,7 @@ def test_manifests_document_the_sender_identities_the_function_sees(path, identi
 
 def test_documented_senders_are_a_valid_kai_fn_senders_value():
     text = (KNATIVE / BASE / "service.yaml").read_text()
-    (line,) = [l.strip().lstrip("#").strip() for l in text.splitlines() if l.strip().startswith(f"#   {SA_PREFIX}")]
+    (line,) = [ln.strip().lstrip("#").strip() for ln in text.splitlines() if ln.strip().startswith(f"#   {SA_PREFIX}")]
     loaded = settings.load(KAI_FN_AUDIENCE=AUDIENCE, KAI_FN_SENDERS=line)
     assert set(loaded.senders) == {
         oidc_identity("kai-fn-trainjobs", "sources.knative.dev", "ApiServerSource"),

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from kai_fn.function.auth import MAX_AGE_SECONDS, Authenticator, Denied, bearer, expiry, token_sha
+from kai_fn.function.auth import MAX_AGE_SECONDS, Authenticator, Denied, bearer, expiry
 from kai_fn.function.settings import SOURCE_SENDERS, SettingsError, load
 
 AUDIENCE = "kai-fn"

@@ -228,7 +228,7 @@ def test_under_30_percent_api_faults_every_trainjob_ends_done_once_idle_or_after
 def test_the_answer_and_the_work_after_it_each_log_one_json_line(api, emulator, tmp_path):
     path = tmp_path / "log"
     with path.open("wb") as log, FunctionProcess({"KUBECONFIG": emulator.kubeconfig, **WORKERS}, log=log) as fn:
-        idle(fn.url)  # its catch-up, on an empty cluster: nothing queued
+        assert work_metrics(fn.url).get("queue", 0) == 0  # its catch-up has ended (start), on an empty cluster
         tj = seed_held_llama(api, fresh())
         assert send(fn.url, resource(tj, event_id="id-1")).status == 202
         idle(fn.url)
@@ -242,12 +242,12 @@ def test_the_answer_and_the_work_after_it_each_log_one_json_line(api, emulator, 
 
 def test_a_graceful_stop_finishes_the_passes_already_answered_202(api, emulator, tmp_path):
     uid = fresh()
-    tj = seed_held_llama(api, uid)
-    api.faults = lambda call: Fault(hang=1.5) if (call.verb, call.resource) == ("get", "jobsets") else None
     path = tmp_path / "log"
     with path.open("wb") as log:
         fn = FunctionProcess({"KUBECONFIG": emulator.kubeconfig, **WORKERS}, log=log).start()
         try:
+            tj = seed_held_llama(api, uid)  # once its catch-up has ended: only the event's pass is queued
+            api.faults = lambda call: Fault(hang=1.5) if (call.verb, call.resource) == ("get", "jobsets") else None
             assert send(fn.url, resource(tj)).status == 202
             fn.stop()  # SIGTERM, as Knative stops a pod; the pass is still waiting for its JobSet GET
         finally:

@@ -34,7 +34,14 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     assert re.search(r"\n  llama-finetune +Warning +GangUnschedulable +PodGroup pg-llama-finetune-\S+: Unschedulable: ", text)
     assert re.search(r"\n  llama-finetune +Normal +GangBound +PodGroup pg-llama-finetune-", text)
     assert text.count("GangUnschedulable ") == 1 and text.count("GangBound ") == 1
-    assert "the old unschedulable update, arriving late: nothing\n   dev.knative.apiserver.resource.update -> HTTP 200 skipped" in text
+    late = "the old unschedulable update, arriving late: nothing\n   dev.knative.apiserver.resource.update -> HTTP 200 skipped"
+    assert late in text
+    # The same update again: the Event it POSTs exists (named by content), so nothing is written.
+    assert re.search(r"the same update again: its Event, named by content, exists already \(409\)\n.*\n"
+                     r"   API calls: \d+, writes: 0 \(1 refused: 409\)\n(.*\n)*? +POST +events in team-a +409\n", text)
+    # The held JobSet's event came in resource mode, and its log line says so.
+    (jobset_line,) = [line for line in text.splitlines() if line.startswith("{") and '"kind": "JobSet"' in line]
+    assert '"type": "dev.knative.apiserver.resource.add"' in jobset_line and '"mode": "resource"' in jobset_line
     # explain at the end: the bound gang exits 0, the one its queue can never hold exits 1.
     assert "TrainJob team-a/llama-finetune: BOUND" in text and "(exit 0)" in text
     assert "TrainJob team-a/gpt-large: BLOCKED" in text and "(exit 1)" in text

@@ -565,7 +565,7 @@ def test_concurrent_patches_lose_no_update_while_the_harness_reads(api: Emulator
     def read() -> None:
         while not stop.is_set():
             assert api.get(PG_API, "PodGroup", NS, "pg") is not None
-            api.calls
+            assert api.calls is not None
 
     def label(i: int) -> None:
         CustomObjectsApi(api.client()).patch_namespaced_custom_object(

@@ -85,7 +85,7 @@ def admission_policy(testbed: LiveCluster) -> Iterator[None]:
         yield
     finally:
         client.CoreV1Api(testbed.api).delete_namespace(probe_ns)
-        for kind, plural in (("MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings"),
+        for _, plural in (("MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings"),
                              ("MutatingAdmissionPolicy", "mutatingadmissionpolicies")):
             testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", POLICY, "--ignore-not-found")
 

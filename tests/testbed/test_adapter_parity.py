@@ -109,7 +109,7 @@ def test_only_labelled_namespaces_and_selected_podgroups_are_sent(run: Run, side
     expected = [(f"dev.knative.apiserver.resource.{a}", run.on, n) for n in ("tj", "pg") for a in ("add", "update",
                                                                                                        "delete")]
     assert sorted(r.key for r in got) == sorted(expected)
-    for kind, name in (("TrainJob", "tj"), ("PodGroup", "pg")):  # each source in the order of the changes
+    for kind in ("TrainJob", "PodGroup"):  # each source in the order of the changes
         assert [r.key[0].rsplit(".", 1)[1] for r in of_kind(got, kind)] == ["add", "update", "delete"]
 
 

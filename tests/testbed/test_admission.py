@@ -166,7 +166,7 @@ def test_kai_fns_decision_ends_the_hold_and_trainers_next_apply_keeps_it_running
     job = create_trainjob(testbed, enabled, trainjob("decided-now", "torch"))
     body = _jobset("decided-now", suspend=False)
     body["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
-    held = _trainer_apply(testbed, enabled, body, suspend=False)
+    _trainer_apply(testbed, enabled, body, suspend=False)
     decision = [
         {"op": "test", "path": "/metadata/labels/kai-fn~1held", "value": "true"},
         {"op": "add", "path": "/metadata/annotations", "value": {keys.MARKER_PODGROUP: "pg-decided-now"}},

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ce import resource, send
 from tests.conftest import sample_object
-from tests.manifests import BASE, BROKER, KNATIVE, SCHEDULER_PLUGINS, render
+from tests.manifests import BASE, BROKER, KNATIVE, SCHEDULER_PLUGINS, render, with_monitoring
 from tests.testbed.kai_fn_install import (
     seed_samples,
     AUDIENCE, NAMESPACE, POLICY, SOURCE, SOURCE_SA, TRAINER, apply, enabled_namespace,
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 # The other real-tier tests apply base's RBAC as field manager kai-fn-tests; an overlay that changes those fields
 # would conflict with them, not with anything an operator owns: so forced, as when switching overlays.
 STRICT = ("--server-side", "--force-conflicts", "--validate=strict", "--field-manager=kubectl")
-SERVICEMONITOR = "overlays/servicemonitor"
 # monitoring.coreos.com: the Prometheus Operator's CRDs are not installed (tests/deploy checks their shapes and PromQL)
 NOT_ON_TESTBED = {"ServiceMonitor", "PrometheusRule"}
 
@@ -64,15 +63,15 @@ def base_applied(testbed: LiveCluster) -> Iterator[None]:
 
 
 VARIANTS = [
-    # (variant under knative/, applied as `-k`?)
-    (BASE, True),
-    (BROKER, True),
-    (SCHEDULER_PLUGINS, True),
-    (SERVICEMONITOR, False),
+    # (id, variant under knative/ or a kustomization's path, applied as `-k`?)
+    (BASE, BASE, True),
+    (BROKER, BROKER, True),
+    (SCHEDULER_PLUGINS, SCHEDULER_PLUGINS, True),
+    ("scheduler-plugins with monitoring", with_monitoring(SCHEDULER_PLUGINS), False),
 ]
 
 
-@pytest.mark.parametrize("variant,as_kustomization", VARIANTS, ids=[v[0] for v in VARIANTS])
+@pytest.mark.parametrize("variant,as_kustomization", [v[1:] for v in VARIANTS], ids=[v[0] for v in VARIANTS])
 def test_every_variant_passes_strict_server_side_apply(testbed: LiveCluster, base_applied: None, variant: str,
                                                        as_kustomization: bool):
     if as_kustomization:

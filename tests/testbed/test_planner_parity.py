@@ -11,7 +11,8 @@ import json
 import subprocess
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 import yaml

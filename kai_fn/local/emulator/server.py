@@ -110,7 +110,7 @@ class Server(kmock.KubernetesEmulator):
         if key in self.objects and not self.objects[key].deleted:
             self.objects[key].delete()
             if info.kind == "Namespace" and not info.group:
-                for (resource, ns, child), obj in list(self.objects.items()):
+                for (_, ns, _), obj in list(self.objects.items()):
                     if ns == name and not obj.deleted:
                         obj.delete()
 

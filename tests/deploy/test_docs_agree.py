@@ -1,0 +1,186 @@
+"""Docs that cannot disagree with the code: each list the docs call complete is checked against what it lists.
+
+- docs/settings.md names every environment variable the settings read, and no other;
+- docs/observability.md names every metric the function registers (as scraped: a counter with ``_total``);
+- knative/README.md's permission table holds every (group, resource, verb) knative/base grants the function, and
+  nothing no variant grants;
+- every ``kubectl kai-fn`` command line quoted in README.md, docs/, knative/README.md and testbed/README.md parses
+  with the CLI's own parser and its rules across options (kai_fn.commands.cli.parse_command_line);
+- measured figures in README.md say where they come from, and are there. The convention: a paragraph (with the table
+  that follows it) that quotes figures cites its source as ``BENCHMARKS.md, "<heading>"`` or
+  ``docs/develop.md, "<heading>"`` (the start of a heading of that file); every figure in it, a number followed by
+  ``s``, ``min`` or ``×`` outside inline code (a range: both ends), appears in that section.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from kai_fn.commands import cli
+from kai_fn.function import metrics
+from kai_fn.function.settings import Settings
+from tests.manifests import BASE, FUNCTION, VARIANTS, bound_triples, render
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "knative" / "README.md",
+        REPO / "testbed" / "README.md"]
+
+
+def table_names(path: Path, pattern: str) -> set[str]:
+    """The names in the first column of a Markdown table, as `code`."""
+    return set(re.findall(rf"^\| `({pattern})`[^|`]*\|", path.read_text(), re.M))
+
+
+def registered_metrics() -> set[str]:
+    out = set()
+    for family in metrics.REGISTRY.collect():
+        out.add(family.name + "_total" if family.type == "counter" else family.name)
+    return out
+
+
+def documented_permissions() -> set[tuple[str, str, str]]:
+    text = (REPO / "knative" / "README.md").read_text()
+    table = text.split("| API group | resource | verbs |", 1)[1].split("\n\n", 1)[0]
+    out = set()
+    for row in table.strip().splitlines()[1:]:
+        group_cell, resource_cell, verb_cell = (c.strip() for c in row.strip("|").split("|"))
+        groups = ["" if g == '""' else g for g in re.findall(r'""|[a-z0-9-]+(?:\.[a-z0-9-]+)+', group_cell)]
+        resources = [r.strip() for r in re.split(r"[`(]", resource_cell)[0].split(",") if r.strip()]
+        verbs = [v.strip() for v in verb_cell.split(" (")[0].split(",")]
+        out |= set(itertools.product(groups, resources, verbs))
+    return out
+
+
+def test_settings_md_names_every_variable_the_settings_read():
+    read = {field.alias for field in Settings.model_fields.values() if field.alias}
+    documented = table_names(REPO / "docs" / "settings.md", "[A-Z][A-Z0-9_]+")
+    assert (read - documented, documented - read) == (set(), set())
+
+
+def test_observability_md_names_every_metric_the_function_registers():
+    documented = table_names(REPO / "docs" / "observability.md", r"kai_fn_\w+")
+    assert (registered_metrics() - documented, documented - registered_metrics()) == (set(), set())
+
+
+def test_the_permission_table_holds_every_rule_base_grants_the_function_and_no_other():
+    documented = documented_permissions()
+    granted_somewhere = set().union(*(bound_triples(render(v), FUNCTION) for v in VARIANTS))
+    assert bound_triples(render(BASE), FUNCTION) - documented == set(), "granted, not in knative/README.md's table"
+    assert documented - granted_somewhere == set(), "in knative/README.md's table, granted by no variant"
+
+
+def command_lines() -> list[tuple[str, str]]:
+    """(where, the command line) of every `kubectl kai-fn ...` quoted in code: fenced blocks and inline spans."""
+    found = []
+    for path in DOCS:
+        text = path.read_text()
+        spans = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+        lines = [line for block in spans for line in block.splitlines()]
+        lines += re.findall(r"(?<!`)`([^`\n]+)`(?!`)", re.sub(r"```.*?```", "", text, flags=re.S))
+        for line in lines:
+            for match in re.finditer(r"kubectl kai-fn (?=[a-z-])(.*)", line):
+                found.append((path.relative_to(REPO).as_posix(), match.group(1)))
+    return found
+
+
+def argv_of(line: str) -> list[str]:
+    words = shlex.split(line, comments=True)
+    for i, word in enumerate(words):
+        if word in ("|", "||", "&&", ";"):
+            return words[:i]
+    return words
+
+
+COMMAND_LINES = command_lines()
+
+
+def test_the_docs_quote_command_lines():
+    assert len(COMMAND_LINES) >= 20 and {argv_of(line)[0] for _, line in COMMAND_LINES} >= {
+        "status", "explain", "release"}
+
+
+def parse_error(argv: list[str]) -> str | None:
+    """What the CLI says of this command line before it runs it (argparse's message, or a UsageError), or None."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        try:
+            cli.parse_command_line(argv, prog="kubectl kai-fn")
+        except SystemExit as error:
+            return f"argparse exits {error.code}: {stderr.getvalue().strip()}"
+        except cli.UsageError as error:
+            return str(error)
+    return None
+
+
+@pytest.mark.parametrize("where, line", COMMAND_LINES, ids=[f"{w}: {line}" for w, line in COMMAND_LINES])
+def test_every_quoted_command_line_parses_with_the_cli_parser(where, line):
+    assert parse_error(argv_of(line)) is None, f"{where}: kubectl kai-fn {line}"
+
+
+@pytest.mark.parametrize("line, error", [
+    ("release --held -A --yes", "--yes needs --reason TEXT: it is recorded in the Event on each TrainJob"),
+    ("status --held-since 2m", "argparse exits 2: "),
+])
+def test_the_parse_check_finds_a_line_the_cli_refuses(line, error):
+    assert (parse_error(argv_of(line)) or "").startswith(error)
+
+
+FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:[–-](\d+(?:\.\d+)?))?\s?(?:s|min|×)(?!\w)")
+SOURCE = re.compile(r'(BENCHMARKS\.md|docs/develop\.md), "([^"]+)"')
+
+
+def readme_blocks() -> list[str]:
+    """README's paragraphs, each with the table that follows it."""
+    blocks: list[str] = []
+    for block in re.split(r"\n\s*\n", (REPO / "README.md").read_text()):
+        if block.lstrip().startswith("|") and blocks:
+            blocks[-1] += "\n" + block
+        else:
+            blocks.append(block)
+    return [b for b in blocks if not b.lstrip().startswith("```")]
+
+
+def section(path: str, heading: str) -> str:
+    """From the heading that starts with ``heading`` to the next heading of its level or above."""
+    text = (REPO / path).read_text()
+    match = re.search(rf"^(#+) {re.escape(heading)}.*$", text, re.M)
+    assert match, f"{path} has no heading starting {heading!r}"
+    rest = text[match.end():]
+    end = re.search(rf"^#{{1,{len(match.group(1))}}} ", rest, re.M)
+    return rest[:end.start()] if end else rest
+
+
+def figure_problems(blocks: list[str]) -> list[str]:
+    problems = []
+    for block in blocks:
+        prose = re.sub(r"`[^`\n]*`", "", block)  # a command's argument (`--held-for 0s`) is no figure
+        figures = [f for m in FIGURE.finditer(prose) for f in m.groups()[:2] if f]
+        if not figures:
+            continue
+        sources = SOURCE.findall(block)
+        if not sources:
+            problems.append(f"no source cited for {figures} in: {block[:80]!r}")
+            continue
+        text = "".join(section(path, heading) for path, heading in sources)
+        problems += [f"{f} not in {sources}" for f in figures if not re.search(rf"(?<![\d.]){re.escape(f)}(?!\d)", text)]
+    return problems
+
+
+def test_every_figure_the_readme_quotes_is_in_the_section_it_cites():
+    assert figure_problems(readme_blocks()) == []
+
+
+@pytest.mark.parametrize("block, problems", [
+    ('It took 0.94× and 1.04–1.81× (BENCHMARKS.md, "Chain on the JobSet gate").', []),
+    ('It took 123.45 s (BENCHMARKS.md, "Chain on the JobSet gate").',
+     ["123.45 not in [('BENCHMARKS.md', 'Chain on the JobSet gate')]"]),
+    ("It took 1.5–2.5 min.", ["no source cited for ['1.5', '2.5'] in: 'It took 1.5–2.5 min.'"]),
+])
+def test_the_figure_check_finds_a_figure_without_its_source(block, problems):
+    assert figure_problems([block]) == problems
