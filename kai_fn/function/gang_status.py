@@ -1,8 +1,9 @@
 """The gang's status, told on the TrainJob: why it waits (``GangUnschedulable``), and when it is placed (``GangBound``).
 
 PodGroup update events are only a trigger: what is reported is read fresh with kai_fn's own identity, so duplicates,
-updates that arrive out of order and forged bodies cannot report a state that is not the PodGroup's now. A gang whose main PodGroup is marked ``kai-fn/bound`` is never
-reported on again (the mark is on kai_fn's own PodGroup, so it costs Trainer no reconcile);
+updates that arrive out of order and forged bodies cannot report a state that is not the PodGroup's now. A gang whose
+main PodGroup is marked ``kai-fn/bound`` is never reported on again (the mark is on kai_fn's own PodGroup, so it costs
+Trainer no reconcile);
 an unschedulable report needs the PodGroup, read now, to carry KAI's reasons and no pod of the gang to be on a node
 (KAI writes reasons only while nothing is allocated). Event names come from their content, so the same report made
 twice is one Event. The resync sweeps released gangs too, because binding itself changes no PodGroup.

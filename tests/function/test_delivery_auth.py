@@ -104,8 +104,8 @@ def test_the_right_sender_is_served_from_the_trainjob_read_with_kai_fns_identity
     api.reset_calls()
     answer = send(secured.url, resource(tj), token=api.issue_token(*SOURCE, audiences=[AUDIENCE]))
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "done")
-    assert verbs(api) == [REVIEW, ("get", "trainjobs"), ("get", "jobsets"), ("get", "clustertrainingruntimes"), ("list", "queues"),
-                          ("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
+    assert verbs(api) == [REVIEW, ("get", "trainjobs"), ("get", "jobsets"), ("get", "clustertrainingruntimes"),
+                          ("list", "queues"), ("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
     assert decided(api)
 
 

@@ -31,6 +31,7 @@ NS, NAME = "team-a", "llama-finetune"
 UID = "6f1c2b9e-3d4a-4e5f-8a7b-9c0d1e2f3a4b"
 PG = f"pg-{NAME}-{UID}"
 HELD = "kai-fn/held"
+TRAINJOBS_SOURCE = ("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource")
 
 
 def seed_llama(api, *, trainjob=None, jobset=True, runtime=True, held=True):
@@ -511,7 +512,7 @@ def test_a_redelivered_add_costs_another_process_reads_only_and_the_deciding_one
     settings = {"KAI_FN_AUDIENCE": "kai-fn"} if authenticated else {}
     fn = functions(**settings)
     replica = functions(**settings, KAI_FN_MAX_BODY_BYTES="4194303")  # another process: it decided nothing
-    token = api.issue_token("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource", ["kai-fn"]) if authenticated else None
+    token = api.issue_token(*TRAINJOBS_SOURCE, ["kai-fn"]) if authenticated else None
     tj = seed_llama(api)
     assert send(fn.url, resource(tj), token=token).status == 200
     live = api.get(TRAINER, "TrainJob", NS, NAME)
@@ -533,7 +534,7 @@ def test_a_redelivered_add_costs_another_process_reads_only_and_the_deciding_one
 def test_an_add_redelivered_after_an_operator_released_its_jobset_keeps_the_operators_mark_and_is_not_too_late(
         api, functions, authenticated):
     fn = functions(KAI_FN_AUDIENCE="kai-fn") if authenticated else functions()
-    token = api.issue_token("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource", ["kai-fn"]) if authenticated else None
+    token = api.issue_token(*TRAINJOBS_SOURCE, ["kai-fn"]) if authenticated else None
     tj = seed_llama(api)  # held while the function was down: this is the add event's copy
     js = llama_jobset(api)  # kai_fn release: marked, the label removed, resumed
     js["metadata"]["annotations"] = {"kai-fn/skipped": "released-by-operator"}

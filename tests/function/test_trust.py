@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import uuid
 
 import pytest
 
@@ -14,10 +15,10 @@ from kai_fn.local.emulator import Fault
 from tests.builders import owned_by
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
-from tests.function.test_function import NAME, NS, PG, UID, events_of, llama_jobset, seed_llama, verbs
+from tests.function.test_function import NAME, NS, PG, events_of, llama_jobset, seed_llama, verbs
 from tests.function.test_gang_status import pod, released
 from tests.function.test_heartbeat import lease
-from tests.function.test_timeout_on_resync import fresh_uids, jobset_runs, released_llama, write  # noqa: F401
+from tests.function.test_timeout_on_resync import jobset_runs, released_llama, write
 
 pytestmark = pytest.mark.usefixtures("forgetful")
 
@@ -186,8 +187,17 @@ def test_a_pod_squatting_the_placeholders_name_gets_a_warning_and_no_endless_ret
 
 # -- 5. one bad object never stops the others -------------------------------------------------------------------------
 
-def test_a_mark_far_in_the_future_on_one_trainjob_stops_neither_the_resync_nor_another_teams_timeout(
-        api, functions, fresh_uids):
+@pytest.fixture
+def timeout_uids(monkeypatch):
+    """tests/function/test_timeout_on_resync.py's helpers, with a uid of this test's own."""
+    from tests.function import test_timeout_on_resync as timeouts
+    uid = str(uuid.uuid4())
+    monkeypatch.setattr(timeouts, "UID", uid)
+    monkeypatch.setattr(timeouts, "PG", f"pg-{NAME}-{uid}")
+
+
+@pytest.mark.usefixtures("timeout_uids")
+def test_a_mark_far_in_the_future_on_one_trainjob_stops_neither_the_resync_nor_another_teams_timeout(api, functions):
     """A tenant's own released gang, its TrainJob marked released at the end of time with a 1 s timeout (on main:
     an OverflowError that failed every resync); another team's gang is overdue."""
     fn = functions()
