@@ -99,6 +99,7 @@ KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get"
     ("scheduling.run.ai", "queues", "list"),  # the queue pre-check
     ("", "pods", "create"),  # placeholders holding MPI's launcher's place in its nodes' gang (kai_fn/core/reserve.py)
     ("", "pods", "delete"),  # ... deleted once JobSet made the launcher, or the JobSet stopped
+    ("kai.scheduler", "topologies", "get"),  # the levels a placement names (kai_fn/core/segments.py)
 }
 SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", v) for v in ("create", "get", "patch", "list")}
 FUNCTION_TRIPLES = {
