@@ -69,12 +69,10 @@ class Segments:
         return f"{self.parent}-{(job_index * self.job_pods + completion_index) // self.size}"
 
     def summary(self) -> str:
-        """``node: 3 segments of 4, 4, 2 pods, each within rack (required)``, for people."""
-        levels = [f"{level} ({kind})" for level, kind in ((self.required_level, "required"),
-                                                          (self.preferred_level, "preferred")) if level]
-        sizes = ", ".join(str(n) for n in self.minima)
-        return (f"{self.parent}: {len(self.minima)} segment{'s' if len(self.minima) != 1 else ''} of {sizes} pods, "
-                f"each within {' and '.join(levels)} of Topology {self.topology}")
+        """``node: 3 segments of 4, 4, 2 pods, each within rack (required) of Topology t``, for people."""
+        return of_podgroup({"spec": {"subGroups": [
+            {"name": n, "parent": self.parent, "minMember": m, "topologyConstraint": self.constraint}
+            for n, m in zip(self.names, self.minima)]}}) or ""
 
 
 def _constraint(topology: Topology) -> dict[str, str]:
@@ -259,3 +257,22 @@ def topology_resource(obj: dict[str, Any] | None) -> TopologyResource | None:
         return TopologyResource.model_validate(obj)
     except ValueError:
         return TopologyResource()
+
+
+def of_podgroup(podgroup: dict[str, Any] | None) -> str | None:
+    """A PodGroup's segments in words, as :meth:`Segments.summary` says them; None when it has none. Read from the
+    PodGroup itself, so ``status`` and ``explain`` say what KAI is given."""
+    subgroups = [s for s in ((podgroup or {}).get("spec") or {}).get("subGroups") or [] if isinstance(s, dict)]
+    by_parent: dict[str, list[dict[str, Any]]] = {}
+    for s in subgroups:
+        if isinstance(s.get("parent"), str) and isinstance(s.get("topologyConstraint"), dict):
+            by_parent.setdefault(s["parent"], []).append(s)
+    parts = []
+    for parent, children in by_parent.items():
+        c = children[0]["topologyConstraint"]
+        levels = [f"{c[k]} ({kind})" for k, kind in (("requiredTopologyLevel", "required"),
+                                                     ("preferredTopologyLevel", "preferred")) if c.get(k)]
+        sizes = ", ".join(str(s.get("minMember", "?")) for s in children)
+        parts.append(f"{parent}: {len(children)} segment{'s' if len(children) != 1 else ''} of {sizes} pods, "
+                     f"each within {' and '.join(levels) or 'no level'} of Topology {c.get('topology', '?')}")
+    return "; ".join(parts) or None
