@@ -150,6 +150,11 @@ def requested(job: TrainJob, runtime: Runtime, sets: Sequence[PodSet], stage: St
                                                 "segments without one)"))
     elif why := validation.dns_subdomain(topology):
         problems.append(Problem(topology_field, why))
+    taken = [ps.name for ps in stage.pod_sets if ps is not target and ps.name.startswith(f"{target.name}-")
+             and ps.name[len(target.name) + 1:].isdigit()]
+    if taken:
+        problems.append(Problem(f"replicatedJob {taken[0]!r}", f"has the name of a segment of {target.name!r}: "
+                                                               "their SubGroups would clash"))
     if why := validation.dns_label(f"{target.name}-{MAX_SEGMENTS}"):
         problems.append(Problem(f"replicatedJob {target.name!r}", f"cannot name its segments' SubGroups: {why}"))
     if any(p.blocking for p in problems) or size is None or not topology:

@@ -188,6 +188,9 @@ PROBLEMS = [  # (runtime, TrainJob annotations, topologies, plan kwargs) -> (fie
     pytest.param(runtime({**rjob(), "template": {**rjob()["template"], "spec": {
         **rjob()["template"]["spec"], "completionMode": "NonIndexed"}}}, ml_policy={"numNodes": 1, "torch": {}}),
         ask(), None, {}, "ClusterTrainingRuntime rt replicatedJob 'node' spec.completionMode", "no completion index", id="non-indexed-jobs"),
+    pytest.param(runtime(rjob(), {**rjob("node-1", ancestor=None), "dependsOn": [{"name": "node", "status": "Ready"}]},
+                         ml_policy={"numNodes": 1, "torch": {}}), ask(), None, {}, "replicatedJob 'node-1'",
+                 "has the name of a segment of 'node'", id="a-replicated-job-named-like-a-segment"),
     pytest.param(LAUNCHER_ASKS,
                  {}, None, {}, f"replicatedJob 'launcher' pod template metadata.annotations[{keys.KAI_SEGMENT_SIZE}]",
                  "the trainer's replicatedJob (node) only", id="segments-asked-on-the-launcher"),
