@@ -8,7 +8,7 @@ Each pod's rack is read from its node.
 - multi-level: the whole gang within one block, each segment within one rack: it binds in the one block that has
   two free racks, though a free rack in the other block would have taken a segment;
 - KAI's podgrouper, the same TrainJob in a namespace kai_fn does not take: its PodGroup has no segments (KAI wires
-  them for PyTorchJob and LeaderWorkerSet only), and the gang binds without them."""
+  them for PyTorchJob and LeaderWorkerSet only) and a Topology with no level at its root, and the gang never binds."""
 from __future__ import annotations
 
 import uuid
@@ -142,19 +142,29 @@ def test_the_whole_gang_within_one_block_and_each_segment_within_one_rack(chain,
                   f"{sorted(r.pop() for r in segment_racks(where))}")
 
 
-def test_kais_podgrouper_makes_no_segments_for_a_trainjob(chain, pool, namespaces, topology):
+def test_kais_podgrouper_makes_no_segments_for_a_trainjob_and_never_places_it(chain, pool, namespaces, topology):
+    """KAI's podgrouper on the same TrainJob: one SubGroup for the trainer's replica, no segment, and at the root the
+    Topology with no level (its default grouper takes ``kai.scheduler/topology`` from the TrainJob, its top owner),
+    which KAI's scheduler never places: the gang waits on free nodes (kai_fn refuses to write such a constraint)."""
     nodes = pool("seg-pgr")
     nodes.ensure("8x8")
     racks(chain, nodes.name, [2])
     ns = namespaces("seg-pgr", enabled=False)
     chain.runtime(ns, pool=nodes.name)
     seen = lambda: table(chain, ns)  # noqa: E731
+    objs = client.CustomObjectsApi(chain.api)
 
     chain.trainjob(ns, "podgrouper", num_nodes=8, annotations=asking(topology))
-    where = wait_for("the gang binds", lambda: placed(chain, ns, "podgrouper"), explain=seen)
-    (group,) = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(
-        "scheduling.run.ai", "v2alpha2", ns, "podgroups")["items"]
+    group = wait_for("KAI says why the podgrouper's gang waits", lambda: next(
+        (g for g in objs.list_namespaced_custom_object("scheduling.run.ai", "v2alpha2", ns, "podgroups")["items"]
+         if kai_says(g)), None), explain=seen)
+    assert len(pods(chain, ns, "podgrouper")) == 8 and bound(pods(chain, ns, "podgrouper")) == []
     names = [s["name"] for s in group["spec"].get("subGroups") or []]
-    assert not [n for n in names if n.startswith("node-") and n[5:].isdigit()], names
-    REPORT.append(f"segments, KAI's podgrouper: subGroups {names}, no segment; racks per group of 4: "
-                  f"{[len(r) for r in segment_racks(where)]}")
+    assert names == ["node", "node-replica-0"]
+    assert group["spec"]["topologyConstraint"] == {"topology": topology}
+    REPORT.append(f"segments, KAI's podgrouper: subGroups {names}, root constraint {group['spec']['topologyConstraint']}"
+                  f"; 0 of 8 bound on 8 free nodes, KAI: {kai_says(group)}")
+
+
+def kai_says(group: dict) -> str:
+    return "; ".join(c.get("message", "") for c in (group.get("status") or {}).get("schedulingConditions") or [])
