@@ -82,3 +82,23 @@ def test_explain_and_status_show_the_segments_of_the_podgroup(api, function, cap
     cli.main(["status", "-n", NS, "--kubeconfig", api.kubeconfig, "-o", "json"])
     (line,) = json.loads(capsys.readouterr().out)
     assert "in segments: node: 2 segments of 2, 2 pods" in line["reason"]
+
+
+def test_mpi_in_segments_holds_the_launchers_place_in_its_own_subgroup(api, function):
+    """deepspeed's shape, 3 nodes (the launcher one of them): the nodes in one segment of 2, the launcher's leaf
+    beside it, its placeholder and its pod template in that leaf."""
+    from tests.function import test_reservation as mpi
+    seed(api, topology("rack"))
+    tj = mpi.seed_mpi(api)
+    tj["metadata"]["annotations"] = dict(SEGMENTS)
+    tj = api.put(tj)
+    assert send(function.url, resource(tj)).status == 200
+    pg = api.get(KAI_PG, "PodGroup", mpi.NS, mpi.PG)
+    assert [(s["name"], s.get("minMember")) for s in pg["spec"]["subGroups"]] == [
+        ("launcher", 1), ("node", None), ("node-0", 2)]
+    (held,) = mpi.placeholders(api)
+    assert held["metadata"]["labels"][keys.KAI_SUBGROUP_LABEL] == "launcher"
+    js = api.get(JOBSET, "JobSet", mpi.NS, mpi.NAME)
+    templates = {rj["name"]: rj["template"]["spec"]["template"]["metadata"] for rj in js["spec"]["replicatedJobs"]}
+    assert templates["launcher"]["labels"][keys.KAI_SUBGROUP_LABEL] == "launcher"
+    assert templates["node"]["labels"][keys.SEGMENT_SIZE_LABEL] == "2"
