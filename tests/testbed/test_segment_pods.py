@@ -1,6 +1,7 @@
 """The segment pods' policy (knative/components/segment-policy) on a real API server with the Job controller and
 JobSet: every pod of a segmented trainer is created in its KAI SubGroup, computed from the completion index the Job
-controller sets and the job index JobSet sets, both present when the pod is admitted; a pod that has no index is
+controller sets and the job index JobSet sets, both present when the pod is admitted (a witness policy of the test's
+own writes what they were at that admission); a pod that has no index is
 refused rather than made in no SubGroup; any other pod is left alone."""
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kubernetes.client.rest import ApiException
 from kai_fn.core import keys
 from kai_fn.local.chain import SEGMENT_POLICY, probe_segment_pod
 from tests.testbed.conftest import wait_for
-from tests.testbed.kai_fn_install import admission_policy, enabled_namespace
+from tests.testbed.kai_fn_install import admission_policy, apply, enabled_namespace
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
@@ -23,13 +24,40 @@ pytestmark = pytest.mark.testbed
 SUBGROUP = keys.KAI_SUBGROUP_LABEL
 
 
+INDEXES_SEEN = "kai-fn-test/indexes-at-create"
+# A policy of the test's own, beside kai_fn's: it writes on each pod what its index labels were at its CREATE
+# admission, so the labels are proved there at that moment, not merely on the pod afterwards.
+WITNESS = [{
+    "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+    "metadata": {"name": "kai-fn-test-indexes-at-create"},
+    "spec": {
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                                                "operations": ["CREATE"]}],
+                             "objectSelector": {"matchExpressions": [{"key": keys.SEGMENT_SIZE_LABEL,
+                                                                      "operator": "Exists"}]}},
+        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": (
+            f'[JSONPatch{{op: "add", path: "/metadata/labels/" + jsonpatch.escapeKey("{INDEXES_SEEN}"), value: '
+            f'(("{keys.JOB_COMPLETION_INDEX_LABEL}" in object.metadata.labels) ? '
+            f'object.metadata.labels["{keys.JOB_COMPLETION_INDEX_LABEL}"] : "none") + "." + '
+            f'(("{keys.JOBSET_JOB_INDEX_LABEL}" in object.metadata.labels) ? '
+            f'object.metadata.labels["{keys.JOBSET_JOB_INDEX_LABEL}"] : "none")}}]')}}],
+        "reinvocationPolicy": "Never", "failurePolicy": "Fail"}},
+    {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+     "metadata": {"name": "kai-fn-test-indexes-at-create"}, "spec": {"policyName": "kai-fn-test-indexes-at-create"}}]
+
+
 @pytest.fixture(scope="module")
 def namespaces(testbed: LiveCluster) -> Iterator[tuple[str, str]]:
     with admission_policy(testbed):
+        apply(testbed, WITNESS)
         on, off = enabled_namespace(testbed, "seg-on"), enabled_namespace(testbed, "seg-off", labels=None)
+        wait_for("the witness policy acts", lambda: INDEXES_SEEN in _dry_run(testbed, on, probe_segment_pod()))
         yield on, off
         for name in (on, off):
             client.CoreV1Api(testbed.api).delete_namespace(name)
+        for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
+            testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", "kai-fn-test-indexes-at-create",
+                            "--ignore-not-found")
 
 
 def _dry_run(testbed: LiveCluster, namespace: str, pod: dict[str, Any]) -> dict[str, str]:
@@ -112,6 +140,8 @@ def test_jobset_and_the_job_controller_make_every_pod_in_its_segment(testbed, na
     counts: dict[str, int] = {}
     for pod in pods:
         labels = pod.metadata.labels
+        assert labels[INDEXES_SEEN] == (f"{labels[keys.JOB_COMPLETION_INDEX_LABEL]}."
+                                        f"{labels[keys.JOBSET_JOB_INDEX_LABEL]}"), "both index labels at CREATE"
         index = int(labels[keys.JOBSET_JOB_INDEX_LABEL]) * parallelism + int(labels[keys.JOB_COMPLETION_INDEX_LABEL])
         assert labels[SUBGROUP] == f"node-{index // size}", pod.metadata.name
         counts[labels[SUBGROUP]] = counts.get(labels[SUBGROUP], 0) + 1
