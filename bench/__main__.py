@@ -16,6 +16,10 @@ if sys.argv[1:2] == ["resync"]:
     from bench.resync import main as resync_main
 
     sys.exit(resync_main(sys.argv[2:]))
+if sys.argv[1:2] == ["segments"]:
+    from bench.segments import main as segments_main
+
+    sys.exit(segments_main(sys.argv[2:]))
 if sys.argv[1:2] == ["shapes"]:
     from bench.shapes import main as shapes_main
 

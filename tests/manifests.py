@@ -102,6 +102,7 @@ KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get"
     ("", "pods", "create"),  # placeholders holding MPI's launcher's place in its nodes' gang (kai_fn/core/reserve.py)
     ("", "pods", "delete"),  # ... deleted once JobSet made the launcher, or the JobSet stopped
     ("", "pods", "get"),  # ... and a pod of a placeholder's name read before it is taken as kai_fn's (core/adopt.py)
+    ("kai.scheduler", "topologies", "get"),  # the levels a placement names (kai_fn/core/segments.py)
 }
 SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", v) for v in ("create", "get", "patch", "list")}
 # Granted, never called: the marks policy (knative/components/marks-policy) asks the authorizer whether the writer

@@ -17,6 +17,7 @@ import yaml
 
 from kai_fn import __version__
 from kai_fn.commands import plan_view
+from kai_fn.core import keys, segments
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
@@ -102,8 +103,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     job = _read(args.trainjob, TrainJob, doc)
     runtime = _read(args.runtime, Runtime)
     jobset = load_document(args.jobset) if args.jobset else None
+    topologies = {}
+    for path in args.topology or ():
+        doc = load_document(path)
+        name = (doc.get("metadata") or {}).get("name")
+        if doc.get("kind") != keys.TOPOLOGY_KIND or not isinstance(name, str):
+            raise UsageError(f"{path}: expected a {keys.KAI_TOPOLOGY_API} Topology with metadata.name")
+        topologies[name] = segments.topology_resource(doc)
     try:
-        result = plan(job, runtime, **(config.planning() | {"flavor": args.flavor or config.flavor}))
+        result = plan(job, runtime, topologies=topologies,
+                      **(config.planning() | {"flavor": args.flavor or config.flavor}))
         report = ({"preview": preview} if preview else {}) | plan_report(result, jobset, doc, config.resume)
     except InputError as error:
         raise UsageError(f"{args.runtime}: {error}") from None
@@ -174,6 +183,8 @@ def build_parser(extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> argp
     p.add_argument("--trainjob", required=True, metavar="FILE")
     p.add_argument("--runtime", required=True, metavar="FILE", help="its TrainingRuntime or ClusterTrainingRuntime")
     p.add_argument("--jobset", metavar="FILE", help="the live JobSet, to print the JSON Patch for it")
+    p.add_argument("--topology", metavar="FILE", action="append",
+                   help="a KAI Topology the TrainJob names, to check its levels (repeatable)")
     _flavor(p)
     p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
     p.set_defaults(func=cmd_plan)

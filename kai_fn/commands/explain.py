@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kai_fn.core import gang, keys, triage
+from kai_fn.core import gang, keys, segments, triage
 from kai_fn.core.schedule_timeout import stamp
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
@@ -97,7 +97,7 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
         return out.verdict("blocked", f"create {where} or fix spec.runtimeRef")
     try:
         runtime = parse(Runtime, raw)
-        result = plan(job, runtime, **settings.planning())
+        result = plan(job, runtime, topologies=_topologies(session, settings, job, runtime), **settings.planning())
     except InputError as error:
         return out.verdict("blocked", f"fix {where}: {error}")
     if result.ignored:
@@ -150,6 +150,8 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
                                       "resubmit it")
     counted = gang.count(podgroup, pods)
     out.kai["gang"] = counted.summary()
+    if described := segments.of_podgroup(podgroup):
+        out.kai["segments"] = described
     if counted.bound:
         return out.verdict("bound", "nothing: every pod of the gang is on a node")
     if reasons and not counted.any_bound:
@@ -157,6 +159,18 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
         return out.verdict("blocked", f"{first.reason}: " + _NEXT_FOR_REASON.get(first.reason, first.message or
                                                                                  "read KAI's message above"))
     return out.verdict("progressing", f"wait for the scheduler ({counted.summary()})")
+
+
+def _topologies(session: Session, settings: Settings, job: TrainJob,
+                runtime: Runtime) -> dict[str, segments.TopologyResource | None]:
+    """The Topologies the TrainJob names, as the function reads them; one the caller may not read goes unchecked."""
+    found: dict[str, segments.TopologyResource | None] = {}
+    for name in segments.topologies_asked(job, runtime) if settings.flavor == "kai" else ():
+        try:
+            found[name] = segments.topology_resource(session.topology(name))
+        except Transient:
+            continue
+    return found
 
 
 def _why_in_scope(job: TrainJob, runtime: Runtime) -> str:

@@ -26,6 +26,10 @@ def summary(plan: Plan) -> dict[str, Any]:
         out["reserves"] = [{"replicatedJob": job, "pods": count, "placeholders": [
             p["metadata"]["name"] for p in plan.placeholders if p["metadata"]["labels"][keys.PLACEHOLDER_LABEL] == job]}
             for job, count in reserve.parse_reserves(plan.reserves).items()]
+    if plan.segments is not None:
+        out["segments"] = {"replicatedJob": plan.segments.parent, "size": plan.segments.size,
+                           "minMembers": list(plan.segments.minima), "subGroups": list(plan.segments.names),
+                           "topologyConstraint": plan.segments.constraint}
     if plan.flavor == "kai":
         out["podGroups"] = [{"name": s.podgroup, "replicatedJobs": list(s.replicated_jobs),
                              "minMember": s.min_member, **({"main": True} if s.main else {})} for s in plan.stages]

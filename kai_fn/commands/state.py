@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kai_fn.core import gang, keys, reserve, triage
+from kai_fn.core import gang, keys, reserve, segments, triage
 from kai_fn.core.schedule_timeout import parse_time, stamp
 from kai_fn.function import report
 
@@ -164,7 +164,8 @@ def read(trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroups: Seq
         return reading("running-without-gang", "its JobSet ran without being held: kai_fn never made its gang")
     counted = gang.count(main, pods) if main is not None else None
     if marks.bound is not None or (counted is not None and counted.bound and marks.running):
-        return reading("bound", "every pod of the gang is on a node", marks.bound)
+        placed = f", {described}" if (described := segments.of_podgroup(main)) else ""
+        return reading("bound", f"every pod of the gang is on a node{placed}", marks.bound)
     kai = gang.describe(reasons(mine, main))
     if marks.timed_out is not None and (marks.resumed is None or marks.resumed <= marks.timed_out):
         then = "suspended again: set spec.suspend: false to wait again" if marks.suspended else "still waiting"
@@ -177,6 +178,8 @@ def read(trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroups: Seq
         return reading("waiting", f"its PodGroup {marks.podgroup} is gone, so its pods never schedule: resubmit it",
                        marks.resumed)
     held = f"; {note}" if (note := reservation(main)) and reserve.ended(main) is None else ""
+    if described := segments.of_podgroup(main):
+        held += f"; in segments: {described}"
     if kai:
         return reading("waiting", f"KAI: {kai}{held}", marks.resumed)
     return reading("waiting", f"the scheduler has not placed it yet ({counted.summary() if counted else ''}){held}",

@@ -34,6 +34,15 @@ KAI_TOPOLOGY = "kai.scheduler/topology"
 KAI_TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"
 KAI_TOPOLOGY_PREFERRED = "kai.scheduler/topology-preferred-placement"
 PREEMPTIBILITY_VALUES = ("preemptible", "non-preemptible")
+# Segments (KAI docs/topology/segments.md): on a workload or its pod template, each pod's SubGroup by its index.
+KAI_SEGMENT_SIZE = "kai.scheduler/segment-size"
+KAI_SEGMENT_REQUIRED = "kai.scheduler/segment-topology-required-placement"
+KAI_SEGMENT_PREFERRED = "kai.scheduler/segment-topology-preferred-placement"
+KAI_TOPOLOGY_API = "kai.scheduler/v1alpha1"  # Topology, cluster-scoped: spec.levels[].nodeLabel (and alias)
+TOPOLOGY_KIND = "Topology"
+# Set by the Job controller on each pod of an Indexed Job, and by JobSet on its Jobs' pods.
+JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+JOBSET_JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 
 # scheduler-plugins coscheduling (the shape of Trainer's in-tree plugin)
 SP_GROUP = "scheduling.x-k8s.io"
@@ -77,3 +86,10 @@ RESERVES_ANNOTATION = "kai-fn/reserves"
 PLACEHOLDER_LABEL = "kai-fn/placeholder-for"
 RESERVATION_ENDED_ANNOTATION = "kai-fn/reservation-ended"
 READY = "Ready"  # a dependsOn status: the job starts once the jobs it depends on run (JobSet)
+# Segments: on the segmented replicatedJob's pod template, what the pod policy (knative/components/segment-policy)
+# computes each pod's kai.scheduler/subgroup-name from: the size (a label: the policy's objectSelector), the parent
+# SubGroup's name and the pods of one Job (with replicas > 1, JobSet's job index counts in steps of it).
+SEGMENT_SIZE_LABEL = "kai-fn/segment-size"
+SEGMENT_PARENT_ANNOTATION = "kai-fn/segment-parent"
+SEGMENT_JOB_PODS_ANNOTATION = "kai-fn/segment-job-pods"
+SEGMENT_POLICY_NAME = "kai-fn-segment-pods"

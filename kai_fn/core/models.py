@@ -86,6 +86,7 @@ class PodTemplate(Model):
 
 class JobSpec(Model):
     parallelism: NonNegative | None = None
+    completion_mode: StrictStr | None = None  # JobSet makes it Indexed when unset
     template: PodTemplate = PodTemplate()
 
 

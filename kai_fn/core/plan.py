@@ -11,10 +11,11 @@ owns the pods' lifecycle, as the per-PodGroup override intends.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from kai_fn.core import keys, reserve, validation
+from kai_fn.core import keys, reserve, segments, validation
 from kai_fn.core.models import Runtime, TrainJob
 from kai_fn.core.podsets import PodSet, pod_sets, total_requests
 from kai_fn.core.queue_check import Gang, gangs
@@ -78,6 +79,7 @@ class Plan:
     # KAI flavor: pods of later waves held in an earlier wave's gang until JobSet makes them (kai_fn/core/reserve.py)
     placeholders: tuple[dict[str, Any], ...] = ()
     reserves: str = ""  # `launcher=1`: the replicatedJobs whose places are held, and their pods
+    segments: segments.Segments | None = None  # the trainer's pods in segments (kai_fn/core/segments.py)
 
     @property
     def blocked(self) -> bool:
@@ -109,10 +111,13 @@ def kai_podgroup_name(job: TrainJob) -> str:
 
 def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_queue: str = "default-queue",
          schedule_timeout_seconds: int | None = None, staleness_grace_period: str | None = NEVER_STALE,
-         placeholder_image: str = reserve.DEFAULT_IMAGE) -> Plan:
+         placeholder_image: str = reserve.DEFAULT_IMAGE,
+         topologies: Mapping[str, segments.TopologyResource | None] | None = None) -> Plan:
     """``schedule_timeout_seconds``: kai_fn's own timeout for a KAI gang whose runtime has no podGroupPolicy.kai.
     ``staleness_grace_period``: each KAI PodGroup's ``stalenessGracePeriod`` (a Go duration), None for KAI's.
-    ``placeholder_image``: the image of the pods that hold a later wave's places (KAI flavor)."""
+    ``placeholder_image``: the image of the pods that hold a later wave's places (KAI flavor).
+    ``topologies``: the Topologies the gang names, as read (None: absent); their levels are checked, the others'
+    not (:func:`kai_fn.core.segments.topologies_asked` says which to read)."""
     check_matches(job, runtime)
     base = Plan(namespace=job.metadata.namespace, trainjob=job.metadata.name, uid=job.metadata.uid, flavor=flavor)
     if reason := out_of_scope(job, runtime):
@@ -123,6 +128,14 @@ def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_que
     resources = {k: str(q) for k, q in sorted(total_requests(sets).items())}
     waves = stages(sets, reserve=flavor == "kai")
     problems = list(policy.problems) + _pod_set_problems(sets)
+    segs, segment_problems = segments.requested(job, runtime, sets, main_stage(waves) if waves else None, flavor)
+    problems += segment_problems + segments.level_problems(policy.topology, segs, topologies or {})
+    if (policy.topology and not (policy.topology.required_level or policy.topology.preferred_level)
+            and not (segs or segment_problems)):
+        problems.append(Problem(f"TrainJob metadata.annotations[{keys.KAI_TOPOLOGY}]",
+                                f"names Topology {policy.topology.topology!r} but no level "
+                                f"({keys.KAI_TOPOLOGY_REQUIRED} or {keys.KAI_TOPOLOGY_PREFERRED}): KAI never places "
+                                "such a gang"))
     base = replace(
         base,
         layout="staged" if len(waves) > 1 and flavor == "kai" else "flat",
@@ -132,6 +145,7 @@ def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_que
         priority_class=policy.priority_class,
         preemptibility=policy.preemptibility,
         schedule_timeout_seconds=_timeout(policy, flavor, schedule_timeout_seconds),
+        segments=segs,
         pod_sets=tuple(PodSetSummary(ps.name, ps.count, {k: str(q) for k, q in sorted(ps.requests.items())}) for ps in sets),
     )
     if flavor == "kai":
@@ -164,14 +178,16 @@ def _kai(base: Plan, job: TrainJob, waves: tuple[Stage, ...], policy: GangPolicy
             ))
 
     podgroups = {stage.wave: _podgroup(keys.KAI_PODGROUP_API, names[stage.wave], job,
-                                       _kai_spec(stage, policy, staleness), base, stage)
+                                       _kai_spec(stage, policy, staleness, base.segments), base, stage)
                  for stage in waves}
+    main = main_stage(waves) if waves else None
+    extra = segments.template_changes(main, base.segments) if main and base.segments else {}
     templates = tuple(
-        PodTemplateChange(ps.name, labels={keys.KAI_QUEUE_LABEL: policy.queue},
-                          annotations={keys.KAI_POD_GROUP_ANNOTATION: names[stage.wave]})
+        PodTemplateChange(ps.name, labels={keys.KAI_QUEUE_LABEL: policy.queue, **extra.get(ps.name, ({}, {}))[0]},
+                          annotations={keys.KAI_POD_GROUP_ANNOTATION: names[stage.wave],
+                                       **extra.get(ps.name, ({}, {}))[1]})
         for stage in waves for ps in stage.pod_sets
     )
-    main = main_stage(waves) if waves else None
     reserved = sum(ps.pods for s in waves for ps in s.reserved)
     if reserved > reserve.MAX_PLACEHOLDERS:
         problems.append(Problem(
@@ -180,7 +196,8 @@ def _kai(base: Plan, job: TrainJob, waves: tuple[Stage, ...], policy: GangPolicy
             f"{reserve.MAX_PLACEHOLDERS} (MPI's launcher is 1)"))
     held = () if reserved > reserve.MAX_PLACEHOLDERS else tuple(p for s in waves for p in reserve.placeholders(
         namespace=job.metadata.namespace, trainjob=job.metadata.name, uid=job.metadata.uid,
-        podgroup=names[s.wave], queue=policy.queue, sets=s.reserved, image=image))
+        podgroup=names[s.wave], queue=policy.queue, sets=s.reserved, image=image,
+        subgroup=bool(s.main and base.segments)))
     for pod in held:
         if why := validation.dns_subdomain(pod["metadata"]["name"]):
             problems.append(Problem(f"placeholder pod metadata.name {pod['metadata']['name']!r}", why))
@@ -198,8 +215,10 @@ def _kai(base: Plan, job: TrainJob, waves: tuple[Stage, ...], policy: GangPolicy
                    {keys.KAI_SKIP_PODGROUPER: "true"})
 
 
-def _kai_spec(stage: Stage, policy: GangPolicy, staleness: str | None) -> dict[str, Any]:
-    """A flat gang of the stage's pods. Topology binds only the main gang: an initializer needs no placement."""
+def _kai_spec(stage: Stage, policy: GangPolicy, staleness: str | None,
+              segs: segments.Segments | None) -> dict[str, Any]:
+    """A gang of the stage's pods, flat unless the main one has segments. Topology binds only the main gang: an
+    initializer needs no placement. A constraint without a level is left out: KAI never places one."""
     spec: dict[str, Any] = {"queue": policy.queue, "minMember": stage.min_member}
     if policy.priority_class:
         spec["priorityClassName"] = policy.priority_class
@@ -207,13 +226,15 @@ def _kai_spec(stage: Stage, policy: GangPolicy, staleness: str | None) -> dict[s
         spec["preemptibility"] = policy.preemptibility
     if staleness is not None:
         spec["stalenessGracePeriod"] = staleness
-    if policy.topology and stage.main:
+    if policy.topology and stage.main and (policy.topology.required_level or policy.topology.preferred_level):
         constraint = {"topology": policy.topology.topology}
         if policy.topology.required_level:
             constraint["requiredTopologyLevel"] = policy.topology.required_level
         if policy.topology.preferred_level:
             constraint["preferredTopologyLevel"] = policy.topology.preferred_level
         spec["topologyConstraint"] = constraint
+    if segs is not None and stage.main:
+        spec["subGroups"] = segments.subgroups(stage, segs)
     return spec
 
 

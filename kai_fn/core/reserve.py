@@ -54,14 +54,15 @@ def parse_reserves(text: str | None) -> dict[str, int]:
 
 
 def placeholders(*, namespace: str, trainjob: str, uid: str, podgroup: str, queue: str | None,
-                 sets: Sequence[PodSet], image: str = DEFAULT_IMAGE) -> tuple[dict[str, Any], ...]:
-    """One pod per pod of each reserved set, in the gang's PodGroup, placed as that pod would be."""
-    return tuple(_pod(namespace, trainjob, uid, podgroup, queue, ps, i, image)
+                 sets: Sequence[PodSet], image: str = DEFAULT_IMAGE, subgroup: bool = False) -> tuple[dict[str, Any], ...]:
+    """One pod per pod of each reserved set, in the gang's PodGroup, placed as that pod would be; with
+    ``subgroup`` (a gang in segments) in its set's SubGroup, as that pod is (:mod:`kai_fn.core.segments`)."""
+    return tuple(_pod(namespace, trainjob, uid, podgroup, queue, ps, i, image, subgroup)
                  for ps in sets for i in range(ps.pods))
 
 
 def _pod(namespace: str, trainjob: str, uid: str, podgroup: str, queue: str | None, ps: PodSet, index: int,
-         image: str) -> dict[str, Any]:
+         image: str, subgroup: bool) -> dict[str, Any]:
     requests = {k: str(q) for k, q in sorted(ps.requests.items())}
     resources: dict[str, Any] = {"requests": requests}
     if limits := {k: v for k, v in requests.items() if k not in _OVERCOMMITTABLE}:
@@ -71,6 +72,8 @@ def _pod(namespace: str, trainjob: str, uid: str, podgroup: str, queue: str | No
     labels |= {k: ps.labels[k] for k in _KAI_LABELS if k in ps.labels}
     if queue:
         labels[keys.KAI_QUEUE_LABEL] = queue
+    if subgroup:
+        labels[keys.KAI_SUBGROUP_LABEL] = ps.name
     spec = ps.pod_spec
     pod_spec: dict[str, Any] = {
         "schedulerName": spec.scheduler_name or keys.KAI_SCHEDULER_NAME,

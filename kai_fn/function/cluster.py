@@ -187,6 +187,11 @@ class Session:
         group, version = keys.JOBSET_API.split("/")
         return self._get(self._custom.get_namespaced_custom_object, group, version, namespace, "jobsets", name)
 
+    def topology(self, name: str) -> dict[str, Any] | None:
+        """KAI's Topology (cluster-scoped), read to check the levels a gang names; None when it does not exist."""
+        group, version = keys.KAI_TOPOLOGY_API.split("/")
+        return self._get(self._custom.get_cluster_custom_object, group, version, "topologies", name)
+
     def create_podgroup(self, body: dict[str, Any]) -> bool:
         """True when created; False when one of that name exists already (kept untouched)."""
         group, version = body["apiVersion"].split("/")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import adopt, keys, triage
+from kai_fn.core import adopt, keys, segments, triage
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
@@ -145,7 +145,10 @@ class Reconciler:
             return self.warn(report.RUNTIME_NOT_FOUND, f"{where} does not exist; a retry cannot help until it does",
                              result="ignored")
         try:
-            result = plan(job, parse(Runtime, raw), **self.settings.planning())
+            rt = parse(Runtime, raw)
+            named = segments.topologies_asked(job, rt) if self.settings.flavor == "kai" else ()
+            found = {n: segments.topology_resource(self.session.topology(n)) for n in named}
+            result = plan(job, rt, topologies=found, **self.settings.planning())
         except InputError as error:
             return self.warn(report.INVALID_RUNTIME, f"{where}: {error}")
         if result.ignored:

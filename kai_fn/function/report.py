@@ -99,6 +99,8 @@ def configure_logging(level: str) -> None:
 def gang_text(plan: Plan) -> str:
     """The gang in a few words: ``minMember 4`` or each stage's PodGroup."""
     held = f", places held for {plan.reserves.replace('=', ': ')}" if plan.reserves else ""
+    if plan.segments is not None:
+        held += f", in segments ({plan.segments.summary()})"
     if len(plan.stages) <= 1:
         return f"minMember {plan.stages[0].min_member if plan.stages else plan.min_member}{held}"
     return held.lstrip(", ") + ("; " if held else "") + "stages " + "; ".join(

@@ -35,6 +35,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from kai_fn.core import keys
 from kai_fn.local.adapter import RealApiServerSource, source_spec
 from kai_fn.local.ping import RealPingSource
 from kai_fn.local.process import REPO, FunctionProcess
@@ -51,6 +52,7 @@ FUNCTION_SA = "kai-fn"
 ENABLED = {"kai-fn.io/enabled": "true"}
 POOL_LABEL = "kai-fn.testbed/pool"
 POLICY = "kai-fn-hold-jobsets"
+SEGMENT_POLICY = keys.SEGMENT_POLICY_NAME  # knative/components/segment-policy
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 # The identities Knative gives each source when authentication-oidc is on (see knative/base).
 SOURCE_SAS = {
@@ -257,10 +259,34 @@ def wait_for_policy(api: client.ApiClient, namespace: str, scheduler: str, timeo
         time.sleep(0.5)
 
 
+def probe_segment_pod(completion_index: int = 5, job_index: int | None = None) -> dict[str, Any]:
+    """A pod as the Job controller makes one of a segmented trainer (segments of 4, 3 pods per Job)."""
+    labels = {keys.SEGMENT_SIZE_LABEL: "4", keys.JOB_COMPLETION_INDEX_LABEL: str(completion_index)}
+    if job_index is not None:
+        labels[keys.JOBSET_JOB_INDEX_LABEL] = str(job_index)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "probe", "labels": labels,
+        "annotations": {keys.SEGMENT_PARENT_ANNOTATION: "node", keys.SEGMENT_JOB_PODS_ANNOTATION: "3"}},
+        "spec": {"containers": [{"name": "node", "image": "busybox"}]}}
+
+
+def wait_for_segment_policy(api: client.ApiClient, namespace: str, timeout: float = 120) -> None:
+    """As :func:`wait_for_policy`, for the segment pods' policy: a dry-run pod comes back in its SubGroup."""
+    deadline = time.monotonic() + timeout
+    while True:
+        made = client.CoreV1Api(api).create_namespaced_pod(namespace, probe_segment_pod(), dry_run="All")
+        if (made.metadata.labels or {}).get(keys.KAI_SUBGROUP_LABEL) == "node-1":
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the admission policy {SEGMENT_POLICY} did not take effect within {timeout:.0f}s")
+        time.sleep(0.5)
+
+
 def _wait_for_policy(chain: Testbed, scheduler: str) -> None:
     ns = chain.namespace("kai-fn-probe")
     try:
         wait_for_policy(chain.api, ns, scheduler)
+        wait_for_segment_policy(chain.api, ns)
     finally:
         client.CoreV1Api(chain.api).delete_namespace(ns)
 
@@ -333,6 +359,8 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
                                                   "--ignore-not-found", check=False)
                                     for plural, name in (("mutatingadmissionpolicybindings", POLICY),
                                                          ("mutatingadmissionpolicies", POLICY),
+                                                         ("mutatingadmissionpolicybindings", SEGMENT_POLICY),
+                                                         ("mutatingadmissionpolicies", SEGMENT_POLICY),
                                                          ("validatingadmissionpolicybindings", MARKS_POLICY),
                                                          ("validatingadmissionpolicies", MARKS_POLICY))])
             probe.apply([o for o in objs if o["kind"] in _POLICY_KINDS])

@@ -164,3 +164,34 @@ def test_plan_previews_a_trainjob_not_yet_submitted_and_says_its_uid_is_a_stand_
     assert report["plan"]["podGroup"] == "pg-llama-finetune-uid"
     assert "has no metadata.uid (not submitted yet)" in report["preview"] and "pg-llama-finetune-<that uid>" in \
         report["preview"]
+
+
+SEGMENTS = ("plan", "--trainjob", "samples/cluster/trainjob-llama-segments.yaml",
+            "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml")
+
+
+def test_plan_shows_the_segments_and_the_podgroups_subgroups():
+    out = run(*SEGMENTS, "--topology", "samples/cluster/topology-racks.yaml", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["plan"]["segments"] == {
+        "replicatedJob": "node", "size": 4, "minMembers": [4, 4], "subGroups": ["node-0", "node-1"],
+        "topologyConstraint": {"topology": "racks", "requiredTopologyLevel": "rack"}}
+    assert [s["name"] for s in report["podGroup"]["spec"]["subGroups"]] == ["node", "node-0", "node-1"]
+    assert report["podTemplates"]["node"]["labels"]["kai-fn/segment-size"] == "4"
+
+
+def test_plan_with_a_topology_that_lacks_the_level_exits_1_naming_the_field(tmp_path):
+    topology = yaml.safe_load((SAMPLES / "cluster" / "topology-racks.yaml").read_text())
+    topology["spec"]["levels"] = [level for level in topology["spec"]["levels"] if level.get("alias") != "rack"]
+    out = run(*SEGMENTS, "--topology", write(tmp_path, "t.yaml", yaml.safe_dump(topology)), "-o", "json")
+    assert out.returncode == 1
+    (problem,) = json.loads(out.stdout)["problems"]
+    assert problem.startswith("TrainJob metadata.annotations[kai.scheduler/segment-topology-required-placement]: "
+                              "Topology 'racks' has no level 'rack'")
+
+
+def test_plan_refuses_a_topology_file_that_is_not_one(tmp_path):
+    out = run(*SEGMENTS, "--topology", write(tmp_path, "t.yaml", yaml.safe_dump(trainjob())))
+    assert out.returncode == 2
+    assert "expected a kai.scheduler/v1alpha1 Topology with metadata.name" in out.stderr

@@ -77,15 +77,17 @@ def test_policy_conditions_name_the_keys_the_function_uses_and_the_flavors_sched
     assert f"'{keys.MARKER_SKIPPED}'" in conditions["not-decided-by-kai-fn"]
 
 
-def test_v1beta1_component_is_the_v1_policy_under_the_beta_api():
-    v1, beta = policy_objects("admission-policy"), policy_objects("admission-policy-v1beta1")
+@pytest.mark.parametrize("component", ["admission-policy", "segment-policy"])
+def test_v1beta1_component_is_the_v1_policy_under_the_beta_api(component):
+    v1, beta = policy_objects(component), policy_objects(f"{component}-v1beta1")
     assert [o["apiVersion"] for o in beta] == ["admissionregistration.k8s.io/v1beta1"] * 2
     for obj in beta:
         obj["apiVersion"] = "admissionregistration.k8s.io/v1"
     assert beta == v1
 
 
-@pytest.mark.parametrize("component", ["admission-policy", "admission-policy-v1beta1"])
+@pytest.mark.parametrize("component", ["admission-policy", "admission-policy-v1beta1", "segment-policy",
+                                       "segment-policy-v1beta1"])
 def test_each_policy_component_validates_from_the_kubernetes_version_that_serves_it(component):
     objs = policy_objects(component)
     assert [o["kind"] for o in objs] == ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
@@ -93,3 +95,32 @@ def test_each_policy_component_validates_from_the_kubernetes_version_that_serves
         first = FIRST_SERVED[(obj["apiVersion"], obj["kind"])]
         kubernetes_validate.validate(obj, first, strict=True)
         kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
+
+
+SEGMENTS = keys.SEGMENT_POLICY_NAME
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_labels_segment_pods_with_their_subgroup(variant):
+    objs = render(variant)
+    one(objs, "MutatingAdmissionPolicy", SEGMENTS, "admissionregistration.k8s.io")
+    assert one(objs, "MutatingAdmissionPolicyBinding", SEGMENTS)["spec"] == {"policyName": SEGMENTS}
+
+
+def test_segment_policy_acts_on_pod_create_of_marked_templates_in_kai_fns_namespaces_and_fails_closed():
+    objs = render(BASE)
+    spec = one(objs, "MutatingAdmissionPolicy", SEGMENTS)["spec"]
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule == {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+    assert spec["matchConstraints"]["objectSelector"] == {
+        "matchExpressions": [{"key": keys.SEGMENT_SIZE_LABEL, "operator": "Exists"}]}
+    hold = one(objs, "MutatingAdmissionPolicy", POLICY)["spec"]
+    assert spec["matchConstraints"]["namespaceSelector"] == hold["matchConstraints"]["namespaceSelector"]
+    assert spec["failurePolicy"] == "Fail" and [m["patchType"] for m in spec["mutations"]] == ["JSONPatch"]
+
+
+def test_segment_policy_reads_the_keys_kai_fn_writes_and_the_index_labels():
+    text = (COMPONENTS / "segment-policy" / "policy.yaml").read_text()
+    read = (keys.SEGMENT_SIZE_LABEL, keys.SEGMENT_PARENT_ANNOTATION, keys.SEGMENT_JOB_PODS_ANNOTATION,
+            keys.JOB_COMPLETION_INDEX_LABEL, keys.JOBSET_JOB_INDEX_LABEL, keys.KAI_SUBGROUP_LABEL)
+    assert [key for key in read if f"'{key}'" not in text and f'"{key}"' not in text] == []

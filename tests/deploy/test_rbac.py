@@ -116,6 +116,18 @@ def scenario_mpi_placeholder_name_taken_by_another_pod(api, url):
     assert send(url, resource(mpi.seed_mpi(api))).status == 200  # blocked (KAI), or no placeholder at all
 
 
+def scenario_segments_check_the_topology(api, url):
+    """A TrainJob in segments: the Topology it names is read, to check its levels."""
+    tj = sample_object("trainjob-llama-finetune")
+    tj["metadata"]["annotations"] = {"kai.scheduler/topology": "racks", "kai.scheduler/segment-size": "2",
+                                     "kai.scheduler/segment-topology-required-placement": "rack"}
+    topology = {"apiVersion": "kai.scheduler/v1alpha1", "kind": "Topology", "metadata": {"name": "racks"},
+                "spec": {"levels": [{"nodeLabel": "rack"}, {"nodeLabel": "kubernetes.io/hostname"}]}}
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), topology, tj,
+         sample_object("jobset-llama-finetune"))
+    assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "llama-finetune"))).status == 200
+
+
 AUDIENCE = "kai-fn"
 SCENARIOS = [  # (scenario, the settings it runs with on top of the flavor)
     (scenario_new_trainjob_by_resource, {}),
@@ -129,6 +141,7 @@ SCENARIOS = [  # (scenario, the settings it runs with on top of the flavor)
     (scenario_authenticated_delivery, {"KAI_FN_AUDIENCE": AUDIENCE}),
     (scenario_mpi_launcher_place_held_then_handed_over, {}),
     (scenario_mpi_placeholder_name_taken_by_another_pod, {}),
+    (scenario_segments_check_the_topology, {}),
 ]
 
 

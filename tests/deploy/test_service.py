@@ -29,8 +29,8 @@ EXPECTED_KINDS = {
         ("serving.knative.dev/v1", "Service"): 1,
         ("sources.knative.dev/v1", "ApiServerSource"): 3,  # TrainJobs; held JobSets; kai_fn's PodGroups
         ("sources.knative.dev/v1", "PingSource"): 1,
-        ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 1,
-        ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 1,
+        ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 2,  # the JobSet hold; segment pods
+        ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 2,
         ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): 1,  # kai_fn's marks are kai_fn's
         ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): 1,
     },

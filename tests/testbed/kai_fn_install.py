@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kai_fn.local.chain import wait_for_policy
+from kai_fn.local.chain import SEGMENT_POLICY, wait_for_policy, wait_for_segment_policy
 from kai_fn.local.process import FunctionProcess
 from tests.conftest import sample_object
 from tests.manifests import BASE, render
@@ -82,12 +82,14 @@ def admission_policy(testbed: LiveCluster) -> Iterator[None]:
     probe_ns = enabled_namespace(testbed, "adm-probe")
     try:
         wait_for_policy(testbed.api, probe_ns, "kai-scheduler")
+        wait_for_segment_policy(testbed.api, probe_ns)
         yield
     finally:
         client.CoreV1Api(testbed.api).delete_namespace(probe_ns)
         for _, plural in (("MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings"),
                              ("MutatingAdmissionPolicy", "mutatingadmissionpolicies")):
-            testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", POLICY, "--ignore-not-found")
+            for name in (POLICY, SEGMENT_POLICY):
+                testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", name, "--ignore-not-found")
 
 
 def function_kubeconfig(testbed: LiveCluster, directory: Path) -> Path:

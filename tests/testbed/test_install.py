@@ -19,6 +19,7 @@ import yaml
 from kubernetes import client
 
 from kai_fn.core import keys
+from kai_fn.local.chain import SEGMENT_POLICY
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ce import resource, send
@@ -53,13 +54,14 @@ def apply_objects(testbed: LiveCluster, objs: list[dict[str, Any]], *extra: str)
 
 @pytest.fixture(scope="module")
 def base_applied(testbed: LiveCluster) -> Iterator[None]:
-    """`kubectl apply -k knative/base` for real; the admission policy it brings is removed afterwards (it would
-    suspend TrainJobs of other tests' opted-in namespaces)."""
+    """`kubectl apply -k knative/base` for real; the admission policies it brings are removed afterwards (the hold
+    would suspend TrainJobs of other tests' opted-in namespaces)."""
     applied = apply_strict(testbed, "-k", str(KNATIVE / BASE), dry_run=False)
     assert applied.returncode == 0, applied.stderr
     yield
     for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
-        testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", POLICY, "--ignore-not-found")
+        for name in (POLICY, SEGMENT_POLICY):
+            testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", name, "--ignore-not-found")
 
 
 VARIANTS = [
