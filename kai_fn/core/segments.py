@@ -187,7 +187,8 @@ def template_changes(stage: Stage, segments: Segments) -> dict[str, tuple[dict[s
     """(labels, annotations) each replicatedJob of the main wave adds: the segmented one what the pod policy reads,
     every other one its SubGroup (a pod of a PodGroup with SubGroups and no ``kai.scheduler/subgroup-name`` is in
     none, and KAI never schedules it)."""
-    out = {ps.name: ({keys.KAI_SUBGROUP_LABEL: ps.name}, {}) for ps in stage.pod_sets if ps.name != segments.parent}
+    out: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+        ps.name: ({keys.KAI_SUBGROUP_LABEL: ps.name}, {}) for ps in stage.pod_sets if ps.name != segments.parent}
     out[segments.parent] = ({keys.SEGMENT_SIZE_LABEL: str(segments.size)},
                             {keys.SEGMENT_PARENT_ANNOTATION: segments.parent,
                              keys.SEGMENT_JOB_PODS_ANNOTATION: str(segments.job_pods)})

@@ -187,7 +187,8 @@ PROBLEMS = [  # (runtime, TrainJob annotations, topologies, plan kwargs) -> (fie
                  "has no trainer replicatedJob", id="runtime-without-a-trainer"),
     pytest.param(runtime({**rjob(), "template": {**rjob()["template"], "spec": {
         **rjob()["template"]["spec"], "completionMode": "NonIndexed"}}}, ml_policy={"numNodes": 1, "torch": {}}),
-        ask(), None, {}, "ClusterTrainingRuntime rt replicatedJob 'node' spec.completionMode", "no completion index", id="non-indexed-jobs"),
+        ask(), None, {}, "ClusterTrainingRuntime rt replicatedJob 'node' spec.completionMode", "no completion index",
+        id="non-indexed-jobs"),
     pytest.param(runtime(rjob(), {**rjob("node-1", ancestor=None), "dependsOn": [{"name": "node", "status": "Ready"}]},
                          ml_policy={"numNodes": 1, "torch": {}}), ask(), None, {}, "replicatedJob 'node-1'",
                  "has the name of a segment of 'node'", id="a-replicated-job-named-like-a-segment"),

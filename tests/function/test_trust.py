@@ -1,7 +1,7 @@
 """Nothing a tenant or a forged event writes decides a gang (docs/security.md): the function's side, over real HTTP
 against the emulated API server. What the admission policies and RBAC answer is proven on the real API server
 (tests/testbed/test_marks_policy.py); a tenant's attempts beside another team's burst on the chain
-(tests/chain/test_scenario_10_tenant.py)."""
+(tests/chain/test_scenario_11_tenant.py)."""
 from __future__ import annotations
 
 import copy

@@ -1,4 +1,4 @@
-"""Scenario 10, a tenant against the gate (docs/security.md): while another team's burst of TrainJobs runs, a tenant
+"""Scenario 11, a tenant against the gate (docs/security.md): while another team's burst of TrainJobs runs, a tenant
 allowed everything on TrainJobs, JobSets and PodGroups in its own namespace tries kai_fn's marks (a runtimePatch that
 Trainer would copy onto the JobSet, a decision written on its held JobSet) and a PodGroup of its gang's name made
 before kai_fn's (its queue missing, so the hold stays open as long as the tenant likes). Each write of a mark is
