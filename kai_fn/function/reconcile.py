@@ -22,7 +22,7 @@ from kai_fn.core.plan import Plan, plan
 from kai_fn.core.queue_check import check
 from kai_fn.core.runtime import target
 from kai_fn.core.schedule_timeout import stamp
-from kai_fn.function import metrics, report, reserve
+from kai_fn.function import kai_cluster, metrics, report, reserve
 from kai_fn.function.cluster import Gone, GuardFailed, NotServed, Session
 from kai_fn.function.events import RESYNC, TrainJobEvent
 from kai_fn.function.report import Outcome, Result
@@ -142,7 +142,8 @@ class Reconciler:
             return self.warn(report.RUNTIME_NOT_FOUND, f"{where} does not exist; a retry cannot help until it does",
                              result="ignored")
         try:
-            result = plan(job, parse(Runtime, raw), **self.settings.planning())
+            result = plan(job, parse(Runtime, raw), **self.settings.planning(),
+                          cluster=kai_cluster.read(self.session, self.settings, job, raw))
         except InputError as error:
             return self.warn(report.INVALID_RUNTIME, f"{where}: {error}")
         if result.ignored:
