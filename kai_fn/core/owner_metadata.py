@@ -156,15 +156,17 @@ def derive(job: TrainJob, jobset: Meta, pod: PodTemplate, cluster: KaiCluster, r
            default_queue: str) -> OwnerMetadata:
     """KAI's podgrouper's answer for (TrainJob, JobSet, pod), and kai_fn's own queue sources after KAI's."""
     defaults = type_defaults(cluster)
-    labels, notes = dict(jobset.labels), dict(jobset.annotations)
+    labels, notes, injected = dict(jobset.labels), dict(jobset.annotations), set()
     if defaults and (d := _for_kind(defaults, TRAINJOB_KIND)):  # skiptopowner: the skipped kind's defaults first
         if keys.KAI_PRIORITY_LABEL not in labels and cluster.exists(d.priority_class):
             labels[keys.KAI_PRIORITY_LABEL] = d.priority_class
+            injected.add(keys.KAI_PRIORITY_LABEL)
         if keys.KAI_PREEMPTIBILITY_LABEL not in labels and d.preemptibility:
             labels[keys.KAI_PREEMPTIBILITY_LABEL] = d.preemptibility
+            injected.add(keys.KAI_PREEMPTIBILITY_LABEL)
     owner_labels = {**job.metadata.labels, **labels}
     owner_notes = {**job.metadata.annotations, **notes}
-    where = _Where(job.metadata.labels, labels, job.metadata.annotations, notes)
+    where = _Where(job.metadata.labels, labels, job.metadata.annotations, notes, frozenset(injected))
     problems: list[Problem] = []
 
     queue, queue_source = _queue(owner_labels, pod, cluster, runtime, default_queue, where)
@@ -197,8 +199,11 @@ class _Where:
     jobset_labels: Mapping[str, str]
     job_notes: Mapping[str, str]
     jobset_notes: Mapping[str, str]
+    defaulted: frozenset[str] = frozenset()
 
     def label(self, key: str) -> str:
+        if key in self.defaulted:
+            return f"KAI's defaults ConfigMap ({keys.TRAINJOB_KIND})"
         return (f"runtime spec.template.metadata.labels[{key}]" if key in self.jobset_labels
                 else f"TrainJob metadata.labels[{key}]")
 
@@ -266,7 +271,8 @@ def _preemptibility(owner: Mapping[str, str], pod: PodTemplate, defaults: dict[s
             continue
         if value in _PREEMPTIBILITY:
             return value or None
-        problems.append(Problem(source, f"{value!r} is not one of {', '.join(keys.PREEMPTIBILITY_VALUES)}"))
+        problems.append(Problem(source, f"{value!r} is not one of {', '.join(keys.PREEMPTIBILITY_VALUES)}",
+                                blocking=not source.startswith("KAI's")))  # KAI's own config: passed over, as KAI does
     if defaults and (d := _for_kind(defaults, JOBSET_KIND)) and d.preemptibility.lower() in _PREEMPTIBILITY:
         return d.preemptibility.lower() or None
     return None

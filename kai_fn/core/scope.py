@@ -68,7 +68,7 @@ def gang_policy(job: TrainJob, runtime: Runtime, sets: list[PodSet], default_que
     owner = owner_metadata.derive(job, owner_metadata.jobset_metadata(job, runtime), pod, cluster or KaiCluster(),
                                   runtime, default_queue)
     problems = [Problem(p.field, p.message, p.blocking) for p in owner.problems]
-    topology = owner.topology or _job_topology(jobs, sets, problems)
+    topology = _job_topology(jobs, sets, problems, owner.topology)
     if why := seconds_problem(job.metadata.annotations):
         problems.append(Problem(f"TrainJob metadata.annotations[{keys.SCHEDULE_TIMEOUT_ANNOTATION}]", why))
     timeout = None
@@ -78,18 +78,21 @@ def gang_policy(job: TrainJob, runtime: Runtime, sets: list[PodSet], default_que
                       topology, tuple(problems), owner)
 
 
-def _job_topology(jobs: list[ReplicatedJob], sets: list[PodSet], problems: list[Problem]) -> Topology | None:
+def _job_topology(jobs: list[ReplicatedJob], sets: list[PodSet], problems: list[Problem],
+                  owners: Topology | None) -> Topology | None:
     """A replicatedJob's own constraint (KAI puts it on each replica's subgroup): kai_fn's gangs are flat, so it holds
-    where the main wave is that one replicatedJob with one replica, and is then the main PodGroup's."""
+    where the main wave is that one replicatedJob with one replica and the owners ask for none, and is then the main
+    PodGroup's."""
     constrained = {rj.name: t for rj in jobs if (t := owner_metadata.job_topology(rj)) is not None}
     if not constrained:
-        return None
+        return owners
     main = main_stage(stages(sets, reserve=True)) if sets else None
-    alone = main is not None and len(main.pod_sets) == 1 and main.pod_sets[0].replicas == 1
+    alone = owners is None and main is not None and len(main.pod_sets) == 1 and main.pod_sets[0].replicas == 1
     for name in constrained:
         if not (alone and main is not None and main.pod_sets[0].name == name):
             problems.append(Problem(
                 f"replicatedJob {name!r} template.metadata.annotations[{keys.KAI_TOPOLOGY}]",
                 "not applied: kai_fn gangs a wave flat, and a replicatedJob's own constraint holds only for the "
-                "main wave's single replicatedJob with one replica", blocking=False))
-    return constrained.get(main.pod_sets[0].name) if alone and main is not None else None
+                "main wave's single replicatedJob with one replica, where the TrainJob and its runtime's template "
+                "ask for none", blocking=False))
+    return constrained.get(main.pod_sets[0].name) if alone and main is not None else owners
