@@ -76,6 +76,8 @@ SETTINGS_DEFAULTS = {
     "KAI_FN_STALENESS_GRACE_PERIOD": "-1s",
     "KAI_FN_PLACEHOLDER_IMAGE": "registry.k8s.io/pause:3.10",
     "KAI_FN_HEARTBEAT_LEASE": "kai-fn/kai-fn-resync",
+    "KAI_NODEPOOL_LABEL_KEY": "kai.scheduler/node-pool",
+    "KAI_DEFAULTS_CONFIGMAP": "",
 }
 
 # The exact API calls kai_fn makes: (apiGroup, resource, verb).
@@ -99,6 +101,7 @@ KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get"
     ("scheduling.run.ai", "queues", "list"),  # the queue pre-check
     ("", "pods", "create"),  # placeholders holding MPI's launcher's place in its nodes' gang (kai_fn/core/reserve.py)
     ("", "pods", "delete"),  # ... deleted once JobSet made the launcher, or the JobSet stopped
+    ("scheduling.k8s.io", "priorityclasses", "list"),  # does a class named exist? (kai_fn/function/kai_cluster.py)
 }
 SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", v) for v in ("create", "get", "patch", "list")}
 FUNCTION_TRIPLES = {
