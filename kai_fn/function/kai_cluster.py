@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from kai_fn.core import owner_metadata
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.owner_metadata import KaiCluster
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import Session, Transient
 from kai_fn.function.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,10 @@ def _cached(session: Session, what: str, read_it: Callable[[], T]) -> T:
 def _priority_classes(session: Session) -> frozenset[str] | None:
     try:
         listed = session.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")
-    except ApiException as error:
-        log.warning("cannot list PriorityClasses (API %s): every PriorityClass named is taken to exist", error.status)
+    except (ApiException, Transient) as error:
+        if not _refused(error):
+            raise
+        log.warning("cannot list PriorityClasses (%s): every PriorityClass named is taken to exist", error)
         return None
     return frozenset(str(i.get("metadata", {}).get("name")) for i in _items(listed))
 
@@ -65,12 +67,22 @@ def _configmap_data(session: Session, where: str) -> dict[str, str] | None:
     try:
         found = session.request("GET", "/api/v1/namespaces/{namespace}/configmaps/{name}", namespace=namespace,
                                 name=name)
-    except ApiException as error:
-        if error.status != 404:
-            log.warning("cannot read KAI's defaults ConfigMap %s (API %s): taken as absent", where, error.status)
+    except (ApiException, Transient) as error:
+        if not _refused(error):
+            raise
+        if not (isinstance(error, ApiException) and error.status == 404):
+            log.warning("cannot read KAI's defaults ConfigMap %s (%s): taken as absent", where, error)
         return None
     data = found.get("data") if isinstance(found, dict) else None
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _refused(error: Exception) -> bool:
+    """Not found or not allowed (Session.request says 403 as Transient "API 403 ..."): an answer, not a fault to
+    retry; anything else is retried with the event."""
+    if isinstance(error, ApiException):
+        return True
+    return str(error).startswith(("API 401", "API 403"))
 
 
 def _items(listed: Any) -> list[dict[str, Any]]:
