@@ -181,6 +181,7 @@ class TemplateSpecPatch(Model):
 
 
 class TemplatePatch(Model):
+    metadata: Meta | None = None  # Trainer copies it onto the JobSet
     spec: TemplateSpecPatch | None = None
 
 

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from kai_fn.core import keys, reserve, segments, validation
+from kai_fn.core import keys, owner_metadata, reserve, segments, validation
 from kai_fn.core.models import Runtime, TrainJob
+from kai_fn.core.owner_metadata import KaiCluster
 from kai_fn.core.podsets import PodSet, pod_sets, total_requests
 from kai_fn.core.queue_check import Gang, gangs
 from kai_fn.core.runtime import check_matches
@@ -111,11 +112,14 @@ def kai_podgroup_name(job: TrainJob) -> str:
 
 def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_queue: str = "default-queue",
          schedule_timeout_seconds: int | None = None, staleness_grace_period: str | None = NEVER_STALE,
-         placeholder_image: str = reserve.DEFAULT_IMAGE,
+         placeholder_image: str = reserve.DEFAULT_IMAGE, cluster: KaiCluster | None = None,
          topologies: Mapping[str, segments.TopologyResource | None] | None = None) -> Plan:
     """``schedule_timeout_seconds``: kai_fn's own timeout for a KAI gang whose runtime has no podGroupPolicy.kai.
-    ``staleness_grace_period``: each KAI PodGroup's ``stalenessGracePeriod`` (a Go duration), None for KAI's.
+    ``staleness_grace_period``: each KAI PodGroup's ``stalenessGracePeriod`` (a Go duration), None for KAI's, where
+    the TrainJob does not ask for its own.
     ``placeholder_image``: the image of the pods that hold a later wave's places (KAI flavor).
+    ``cluster``: what KAI's podgrouper would read besides the TrainJob (PriorityClasses, its defaults ConfigMap);
+    None: nothing read, every PriorityClass named is taken to exist.
     ``topologies``: the Topologies the gang names, as read (None: absent); their levels are checked, the others'
     not (:func:`kai_fn.core.segments.topologies_asked` says which to read)."""
     check_matches(job, runtime)
@@ -124,7 +128,7 @@ def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_que
         return replace(base, ignored=reason)
 
     sets = pod_sets(job, runtime)
-    policy = gang_policy(job, runtime, sets, default_queue)
+    policy = gang_policy(job, runtime, sets, default_queue, cluster)
     resources = {k: str(q) for k, q in sorted(total_requests(sets).items())}
     waves = stages(sets, reserve=flavor == "kai")
     problems = list(policy.problems) + _pod_set_problems(sets)
@@ -177,8 +181,10 @@ def _kai(base: Plan, job: TrainJob, waves: tuple[Stage, ...], policy: GangPolicy
                 f"set schedulerName: {keys.KAI_SCHEDULER_NAME} in the runtime's pod templates",
             ))
 
-    podgroups = {stage.wave: _podgroup(keys.KAI_PODGROUP_API, names[stage.wave], job,
-                                       _kai_spec(stage, policy, staleness, base.segments), base, stage)
+    podgroups = {stage.wave: owner_metadata.dress(_podgroup(keys.KAI_PODGROUP_API, names[stage.wave], job,
+                                                            _kai_spec(stage, policy, staleness, base.segments),
+                                                            base, stage),
+                                                  policy.owner)
                  for stage in waves}
     main = main_stage(waves) if waves else None
     extra = segments.template_changes(main, base.segments) if main and base.segments else {}

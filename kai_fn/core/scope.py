@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kai_fn.core import keys, validation
-from kai_fn.core.models import KaiPolicy, Runtime, TrainJob
+from kai_fn.core import keys, owner_metadata
+from kai_fn.core.models import KaiPolicy, PodTemplate, ReplicatedJob, Runtime, TrainJob
+from kai_fn.core.owner_metadata import KaiCluster, OwnerMetadata, Topology
 from kai_fn.core.podsets import PodSet
+from kai_fn.core.stages import main_stage, stages
+from kai_fn.core.runtime import replicated_jobs
 from kai_fn.core.schedule_timeout import seconds_problem
 
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS = 60
@@ -24,13 +27,6 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class Topology:
-    topology: str
-    required_level: str | None = None
-    preferred_level: str | None = None
-
-
-@dataclass(frozen=True)
 class GangPolicy:
     queue: str
     queue_source: str
@@ -39,6 +35,7 @@ class GangPolicy:
     preemptibility: str | None = None
     topology: Topology | None = None
     problems: tuple[Problem, ...] = field(default=())
+    owner: OwnerMetadata | None = None  # the podgrouper's metadata for the PodGroup (KAI flavor)
 
 
 def out_of_scope(job: TrainJob, runtime: Runtime) -> str | None:
@@ -62,71 +59,41 @@ def _kai_policy(runtime: Runtime) -> KaiPolicy | None:
     return runtime.spec.pod_group_policy.kai if runtime.spec.pod_group_policy else None
 
 
-def gang_policy(job: TrainJob, runtime: Runtime, sets: list[PodSet], default_queue: str) -> GangPolicy:
-    problems: list[Problem] = []
+def gang_policy(job: TrainJob, runtime: Runtime, sets: list[PodSet], default_queue: str,
+                cluster: KaiCluster | None = None) -> GangPolicy:
+    """Queue, priority, preemptibility, topology and the rest of the owner's metadata as KAI's podgrouper reads them
+    (:mod:`kai_fn.core.owner_metadata`), from the trainer's pod template; kai_fn's schedule timeout."""
     kai = _kai_policy(runtime)
-    queue, source = _queue(job, runtime, default_queue)
-    if (why := validation.label_value(queue)) or not queue:
-        problems.append(Problem(source, why or "the queue name must not be empty"))
-
-    priority = job.metadata.labels.get(keys.KAI_PRIORITY_LABEL)
-    priority_source = f"TrainJob metadata.labels[{keys.KAI_PRIORITY_LABEL}]"
-    if priority is None:
-        priority = _runtime_priority(sets)
-        priority_source = f"{runtime.kind} pod template spec.priorityClassName"
-    if priority is not None and (why := validation.dns_subdomain(priority)):
-        problems.append(Problem(priority_source, why))
-
-    preemptibility = job.metadata.labels.get(keys.KAI_PREEMPTIBILITY_LABEL)
-    if preemptibility is not None and preemptibility not in keys.PREEMPTIBILITY_VALUES:
-        problems.append(Problem(
-            f"TrainJob metadata.labels[{keys.KAI_PREEMPTIBILITY_LABEL}]",
-            f"{preemptibility!r} is not one of {', '.join(keys.PREEMPTIBILITY_VALUES)}",
-        ))
-
-    topology, topology_problems = _topology(job)
-    problems += topology_problems
+    jobs = replicated_jobs(job, runtime)
+    pod = deciding.template.spec.template if (deciding := owner_metadata.deciding_job(jobs)) else PodTemplate()
+    owner = owner_metadata.derive(job, owner_metadata.jobset_metadata(job, runtime), pod, cluster or KaiCluster(),
+                                  runtime, default_queue)
+    problems = [Problem(p.field, p.message, p.blocking) for p in owner.problems]
+    topology = _job_topology(jobs, sets, problems, owner.topology)
     if why := seconds_problem(job.metadata.annotations):
         problems.append(Problem(f"TrainJob metadata.annotations[{keys.SCHEDULE_TIMEOUT_ANNOTATION}]", why))
     timeout = None
     if kai is not None:
         timeout = DEFAULT_SCHEDULE_TIMEOUT_SECONDS if kai.schedule_timeout_seconds is None else kai.schedule_timeout_seconds
-    return GangPolicy(queue, source, timeout, priority, preemptibility, topology, tuple(problems))
+    return GangPolicy(owner.queue, owner.queue_source, timeout, owner.priority_class, owner.preemptibility,
+                      topology, tuple(problems), owner)
 
 
-def _queue(job: TrainJob, runtime: Runtime, default_queue: str) -> tuple[str, str]:
-    """Highest first: TrainJob label, runtime policy, runtime label, the KAI_DEFAULT_QUEUE setting."""
-    kai = _kai_policy(runtime)
-    if keys.KAI_QUEUE_LABEL in job.metadata.labels:
-        return job.metadata.labels[keys.KAI_QUEUE_LABEL], f"TrainJob metadata.labels[{keys.KAI_QUEUE_LABEL}]"
-    if kai is not None and kai.queue_name is not None:
-        return kai.queue_name, f"{runtime.kind} spec.podGroupPolicy.kai.queueName"
-    if keys.KAI_QUEUE_LABEL in runtime.metadata.labels:
-        return runtime.metadata.labels[keys.KAI_QUEUE_LABEL], f"{runtime.kind} metadata.labels[{keys.KAI_QUEUE_LABEL}]"
-    return default_queue, "setting KAI_DEFAULT_QUEUE"
-
-
-def _runtime_priority(sets: list[PodSet]) -> str | None:
-    """The trainer's pod template decides; else the first pod template that names a priority class."""
-    ordered = sorted(sets, key=lambda ps: ps.ancestor != keys.ANCESTOR_TRAINER)
-    return next((ps.pod_spec.priority_class_name for ps in ordered if ps.pod_spec.priority_class_name), None)
-
-
-def _topology(job: TrainJob) -> tuple[Topology | None, list[Problem]]:
-    notes = job.metadata.annotations
-    name = notes.get(keys.KAI_TOPOLOGY)
-    required = notes.get(keys.KAI_TOPOLOGY_REQUIRED)
-    preferred = notes.get(keys.KAI_TOPOLOGY_PREFERRED)
-    where = "TrainJob metadata.annotations"
-    if name is None:
-        stray = [k for k, v in ((keys.KAI_TOPOLOGY_REQUIRED, required), (keys.KAI_TOPOLOGY_PREFERRED, preferred)) if v]
-        if stray:
-            return None, [Problem(f"{where}[{stray[0]}]", f"needs {keys.KAI_TOPOLOGY} to name the Topology")]
-        return None, []
-    problems = []
-    if why := validation.dns_subdomain(name):
-        problems.append(Problem(f"{where}[{keys.KAI_TOPOLOGY}]", why))
-    for key, level in ((keys.KAI_TOPOLOGY_REQUIRED, required), (keys.KAI_TOPOLOGY_PREFERRED, preferred)):
-        if level is not None and not level.strip():
-            problems.append(Problem(f"{where}[{key}]", "must name a topology level (a node label key)"))
-    return Topology(name, required or None, preferred or None), problems
+def _job_topology(jobs: list[ReplicatedJob], sets: list[PodSet], problems: list[Problem],
+                  owners: Topology | None) -> Topology | None:
+    """A replicatedJob's own constraint (KAI puts it on each replica's subgroup): kai_fn's gangs are flat, so it holds
+    where the main wave is that one replicatedJob with one replica and the owners ask for none, and is then the main
+    PodGroup's."""
+    constrained = {rj.name: t for rj in jobs if (t := owner_metadata.job_topology(rj)) is not None}
+    if not constrained:
+        return owners
+    main = main_stage(stages(sets, reserve=True)) if sets else None
+    alone = owners is None and main is not None and len(main.pod_sets) == 1 and main.pod_sets[0].replicas == 1
+    for name in constrained:
+        if not (alone and main is not None and main.pod_sets[0].name == name):
+            problems.append(Problem(
+                f"replicatedJob {name!r} template.metadata.annotations[{keys.KAI_TOPOLOGY}]",
+                "not applied: kai_fn gangs a wave flat, and a replicatedJob's own constraint holds only for the "
+                "main wave's single replicatedJob with one replica, where the TrainJob and its runtime's template "
+                "ask for none", blocking=False))
+    return constrained.get(main.pod_sets[0].name) if alone and main is not None else owners

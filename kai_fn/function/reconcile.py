@@ -22,7 +22,7 @@ from kai_fn.core.plan import Plan, plan
 from kai_fn.core.queue_check import check
 from kai_fn.core.runtime import target
 from kai_fn.core.schedule_timeout import stamp
-from kai_fn.function import metrics, report, reserve
+from kai_fn.function import kai_cluster, metrics, report, reserve
 from kai_fn.function.cluster import Gone, GuardFailed, NotServed, Session, Transient
 from kai_fn.function.events import RESYNC, TrainJobEvent
 from kai_fn.function.isolate import apart
@@ -148,7 +148,8 @@ class Reconciler:
             rt = parse(Runtime, raw)
             named = segments.topologies_asked(job, rt) if self.settings.flavor == "kai" else ()
             found = {n: segments.topology_resource(self.session.topology(n)) for n in named}
-            result = plan(job, rt, topologies=found, **self.settings.planning())
+            result = plan(job, rt, topologies=found, **self.settings.planning(),
+                          cluster=kai_cluster.read(self.session, self.settings, job, raw))
         except InputError as error:
             return self.warn(report.INVALID_RUNTIME, f"{where}: {error}")
         if result.ignored:

@@ -16,6 +16,7 @@ from typing import Any
 
 from kai_fn.core import adopt, keys, reserve, triage
 from kai_fn.core.models import Runtime, TrainJob, parse
+from kai_fn.core.owner_metadata import KaiCluster
 from kai_fn.core.plan import plan
 from kai_fn.core.runtime import target
 from kai_fn.function import metrics
@@ -50,7 +51,10 @@ def planned(session: Session, settings: Settings, trainjob: dict[str, Any]) -> t
     """The placeholders of the TrainJob's plan, to make them again (a resume, a restart of its JobSet)."""
     job = parse(TrainJob, trainjob)
     raw = session.runtime(target(job))
-    return plan(job, parse(Runtime, raw), **settings.planning()).placeholders if raw is not None else ()
+    if raw is None:
+        return ()
+    cluster = KaiCluster(node_pool_label=settings.node_pool_label_key)  # the queue's pool; PriorityClasses play no part
+    return plan(job, parse(Runtime, raw), **settings.planning(), cluster=cluster).placeholders
 
 
 def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroup: str,

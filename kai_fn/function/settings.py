@@ -8,6 +8,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from kai_fn.core import validation
+from kai_fn.core.owner_metadata import DEFAULT_NODE_POOL_LABEL
 from kai_fn.core.plan import NEVER_STALE, Flavor
 from kai_fn.core.reserve import DEFAULT_IMAGE as DEFAULT_PLACEHOLDER_IMAGE
 
@@ -56,6 +57,10 @@ class Settings(BaseSettings):
     # The image of the pods that hold MPI's launcher's place in its nodes' gang (kai_fn/core/reserve.py): it only
     # has to start and do nothing; a mirror of it where registry.k8s.io is not reachable.
     placeholder_image: str = Field(DEFAULT_PLACEHOLDER_IMAGE, min_length=1, alias="KAI_FN_PLACEHOLDER_IMAGE")
+    # What KAI's podgrouper takes from its own flags (kai_fn/core/owner_metadata.py): --nodepool-label-key, and
+    # --default-priorities-configmap-namespace/-name as NAMESPACE/NAME (KAI's default: none).
+    node_pool_label_key: str = Field(DEFAULT_NODE_POOL_LABEL, alias="KAI_NODEPOOL_LABEL_KEY")
+    kai_defaults_configmap: str = Field("", alias="KAI_DEFAULTS_CONFIGMAP")
     # The resync's heartbeat: a Lease NAMESPACE/NAME renewed after each successful resync; empty: none written.
     heartbeat_lease: str = Field("kai-fn/kai-fn-resync", alias="KAI_FN_HEARTBEAT_LEASE")
 
@@ -99,6 +104,14 @@ class Settings(BaseSettings):
         namespace, slash, name = value.strip().partition("/")
         if value.strip() and (not slash or validation.dns_label(namespace) or validation.dns_subdomain(name)):
             raise ValueError("must be NAMESPACE/NAME of a Lease, or empty")
+        return value.strip()
+
+    @field_validator("kai_defaults_configmap")
+    @classmethod
+    def _configmap(cls, value: str) -> str:
+        namespace, slash, name = value.strip().partition("/")
+        if value.strip() and (not slash or validation.dns_label(namespace) or validation.dns_subdomain(name)):
+            raise ValueError("must be NAMESPACE/NAME of KAI's defaults ConfigMap, or empty (none, KAI's default)")
         return value.strip()
 
     @field_validator("schedule_timeout_seconds", "staleness_grace_period", mode="before")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs one KAI Scheduler component in the foreground against $KUBECONFIG: ./start.sh COMPONENT BIN_DIR
-# (BIN_DIR from `build.sh kai`). As an install runs them, minus what a testbed cannot hold: webhooks off, leader
+# Runs one KAI Scheduler component in the foreground against $KUBECONFIG: ./start.sh COMPONENT BIN_DIR [ARGS...]
+# (BIN_DIR from `build.sh kai`; ARGS are added, e.g. a node pool's scheduler shard: --partition-label-value=POOL). As an install runs them, minus what a testbed cannot hold: webhooks off, leader
 # election off, every server off or on a free loopback port (other testbeds share this machine; KAI's defaults
 # are :8080, :8081 and 127.0.0.1:8081). The command line is the log's first line.
 set -euo pipefail
@@ -27,5 +27,6 @@ case $component in
                 --metrics-bind-address=0 --health-probe-bind-address=0 --zap-log-level=info) ;;
   *) echo "start.sh: unknown KAI component '$component'" >&2; exit 2 ;;
 esac
+args+=("${@:3}")
 echo "+ $bin/$component ${args[*]}"
 exec "$bin/$component" "${args[@]}"

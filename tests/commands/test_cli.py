@@ -34,7 +34,8 @@ def test_plan_of_the_samples_prints_podgroup_templates_and_patch():
     report = json.loads(out.stdout)
     assert report["plan"]["minMember"] == 4
     assert report["plan"]["minResources"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "8"}
-    assert report["podGroup"]["spec"] == {"queue": "team-a", "minMember": 4, "stalenessGracePeriod": "-1s"}
+    assert report["podGroup"]["spec"] == {"queue": "team-a", "minMember": 4, "stalenessGracePeriod": "-1s",
+                                        "priorityClassName": "train"}
     assert report["podTemplates"]["node"]["annotations"]["pod-group-name"] == report["podGroup"]["metadata"]["name"]
     assert report["jobSetPatch"][0]["op"] == "test"
 

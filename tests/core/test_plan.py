@@ -6,6 +6,7 @@ import pytest
 from kai_fn.commands import plan_view
 from kai_fn.function import report
 from kai_fn.core.models import InputError
+from kai_fn.core.owner_metadata import top_owner_metadata
 from kai_fn.core.plan import plan
 from tests import crds
 from tests.builders import UID, container, rjob, runtime, trainjob, typed
@@ -76,7 +77,7 @@ def test_flat_kai_podgroup_is_named_owned_labelled_and_fits_the_crd():
     assert pg["metadata"]["ownerReferences"] == [{
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job", "uid": UID,
         "controller": True, "blockOwnerDeletion": True}]
-    assert pg["spec"] == {"queue": "rt-queue", "minMember": 3, "stalenessGracePeriod": "-1s"}
+    assert pg["spec"] == {"queue": "rt-queue", "minMember": 3, "stalenessGracePeriod": "-1s", "priorityClassName": "train"}
     assert result.stage_podgroups == () and result.podgroups == (pg,)
     assert result.layout == "flat"
     assert result.jobset_annotations == {"kai.scheduler/skip-podgrouper": "true"}
@@ -146,8 +147,9 @@ def test_a_staged_gang_keeps_trainers_arithmetic_and_says_each_stage():
     result = make(trainjob(), rt)
     assert result.min_member == 32  # Trainer's coscheduling counts every pod set
     (initializers,) = result.stage_podgroups
-    assert initializers["metadata"]["annotations"] == {"kai-fn/min-resources": "",
-                                                       "kai-fn/replicated-jobs": "dataset-initializer,model-initializer"}
+    assert initializers["metadata"]["annotations"] == {
+        "kai-fn/min-resources": "", "kai-fn/replicated-jobs": "dataset-initializer,model-initializer",
+        "kai.scheduler/top-owner-metadata": top_owner_metadata("job", UID)}
     assert result.podgroup["metadata"]["annotations"]["kai-fn/schedule-timeout-seconds"] == "90"  # the main gang's
     assert report.gang_text(result) == (f"stages pg-job-{UID}-stage-0 (dataset-initializer, model-initializer: minMember 2); "
                                   f"pg-job-{UID} (node: minMember 30)")

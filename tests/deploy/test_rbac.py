@@ -34,6 +34,15 @@ def scenario_new_trainjob_by_ref_with_a_namespaced_runtime(api, url):
     assert send(url, ref(NS, "bert-pretrain")).status == 200
 
 
+def scenario_a_trainjob_naming_a_priority_class(api, url):
+    """KAI passes over a PriorityClass that does not exist: kai_fn lists them (KAI flavor) to do the same."""
+    tj = sample_object("trainjob-llama-finetune")
+    tj["metadata"].setdefault("labels", {})["priorityClassName"] = "build"
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), tj,
+         sample_object("jobset-llama-finetune"))
+    assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "llama-finetune"))).status == 200
+
+
 def scenario_running_jobset_too_late(api, url):
     seed(api, sample_object("clustertrainingruntime-torch-kai"), sample_object("trainjob-whisper-asr"),
          sample_object("jobset-whisper-asr"))
@@ -133,6 +142,7 @@ SCENARIOS = [  # (scenario, the settings it runs with on top of the flavor)
     (scenario_new_trainjob_by_resource, {}),
     (scenario_new_trainjob_by_ref_with_a_namespaced_runtime, {}),
     (scenario_running_jobset_too_late, {}),
+    (scenario_a_trainjob_naming_a_priority_class, {}),
     (scenario_resync, {}),
     (scenario_gang_status, {}),
     (scenario_schedule_timeout, {}),
@@ -214,6 +224,9 @@ def test_every_granted_custom_resource_exists_upstream(variant):
             continue
         if group == "kai-fn.io":  # no API: a name the marks policy asks the authorizer about
             assert (group, plural, _) in ADMISSION_CHECKED
+            continue
+        if group == "scheduling.k8s.io":
+            assert plural == "priorityclasses"
             continue
         assert (group, plural) in crd_plurals(), (group, plural)
 

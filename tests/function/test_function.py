@@ -144,7 +144,7 @@ def test_a_plain_trainjob_gets_its_podgroup_and_its_held_jobset_is_decided_with_
     answer = send(function.url, event)
     assert (answer.status, answer.body, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "", "done")
     _, js, pg = assert_done(api)
-    assert pg["spec"] == {"queue": "team-a", "minMember": 4, "stalenessGracePeriod": "-1s"}
+    assert pg["spec"] == {"queue": "team-a", "minMember": 4, "stalenessGracePeriod": "-1s", "priorityClassName": "train"}
     assert pg["metadata"]["ownerReferences"][0]["uid"] == UID
     assert pod_meta(js) and all(m["annotations"]["pod-group-name"] == PG
                                 and m["labels"]["kai.scheduler/queue"] == "team-a" for m in pod_meta(js))

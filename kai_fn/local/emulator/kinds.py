@@ -14,7 +14,7 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 WRITE_VERBS = frozenset({"create", "patch", "update", "delete", "deletecollection"})
 # Groups served by kube-apiserver itself: their kinds take strategic merge patches, as the core group's do.
-BUILTIN_GROUPS = frozenset({"", "coordination.k8s.io"})
+BUILTIN_GROUPS = frozenset({"", "coordination.k8s.io", "scheduling.k8s.io"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +66,9 @@ KINDS: Mapping[tuple[str, str], KindInfo] = _kinds(
     KindInfo("", "v1", "Namespace", "namespaces", False, status=True),
     KindInfo("", "v1", "Pod", "pods", True, status=True),
     KindInfo("coordination.k8s.io", "v1", "Lease", "leases", True),  # kai_fn's resync heartbeat
+    # What KAI's podgrouper reads besides the workload (kai_fn/function/kai_cluster.py), read only.
+    KindInfo("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False),
+    KindInfo("", "v1", "ConfigMap", "configmaps", True),
 )
 BY_RESOURCE: Mapping[tuple[str, str, str], KindInfo] = MappingProxyType(
     {(i.group, i.version, i.plural): i for i in KINDS.values()}
