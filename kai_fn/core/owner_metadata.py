@@ -145,11 +145,10 @@ def named_priorities(job: TrainJob, runtime: Runtime, defaults: Mapping[str, str
 
 def deciding_job(jobs: list[ReplicatedJob]) -> ReplicatedJob | None:
     """The trainer's replicatedJob (``node``, else the first ``trainer`` ancestor), else the first."""
-    for pick in (lambda rj: rj.name == keys.NODE,
-                 lambda rj: rj.template.metadata.labels.get(keys.ANCESTOR_LABEL) == keys.ANCESTOR_TRAINER):
-        if found := [rj for rj in jobs if pick(rj)]:
-            return found[0]
-    return jobs[0] if jobs else None
+    named = [rj for rj in jobs if rj.name == keys.NODE]
+    trainers = [rj for rj in jobs if rj.template.metadata.labels.get(keys.ANCESTOR_LABEL) == keys.ANCESTOR_TRAINER]
+    found = named or trainers or jobs
+    return found[0] if found else None
 
 
 def derive(job: TrainJob, jobset: Meta, pod: PodTemplate, cluster: KaiCluster, runtime: Runtime,

@@ -27,7 +27,8 @@ from kai_fn.core import keys, validation
 from kai_fn.core.models import Model, Runtime, TrainJob
 from kai_fn.core.podsets import PodSet
 from kai_fn.core.runtime import replicated_jobs
-from kai_fn.core.scope import Problem, Topology
+from kai_fn.core.owner_metadata import Topology
+from kai_fn.core.scope import Problem
 from kai_fn.core.stages import Stage
 
 MAX_SEGMENTS = 10000  # KAI's maxAllowedSegmentation (pytorch_grouper.go, lws_grouper.go)

@@ -1,4 +1,4 @@
-"""Scenario 10, a cluster sharded by node pool, through kai_fn and through KAI's podgrouper: the same PodGroup
+"""Scenario 12, a cluster sharded by node pool, through kai_fn and through KAI's podgrouper: the same PodGroup
 metadata, so the same shard, priority and preemption delay.
 
 Two pools of kwok nodes: ``np-a`` without KAI's node-pool label (the chain's scheduler, KAI's default shard) and
@@ -14,8 +14,8 @@ from __future__ import annotations
 import copy
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from kubernetes import client
