@@ -7,10 +7,7 @@ plugin compute; quantities are compared as numbers.
 from __future__ import annotations
 
 import copy
-import json
-import subprocess
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 from collections.abc import Iterator
 
@@ -23,36 +20,23 @@ from kai_fn.core.plan import plan
 from kai_fn.core.quantity import Quantity
 from tests.crds import CRDS_DIR
 from tests.testbed import shapes
-from tests.testbed.gobuild import REPO, built
+from tests.testbed.gobuild import REPO, LineOracle
 
 pytestmark = pytest.mark.testbed
 
 SAMPLES = REPO / "samples" / "cluster"
 
 
-class Oracle:
-    """One oracle process for the whole session: a JSON line in, a JSON line out."""
-
-    def __init__(self, binary: Path) -> None:
-        self.proc = subprocess.Popen([str(binary), "--crds", str(CRDS_DIR)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+class Oracle(LineOracle):
+    """Trainer's runtime framework, one process for the whole module."""
 
     def __call__(self, job: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps({"trainJob": job, "runtime": with_policy(runtime, {"coscheduling": {}})}) + "\n")
-        answer = json.loads(self.proc.stdout.readline())
-        assert "error" not in answer, f"Trainer refused the shape: {answer['error']}"
-        return answer
-
-    def close(self) -> None:
-        assert self.proc.stdin
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
+        return self.ask({"trainJob": job, "runtime": with_policy(runtime, {"coscheduling": {}})})
 
 
 @pytest.fixture(scope="module")
 def oracle() -> Iterator[Oracle]:
-    o = Oracle(built("oracle"))
+    o = Oracle("oracle", "--crds", str(CRDS_DIR))
     yield o
     o.close()
 

@@ -12,17 +12,15 @@ subgroups are the gang, different on purpose, and not compared.
 """
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kai_fn.core.models import Runtime, TrainJob, parse
 from kai_fn.core.plan import NEVER_STALE, Plan, plan
-from tests.testbed.gobuild import built
+from tests.testbed.gobuild import LineOracle
 from tests.testbed.podgrouper_cases import CLASSES, NODE_POOL, RUNTIME_QUEUE, TOPOLOGY, Case, cases
 
 pytestmark = pytest.mark.testbed
@@ -31,28 +29,16 @@ OWN = ("kai-fn/", "app.kubernetes.io/managed-by")
 TOP_OWNER = "kai.scheduler/top-owner-metadata"
 
 
-class Oracle:
-    """One oracle process for the whole module: a JSON line in, a JSON line out."""
-
-    def __init__(self, binary: Path) -> None:
-        self.proc = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+class Oracle(LineOracle):
+    """KAI's podgrouper, one process for the whole module."""
 
     def __call__(self, case: Case) -> dict[str, Any]:
-        assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps(case.oracle_input()) + "\n")
-        answer = json.loads(self.proc.stdout.readline())
-        assert "error" not in answer, f"KAI's podgrouper refused the case: {answer['error']}"
-        return answer
-
-    def close(self) -> None:
-        assert self.proc.stdin
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
+        return self.ask(case.oracle_input())
 
 
 @pytest.fixture(scope="module")
 def oracle() -> Iterator[Oracle]:
-    o = Oracle(built("kaioracle"))
+    o = Oracle("kaioracle")
     yield o
     o.close()
 
