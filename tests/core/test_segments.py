@@ -145,7 +145,7 @@ def test_whole_gang_and_segment_constraints_make_two_levels():
 
 
 def test_a_topology_named_for_segments_alone_puts_no_levelless_constraint_at_the_root():
-    """KAI never places a gang whose constraint names a Topology and no level (FACTS 2c, seen on the chain)."""
+    """KAI never places a gang whose constraint names a Topology and no level (seen on the chain: scenario 10)."""
     assert "topologyConstraint" not in make().podgroup["spec"]
 
 

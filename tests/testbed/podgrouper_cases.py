@@ -140,9 +140,12 @@ def _notes() -> st.SearchStrategy[dict[str, str]]:
 
 
 def _topology() -> st.SearchStrategy[dict[str, str]]:
-    """A topology and its levels; a level is never drawn without the topology (kai_fn refuses that: test_plan)."""
+    """A topology and its levels; a level is never drawn without the topology, nor the topology without a level
+    (kai_fn refuses both on purpose: tests/core/test_plan.py, tests/core/test_segments.py; KAI never places a gang
+    whose Topology names no level)."""
     levels = st.tuples(_maybe(TOPOLOGY[1], st.sampled_from(["rack", "zone"])),
-                       _maybe(TOPOLOGY[2], st.sampled_from(["kubernetes.io/hostname", "rack"])))
+                       _maybe(TOPOLOGY[2], st.sampled_from(["kubernetes.io/hostname", "rack"]))).filter(
+        lambda ls: bool(ls[0] or ls[1]))
     return st.one_of(st.just({}), levels.map(lambda ls: {TOPOLOGY[0]: "racks", **ls[0], **ls[1]}))
 
 
