@@ -74,10 +74,14 @@ class FunctionProcess(Started):
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the function exited with {self.proc.returncode} before it answered")
+            # One request at a time, each closed before the next: gunicorn's gthread worker closes a connection
+            # gracefully on its main loop, waiting for the client's side, so a second request made while the first
+            # is open stalls both.
             try:
                 with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:
-                    if response.status == 200 and (not self.serves_kai_fn or self.caught_up()):
-                        return self
+                    answered = response.status == 200
+                if answered and (not self.serves_kai_fn or self.caught_up()):
+                    return self
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.05)
