@@ -41,6 +41,12 @@ def worked(functions, api):
     return functions(**WORKERS)
 
 
+@pytest.fixture
+def patient(functions, api):
+    """With workers and an API timeout longer than the passes are held back in the test (Fault.until)."""
+    return functions(**WORKERS, KAI_FN_API_TIMEOUT_SECONDS="60")
+
+
 def work_metrics(url: str) -> dict[str, float]:
     text = requests.get(f"{url}/metrics", timeout=10).text
     out: dict[str, float] = {}
@@ -119,10 +125,15 @@ def test_an_add_before_its_jobset_waits_and_the_held_jobsets_event_does_the_work
 
 
 @pytest.mark.parametrize("mode", ["resource", "ref", "jobset"])
-def test_fifty_simultaneous_deliveries_make_one_podgroup_one_jobset_write_and_one_event(api, worked, mode):
+def test_fifty_simultaneous_deliveries_make_one_podgroup_one_jobset_write_and_one_event(api, patient, mode):
+    worked = patient
     job = make_job("bg-concurrent-" + mode, "burst", str(uuid.uuid5(uuid.NAMESPACE_URL, "bg" + mode)), mode=mode,
                    extras=True)
     since = plant(api, [job])
+    # Every API call waits until all 50 are answered (they need none): the deliveries all land while the first pass
+    # runs, however the machine's load spreads them, so the queue coalesces them into one more pass at most.
+    answered = threading.Event()
+    api.faults = lambda call: Fault(until=answered)
     adapter = Adapter(worked.url, period=PERIOD)
     barrier = threading.Barrier(50, timeout=30)
     answers: list[Delivery] = []
@@ -134,8 +145,12 @@ def test_fifty_simultaneous_deliveries_make_one_podgroup_one_jobset_write_and_on
     threads = [threading.Thread(target=one) for _ in range(50)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(60)
+    try:
+        for t in threads:
+            t.join(60)
+    finally:
+        answered.set()
+        api.faults = None
     assert not any(t.is_alive() for t in threads), "wall-clock guard: deliveries still running after 60 s"
     idle(worked.url)
     assert check_answers(answers) == [] and {d.status for d in answers} <= {200, 202}
@@ -145,7 +160,7 @@ def test_fifty_simultaneous_deliveries_make_one_podgroup_one_jobset_write_and_on
     assert len(versions_since(api, JOBSET, "JobSet", job.namespace, job.name, since)) == 2  # seeded + one patch
     assert gang_events(api, job.namespace) == {job.uid: 1}
     passes = sum(1 for c in api.calls if (c.verb, c.resource) == ("get", "jobsets"))
-    assert passes <= 4, f"{passes} passes for one TrainJob: queued events did not coalesce"
+    assert passes <= 2, f"{passes} passes for one TrainJob: queued events did not coalesce into one running, one next"
 
 
 def test_a_failed_pass_is_tried_again_by_the_function_without_a_redelivery(api, worked):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import threading
 from typing import Any
 
 import aiohttp.web
@@ -13,12 +14,14 @@ from kai_fn.local.emulator.errors import ApiError
 
 @dataclasses.dataclass(frozen=True)
 class Fault:
-    """An injected failure. ``after`` loses the response of a request that was applied."""
+    """An injected failure. ``after`` loses the response of a request that was applied; ``until``: the request
+    waits until the test sets it (at most a minute), so that what the test does meanwhile is not a race."""
 
     status: int | None = None
     hang: float = 0.0
     after: bool = False
     retry_after: int | None = None
+    until: threading.Event | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -167,6 +167,8 @@ class Server(kmock.KubernetesEmulator):
                 logged = self._log(call, logged)
                 if fault.hang > 0:
                     await hang(fault.hang, self.stopping)
+                if fault.until is not None:
+                    await asyncio.get_running_loop().run_in_executor(None, fault.until.wait, 60)
             if fault is not None and fault.status is not None and not fault.after:
                 response: aiohttp.web.StreamResponse = fault_response(fault)
             else:
