@@ -19,7 +19,7 @@ from kai_fn.function import metrics, report, reserve
 from kai_fn.function.cluster import Gone, Session, Transient
 from kai_fn.function.events import PodGroupEvent
 from kai_fn.function.inventory import Entry, creation_order
-from kai_fn.function.isolate import apart
+from kai_fn.function.isolate import tally_of
 from kai_fn.function.report import Outcome
 from kai_fn.function.settings import Settings
 
@@ -153,19 +153,13 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
     return Outcome("blocked", f"{report.GANG_UNSCHEDULABLE}: {message}", ns, name, uid, pg_name)
 
 
-def _report(session: Session, entry: Entry) -> str:
-    try:
-        return report_on(session, entry.trainjob, entry.podgroup or {}, entry.marks.podgroup or "").result
-    except Transient:
-        return "retry"
-
-
 def sweep(session: Session, settings: Settings, entries: list[Entry]) -> dict[str, int]:
     """The resync's pass over released gangs not known to be bound: a pod list each (and an Event, a mark),
     KAI_FN_RESYNC_LIMIT in turn."""
     tally: dict[str, int] = {}
     waiting = [e for e in entries if e.podgroup is not None and settled(e.marks) is None]
     for entry in session.cluster.take_turn("sweep", waiting, settings.resync_limit, creation_order):
-        result = apart("sweep", session, entry.trainjob, lambda e=entry: _report(session, e), "error")
+        result = tally_of("sweep", session, entry.trainjob, lambda e=entry: report_on(
+            session, e.trainjob, e.podgroup or {}, e.marks.podgroup or "").result)
         tally[result] = tally.get(result, 0) + 1
     return tally

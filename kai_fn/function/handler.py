@@ -174,7 +174,7 @@ class App:
             else:
                 fields |= {"kind": event.via, "namespace": event.namespace, "name": event.name, "uid": event.uid,
                            "mode": event.mode}
-                work, outcome = "trainjob", reconcile.from_body(event, session, self.settings)
+                work, outcome = "trainjob", reconcile.answer_without_a_read(event, session, self.settings)
                 if outcome is None and self.offer(event):
                     return Delivery(202, "accepted: reconciled right after this answer", "accepted",
                                     fields | {"api_calls": session.calls})

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from kai_fn.core import triage
 from kai_fn.function import metrics, report
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import Session, Transient
 
 log = logging.getLogger("kai_fn")
 T = TypeVar("T")
@@ -36,6 +36,19 @@ def apart(stage: str, session: Session, trainjob: dict[str, Any] | None, work: C
             "reason": f"{why}; the other objects go on"}})
         _warn(session, trainjob, stage, error, why)
         return failed
+
+
+def tally_of(stage: str, session: Session, trainjob: dict[str, Any] | None, work: Callable[[], str],
+             retried: tuple[type[Exception], ...] = (Transient,)) -> str:
+    """One object's result in a run's tally: ``work()``, ``retry`` when it raised one of ``retried`` (the next run
+    tries again), ``error`` when it raised anything else (:func:`apart`)."""
+    def attempt() -> str:
+        try:
+            return work()
+        except retried:
+            return "retry"
+
+    return apart(stage, session, trainjob, attempt, "error")
 
 
 def _warn(session: Session, trainjob: dict[str, Any] | None, stage: str, error: Exception, why: str) -> None:

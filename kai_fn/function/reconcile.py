@@ -47,7 +47,7 @@ class NotYet(Exception):
     lost. A 503 instead would hold up every later event of the namespace for 3.1 s of the adapter's retries."""
 
 
-def from_body(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome | None:
+def answer_without_a_read(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome | None:
     """The answer the event's identity (and what this process remembers) gives without an API call, or None when
     the TrainJob needs a pass. The body is never read here: whoever sent it, only the live TrainJob decides."""
     if not settings.watches(event.namespace) and event.via != keys.JOBSET_KIND:
@@ -62,7 +62,7 @@ def from_body(event: TrainJobEvent, session: Session, settings: Settings) -> Out
 def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
     """One TrainJob's pass, planned from the TrainJob as the API server returns it to kai_fn: read now, or listed
     by the resync a moment ago. An event's body, authenticated or not, never decides a gang."""
-    if (answer := from_body(event, session, settings)) is not None:
+    if (answer := answer_without_a_read(event, session, settings)) is not None:
         return answer
     obj = event.object if event.via == RESYNC else None
     if obj is None:

@@ -8,7 +8,6 @@ reconciled here, in turn. A resync that got this far renews the heartbeat.
 """
 from __future__ import annotations
 
-import datetime
 import threading
 import uuid
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from collections.abc import Callable
 from kai_fn.function import gang_status, heartbeat, inventory, timeouts
 from kai_fn.function.cluster import Session, Transient
 from kai_fn.function.events import RESYNC, TrainJobEvent
-from kai_fn.function.isolate import apart
+from kai_fn.function.isolate import tally_of
 from kai_fn.function.reconcile import Reconciler, Retry, now
 from kai_fn.function.report import Outcome
 from kai_fn.function.settings import Settings
@@ -63,13 +62,6 @@ def as_event(entry: inventory.Entry) -> TrainJobEvent:
                          (entry.trainjob.get("metadata") or {}).get("uid"), entry.trainjob, via=RESYNC)
 
 
-def _pass(session: Session, settings: Settings, entry: inventory.Entry, moment: datetime.datetime) -> str:
-    try:
-        return Reconciler(session, settings, entry.trainjob, entry.jobset, moment).run().result
-    except (Retry, Transient):
-        return "retry"
-
-
 def resync(session: Session, settings: Settings, offer: Offer | None = None) -> Outcome:
     moment = now()
     entries = inventory.take(session, settings)
@@ -80,7 +72,8 @@ def resync(session: Session, settings: Settings, offer: Offer | None = None) -> 
         tally["queued"] = len(queued)
     inline = [e for e in owed if e not in queued]
     for entry in session.cluster.take_turn("owed", inline, settings.resync_limit, inventory.creation_order):
-        result = apart("resync", session, entry.trainjob, lambda e=entry: _pass(session, settings, e, moment), "error")
+        result = tally_of("resync", session, entry.trainjob, lambda e=entry: Reconciler(
+            session, settings, e.trainjob, e.jobset, moment).run().result, retried=(Retry, Transient))
         tally[result] = tally.get(result, 0) + 1
     left = max(len(inline) - settings.resync_limit, 0)
     summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "nothing to do"

@@ -16,7 +16,7 @@ from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, placed,
 from kai_fn.function import metrics, report
 from kai_fn.function.cluster import Gone, Session, Stale, Transient
 from kai_fn.function.inventory import Entry
-from kai_fn.function.isolate import apart
+from kai_fn.function.isolate import apart, tally_of
 from kai_fn.function.settings import Settings
 
 
@@ -28,18 +28,11 @@ def check(session: Session, settings: Settings, entries: list[Entry], now: datet
                               lambda e=e: overdue(e.trainjob, e.marks, e.podgroup or {}, now), None)) is not None]
     due.sort(key=lambda d: d[0].deadline)
     for wait, entry in due[: settings.resync_limit]:
-        _count(tally, apart("timeout", session, entry.trainjob,
-                            lambda w=wait, e=entry: _time_out(session, settings, w, e, now), "error"))
+        _count(tally, tally_of("timeout", session, entry.trainjob,
+                               lambda w=wait, e=entry: time_out(session, settings, w, e, now)))
     left = max(len(due) - settings.resync_limit, 0)
     summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "none"
     return f"timeouts: {summary}" + (f"; {left} left for the next run" if left else "")
-
-
-def _time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime) -> str:
-    try:
-        return time_out(session, settings, wait, entry, now)
-    except Transient:
-        return "retry"
 
 
 def time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime) -> str:
