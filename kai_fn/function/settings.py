@@ -29,6 +29,14 @@ SOURCE_SENDERS = tuple(f"system:serviceaccount:{SOURCES_NAMESPACE}:{name}" for n
 ))
 
 
+def _namespace_slash_name(value: str, what: str) -> str:
+    """``NAMESPACE/NAME`` of one object, or empty; stripped."""
+    namespace, slash, name = value.strip().partition("/")
+    if value.strip() and (not slash or validation.dns_label(namespace) or validation.dns_subdomain(name)):
+        raise ValueError(f"must be NAMESPACE/NAME of {what}")
+    return value.strip()
+
+
 class SettingsError(SystemExit):
     """Raised at start-up; its text names the environment variable."""
 
@@ -100,19 +108,13 @@ class Settings(BaseSettings):
 
     @field_validator("heartbeat_lease")
     @classmethod
-    def _namespace_slash_name(cls, value: str) -> str:
-        namespace, slash, name = value.strip().partition("/")
-        if value.strip() and (not slash or validation.dns_label(namespace) or validation.dns_subdomain(name)):
-            raise ValueError("must be NAMESPACE/NAME of a Lease, or empty")
-        return value.strip()
+    def _lease(cls, value: str) -> str:
+        return _namespace_slash_name(value, "a Lease, or empty")
 
     @field_validator("kai_defaults_configmap")
     @classmethod
     def _configmap(cls, value: str) -> str:
-        namespace, slash, name = value.strip().partition("/")
-        if value.strip() and (not slash or validation.dns_label(namespace) or validation.dns_subdomain(name)):
-            raise ValueError("must be NAMESPACE/NAME of KAI's defaults ConfigMap, or empty (none, KAI's default)")
-        return value.strip()
+        return _namespace_slash_name(value, "KAI's defaults ConfigMap, or empty (none, KAI's default)")
 
     @field_validator("schedule_timeout_seconds", "staleness_grace_period", mode="before")
     @classmethod
