@@ -85,7 +85,7 @@ SETTINGS_DEFAULTS = {
 # The exact API calls kai_fn makes: (apiGroup, resource, verb).
 COMMON_TRIPLES = {
     ("trainer.kubeflow.org", "trainjobs", "get"),
-    ("trainer.kubeflow.org", "trainjobs", "patch"),  # a TrainJob the earlier policy suspended; ON_TIMEOUT=suspend
+    ("trainer.kubeflow.org", "trainjobs", "patch"),  # the migration (earlier TrainJob gate); ON_TIMEOUT=suspend
     ("trainer.kubeflow.org", "trainjobs", "list"),  # resync (PingSource) only
     ("trainer.kubeflow.org", "trainingruntimes", "get"),
     ("trainer.kubeflow.org", "clustertrainingruntimes", "get"),

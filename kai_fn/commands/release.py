@@ -94,7 +94,7 @@ def release_one(session: Session, candidate: Candidate, user: str, reason: str) 
         if marks.legacy_owed:
             session.patch_trainjob(namespace, name, {"metadata": {
                 "resourceVersion": meta["resourceVersion"], "annotations": {
-                    keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR, keys.AUTO_SUSPENDED_ANNOTATION: None}},
+                    keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR, "kai-fn/auto-suspended": None}},
                 "spec": {"suspend": False}})
     except (Stale, GuardFailed):
         return f"{namespace}/{name}: changed since it was read; not released (run again to see where it stands)"

@@ -1,4 +1,4 @@
-"""Every label, annotation and API name kai_fn reads or writes, in one place (FACTS.md §1-§2)."""
+"""Every label, annotation and API name kai_fn reads or writes, in one place."""
 
 # Kubeflow Trainer (trainer.kubeflow.org/v1alpha1)
 TRAINER_GROUP = "trainer.kubeflow.org"
@@ -57,18 +57,14 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kai-fn"
 TRAINJOB_NAME_LABEL = "kai-fn/trainjob"
 TRAINJOB_UID_LABEL = "kai-fn/trainjob-uid"
-# kai_fn's decision, on the JobSet (on the TrainJob before the gate moved; still read there):
+# kai_fn's decision, on the JobSet:
 MARKER_PODGROUP = "kai-fn/podgroup"  # the main gang's PodGroup
 MARKER_SKIPPED = "kai-fn/skipped"  # released without a gang, and why
 SKIPPED_BY_OPERATOR = "released-by-operator"  # its value when `kubectl kai-fn release` took it out of kai_fn's hands
 HOLD_ANNOTATION = "kai-fn/hold"
-# On the main PodGroup (on the TrainJob before the gate moved to the JobSet; still read there):
+# On the main PodGroup:
 GANG_BOUND_ANNOTATION = "kai-fn/bound"  # when kai_fn saw every pod of the gang on a node (GangBound posted)
 TIMED_OUT_ANNOTATION = "kai-fn/timed-out"  # when the schedule timeout ended the current wait
-# Set with spec.suspend: true by the MutatingAdmissionPolicy (knative/components/admission-policy): kai_fn holds the
-# JobSet, never the TrainJob. A TrainJob the earlier policy (before the gate moved, kai_fn 0.x) suspended
-# carries this annotation with spec.suspend: true: kai_fn still releases it after an upgrade.
-AUTO_SUSPENDED_ANNOTATION = "kai-fn/auto-suspended"
 # On a JobSet the admission policy holds (spec.suspend: true) until kai_fn decides it: kai_fn's patch removes it
 # with the decision (kai-fn/podgroup or kai-fn/skipped on the JobSet). The JobSet source selects by it.
 HELD_LABEL = "kai-fn/held"

@@ -122,7 +122,7 @@ def marks(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None,
     job_notes, set_notes, pg_notes = notes(trainjob), notes(jobset), notes(podgroup)
     held_label = jobset is not None and labels(jobset).get(keys.HELD_LABEL) == "true"
     legacy_notes = {} if held_label else job_notes
-    legacy = job_notes.get(keys.AUTO_SUSPENDED_ANNOTATION) == "true" and suspended(trainjob)
+    legacy = job_notes.get("kai-fn/auto-suspended") == "true" and suspended(trainjob)
     podgroup_name = set_notes.get(keys.MARKER_PODGROUP) or legacy_notes.get(keys.MARKER_PODGROUP)
     skipped = set_notes.get(keys.MARKER_SKIPPED) or legacy_notes.get(keys.MARKER_SKIPPED)
     return Marks(

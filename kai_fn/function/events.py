@@ -7,6 +7,7 @@ moment Trainer makes the JobSet) and kai_fn's PodGroups (the gang's status is re
 """
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +20,14 @@ from kai_fn.core import keys, validation
 
 PREFIX = "dev.knative.apiserver."
 PING = "dev.knative.sources.ping"
-RESYNC = "resync"  # a TrainJobEvent's ``via`` when the resync asked for the pass: its TrainJob was read from the API
+
+
+class Via(enum.StrEnum):
+    """What brought a TrainJob's pass: its own event, its held JobSet's, or the resync (its TrainJob listed)."""
+
+    TRAINJOB = keys.TRAINJOB_KIND
+    JOBSET = keys.JOBSET_KIND
+    RESYNC = "resync"
 
 
 class BadEvent(ValueError):
@@ -35,8 +43,8 @@ class TrainJobEvent:
     name: str
     uid: str | None = None  # ref mode carries none
     object: dict[str, Any] | None = None  # resource mode: the TrainJob as the watch saw it
-    via: str = keys.TRAINJOB_KIND  # JobSet: brought by the held JobSet's event (resource mode, no TrainJob body)
-    jobset_uid: str | None = None  # the JobSet's, when ``via`` is JobSet
+    via: Via = Via.TRAINJOB  # JOBSET: brought by the held JobSet's event (resource mode, no TrainJob body)
+    jobset_uid: str | None = None  # the JobSet's, when ``via`` is JOBSET
 
 
 @dataclass(frozen=True)
@@ -159,7 +167,7 @@ def _jobset(ce_id: str, ce_type: str, mode: str, action: str, data: dict[str, An
         return Ignored(ce_id, ce_type, "a JobSet no TrainJob controls")
     return TrainJobEvent(ce_id, ce_type, "resource", _name(meta, "namespace", "data.metadata"),
                          _name(owner, "name", "data.metadata.ownerReferences[]"),
-                         _name(owner, "uid", "data.metadata.ownerReferences[]"), via=keys.JOBSET_KIND,
+                         _name(owner, "uid", "data.metadata.ownerReferences[]"), via=Via.JOBSET,
                          jobset_uid=_name(meta, "uid", "data.metadata"))
 
 

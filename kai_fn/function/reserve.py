@@ -85,8 +85,8 @@ def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | 
         try:
             if made := make(session, wanted):
                 done.append(f"{made} placeholder(s) made")
-        except Gone as gone:  # its namespace is being deleted
-            return f"no place to hold: {gone}", False
+        except Gone as missing:  # its namespace is being deleted
+            return f"no place to hold: {missing}", False
         # JobSet may have made the pods meanwhile: look again, so a placeholder never outlives its use.
         step, held = now_step(None)
     if step.delete:

@@ -12,9 +12,9 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from kai_fn.function import gang_status, heartbeat, inventory, timeouts
+from kai_fn.function import gang_status, heartbeat, inventory, migration, timeouts
 from kai_fn.function.cluster import Session, Transient
-from kai_fn.function.events import RESYNC, TrainJobEvent
+from kai_fn.function.events import TrainJobEvent, Via
 from kai_fn.function.isolate import tally_of
 from kai_fn.function.reconcile import Reconciler, Retry, now
 from kai_fn.function.report import Outcome
@@ -58,8 +58,8 @@ class OneAtATime:
 
 def as_event(entry: inventory.Entry) -> TrainJobEvent:
     namespace, name = entry.key
-    return TrainJobEvent(f"resync-{uuid.uuid4()}", RESYNC, "ref", namespace, name,
-                         (entry.trainjob.get("metadata") or {}).get("uid"), entry.trainjob, via=RESYNC)
+    return TrainJobEvent(f"resync-{uuid.uuid4()}", Via.RESYNC, "ref", namespace, name,
+                         (entry.trainjob.get("metadata") or {}).get("uid"), entry.trainjob, via=Via.RESYNC)
 
 
 def resync(session: Session, settings: Settings, offer: Offer | None = None) -> Outcome:
@@ -84,6 +84,7 @@ def resync(session: Session, settings: Settings, offer: Offer | None = None) -> 
         swept = gang_status.sweep(session, settings, released)
         summary += f"; {len(released)} released gangs not yet bound: " + ", ".join(
             f"{n} {r}" for r, n in sorted(swept.items()))
+    summary += migration.resync(session, settings, entries)
     if settings.flavor == "kai":
         summary += "; " + timeouts.check(session, settings, entries, moment)
     return Outcome("done", summary + "; " + heartbeat.beat(session, settings, moment))

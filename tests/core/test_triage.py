@@ -51,7 +51,7 @@ def podgroup(**notes: str) -> dict[str, Any]:
 
 PODGROUP = {keys.MARKER_PODGROUP: PG}
 SKIPPED = {keys.MARKER_SKIPPED: "out-of-scope"}
-AUTO = {keys.AUTO_SUSPENDED_ANNOTATION: "true"}
+AUTO = {"kai-fn/auto-suspended": "true"}
 BOUND, TIMED_OUT, RELEASED = keys.GANG_BOUND_ANNOTATION, keys.TIMED_OUT_ANNOTATION, keys.RELEASED_AT_ANNOTATION
 
 
@@ -97,7 +97,7 @@ LEGACY = {
     "annotated but resumed (by kai_fn, or its user)": (trainjob(suspend=False, **AUTO), False),
     "annotated, suspend absent": (trainjob(**AUTO), False),
     "suspended by its author, not annotated": (trainjob(suspend=True), False),
-    "the annotation not 'true'": (trainjob(suspend=True, **{keys.AUTO_SUSPENDED_ANNOTATION: "yes"}), False),
+    "the annotation not 'true'": (trainjob(suspend=True, **{"kai-fn/auto-suspended": "yes"}), False),
 }
 
 

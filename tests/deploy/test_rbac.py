@@ -87,8 +87,9 @@ def scenario_schedule_timeout(api, url):
 
 
 
-def scenario_upgrade_releases_a_trainjob_the_earlier_policy_suspended(api, url):
-    """kai_fn 0.x's policy suspended the TrainJob itself: after an upgrade, kai_fn still releases it."""
+def scenario_the_migration_resumes_a_trainjob_the_earlier_gate_suspended(api, url):
+    """The earlier TrainJob gate suspended the TrainJob itself: the migration (kai_fn/function/migration.py)
+    resumes it once its JobSet is decided."""
     tj = sample_object("trainjob-bert-pretrain")
     tj["spec"]["suspend"] = True
     tj["metadata"]["annotations"] = {"kai-fn/auto-suspended": "true"}
@@ -146,7 +147,7 @@ SCENARIOS = [  # (scenario, the settings it runs with on top of the flavor)
     (scenario_resync, {}),
     (scenario_gang_status, {}),
     (scenario_schedule_timeout, {}),
-    (scenario_upgrade_releases_a_trainjob_the_earlier_policy_suspended, {}),
+    (scenario_the_migration_resumes_a_trainjob_the_earlier_gate_suspended, {}),
     (scenario_schedule_timeout, {"KAI_FN_ON_TIMEOUT": "suspend"}),  # the one TrainJob write on a gang's path
     (scenario_authenticated_delivery, {"KAI_FN_AUDIENCE": AUDIENCE}),
     (scenario_mpi_launcher_place_held_then_handed_over, {}),

@@ -150,7 +150,7 @@ SCENARIOS = {
     "a stale add of a deleted TrainJob is 200 and ignored": Scenario(stale_add, [200], [], None, None, []),
     "a running JobSet is TooLate": Scenario(add, [200], [], False, False, ["TooLate"], seeding={"running": True}),
     "a resync ping decides a held JobSet": Scenario(resync, [200], [KAI_PG], False, False, ["GangCreated"]),
-    "a TrainJob the earlier policy suspended is released after an upgrade": Scenario(
+    "the migration resumes a TrainJob the earlier TrainJob gate suspended": Scenario(
         resync, [200], [KAI_PG], False, True, ["GangCreated"], seeding={"legacy": True}),
     "20 concurrent deliveries make one PodGroup": Scenario(concurrent, [200] * 20, [KAI_PG], False, False,
                                                            ["GangCreated"], racing=True),

@@ -1,10 +1,11 @@
-"""Suspended TrainJobs in the JobSet gate: the upgrade from the earlier policy, and TrainJobs their authors suspend.
+"""The migration from the earlier TrainJob gate (kai_fn/function/migration.py), and TrainJobs their authors suspend.
 
-Upgrade: a TrainJob the EARLIER policy suspended (``kai-fn/auto-suspended`` with ``spec.suspend: true``; its JobSet,
-made before the new policy, suspended WITHOUT the ``kai-fn/held`` label) is still owed a release. In scope: its gang,
-the decision on its JobSet, then the TrainJob resumed (Trainer resumes the JobSet). Out of scope: released at once
-without a gang. Runtime missing or plan blocked: left suspended with the Warning, released by the next change or
-resync once fixed. Kueue's and ``kai-fn/hold``'s are never resumed by kai_fn.
+A TrainJob the earlier gate suspended (``kai-fn/auto-suspended`` with ``spec.suspend: true``; its JobSet, made then,
+suspended WITHOUT the ``kai-fn/held`` label) is a suspended TrainJob to the pass: in scope, its gang is made and its
+JobSet decided; then the migration resumes it (Trainer resumes the JobSet). Out of scope: its JobSet marked so and
+the TrainJob resumed at once, without a gang. Runtime missing or plan blocked: left suspended with the Warning,
+resumed by the next change or resync once fixed. Kueue's and ``kai-fn/hold``'s are never resumed by kai_fn. A
+TrainJob that gate decided carries its marks on itself: they are carried to its JobSet and main PodGroup.
 
 Suspended by its author: the policy holds its JobSet as any other; kai_fn prepares the gang and decides the JobSet,
 which stays suspended until the author resumes the TrainJob (Trainer resumes the JobSet then). Out of scope: left
@@ -84,7 +85,7 @@ def released_legacy(tj: dict) -> bool:
     return tj["spec"]["suspend"] is False and AUTO not in (tj["metadata"].get("annotations") or {})
 
 
-# -- the upgrade: TrainJobs the earlier policy suspended -------------------------------------------------------
+# -- the migration: TrainJobs the earlier gate suspended ------------------------------------------------------
 
 @pytest.mark.parametrize("by", ["event", "resync"])
 def test_in_scope_it_gets_its_gang_its_jobset_is_decided_and_it_is_released(api, function, by):
@@ -98,10 +99,10 @@ def test_in_scope_it_gets_its_gang_its_jobset_is_decided_and_it_is_released(api,
     crds.validate(pg)
     assert js["metadata"]["annotations"]["kai-fn/podgroup"] == pg["metadata"]["name"]  # the decision on the JobSet
     assert js["spec"]["suspend"] is True  # Trainer resumes it with its TrainJob
-    assert writes(api) == [("create", "podgroups"), ("patch", "jobsets"), ("patch", "trainjobs"), ("create", "events")]
+    assert writes(api) == [("create", "podgroups"), ("patch", "jobsets"), ("create", "events"), ("patch", "trainjobs")]
     (release,) = [c for c in api.calls if c.verb == "patch" and c.resource == "trainjobs"]
     assert release.body == {"metadata": {"annotations": {AUTO: None}}, "spec": {"suspend": False}}
-    assert gang_created(api).endswith("released")
+    assert gang_created(api).endswith("left suspended: the TrainJob is suspended: it starts when it is resumed")
     api.reset_calls()
     assert send(function.url, resource(tj, "update")).status == 200  # the update its release caused: nothing
     assert writes(api) == []
@@ -185,6 +186,48 @@ def test_outside_the_namespace_allowlist_its_event_costs_nothing_and_the_resync_
     assert js["metadata"]["annotations"] == {"kai-fn/skipped": "out-of-scope"} and js["spec"]["suspend"] is True
     assert writes(api) == [("patch", "jobsets"), ("patch", "trainjobs")]
     assert api.list(KAI_PG, "PodGroup", NS) == []
+
+
+def test_a_running_trainjob_that_gate_decided_has_its_marks_carried_to_its_jobset_and_podgroup(api, functions):
+    """Decided and bound before the upgrade: its JobSet runs undecided, its PodGroup unmarked. Not too late: its
+    marks move where kai_fn reads them, and later events cost nothing."""
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
+         *authors())
+    assert send(functions().url, resource(live(api, "llama-finetune"))).status == 200
+    (pg,) = api.list(KAI_PG, "PodGroup", NS)
+    name = pg["metadata"]["name"]
+    js = jobset(api)  # as the earlier kai_fn left it: running, its decision on the TrainJob
+    js["metadata"]["annotations"] = {}
+    js["spec"]["suspend"] = False
+    api.put(js)
+    tj = live(api, "llama-finetune")
+    tj["spec"]["suspend"] = False
+    tj["metadata"]["annotations"] = {"kai-fn/podgroup": name, "kai-fn/bound": "2026-01-02T03:04:05Z"}
+    api.put(tj)
+    api.reset_calls()
+    functions.forget()  # a new process: it remembers nothing of the pass above
+    answer = send(functions().url, resource(live(api, "llama-finetune"), "update"))
+    assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "skipped")
+    assert jobset(api)["metadata"]["annotations"] == {"kai-fn/podgroup": name}
+    assert api.get(KAI_PG, "PodGroup", NS, name)["metadata"]["annotations"]["kai-fn/bound"] == "2026-01-02T03:04:05Z"
+    assert not {"kai-fn/podgroup", "kai-fn/bound"} & set(live(api, "llama-finetune")["metadata"].get("annotations") or {})
+    assert warnings(api, "TooLate") == []
+    assert writes(api) == [("patch", "jobsets"), ("patch", "podgroups"), ("patch", "trainjobs")]
+
+
+def test_a_trainjobs_own_decision_is_never_carried_to_a_jobset_the_policy_holds(api, function):
+    """A held JobSet is decided by its own annotations alone: the TrainJob's marks are dropped, the pass decides."""
+    tj, js = sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune")
+    own_uid(tj, js)
+    tj["metadata"]["annotations"] = {"kai-fn/skipped": "out-of-scope", "kai-fn/bound": "2026-01-02T03:04:05Z"}
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), tj, js)
+    assert send(function.url, resource(live(api, "llama-finetune"))).status == 200
+    (pg,) = api.list(KAI_PG, "PodGroup", NS)
+    notes = jobset(api)["metadata"]["annotations"]
+    assert notes["kai-fn/podgroup"] == pg["metadata"]["name"] and "kai-fn/skipped" not in notes
+    assert "kai-fn/bound" not in (pg["metadata"].get("annotations") or {})
+    assert not (live(api, "llama-finetune")["metadata"].get("annotations") or {})
+    assert writes(api) == [("patch", "trainjobs"), ("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
 
 
 # -- suspended by its author ----------------------------------------------------------------------------------

@@ -1,0 +1,229 @@
+"""What one pass does for a TrainJob, decided from its state, the facts read for it and its plan: pure.
+
+Two steps, because planning needs reads the decision may spare: :func:`before_plan` answers a TrainJob already
+decided, being deleted or outside the namespaces kai_fn serves; :func:`with_plan` answers from the plan (or why there
+is none) and :func:`gang` from the JobSet as read now, again after each guarded patch that found it changed. Each
+:data:`Action` carries what the shell needs to carry it out.
+"""
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kai_fn.core import keys, reasons, triage
+from kai_fn.core.patch import MissingReplicatedJob, Op, jobset_patch
+from kai_fn.core.plan import Plan
+from kai_fn.core.reasons import Result
+from kai_fn.core.schedule_timeout import stamp
+
+# Why a TrainJob waits: short tokens, the label of kai_fn_waiting_events.
+NOT_CREATED = "no_jobset"
+REPLACED = "jobset_replaced"
+
+
+class State(Protocol):
+    """Where the TrainJob stands (kai_fn's state model): the attributes the decision reads."""
+
+    @property
+    def podgroup(self) -> str | None: ...
+    @property
+    def skipped(self) -> str | None: ...
+    @property
+    def held(self) -> bool: ...
+    @property
+    def suspended(self) -> bool: ...
+    @property
+    def deleting(self) -> bool: ...
+    @property
+    def reserves(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the decision needs besides the state: the objects as read and the settings that bear on it."""
+
+    trainjob: dict[str, Any]
+    jobset: dict[str, Any] | None
+    now: datetime.datetime  # the pass's one clock reading
+    watched: bool  # its namespace is one kai_fn serves (KAI_FN_NAMESPACES)
+    resume: bool = True  # KAI_FN_RESUME
+    precheck: bool = False  # KAI's flavor with KAI_FN_QUEUE_CHECK on: a new gang's Queue is checked first
+
+
+# Why there is no plan: what planning found wrong.
+@dataclass(frozen=True)
+class InvalidTrainJob:
+    error: str
+
+
+@dataclass(frozen=True)
+class RuntimeMissing:
+    runtime: str
+
+
+@dataclass(frozen=True)
+class InvalidRuntime:
+    runtime: str
+    error: str
+
+
+Planned = Plan | InvalidTrainJob | RuntimeMissing | InvalidRuntime
+
+
+@dataclass(frozen=True)
+class Ignore:
+    """Nothing is kai_fn's to do, and nothing to remember."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Decided earlier: nothing to do; ``podgroup`` its gang."""
+
+    why: str
+    podgroup: str | None = None
+
+
+@dataclass(frozen=True)
+class SettleReservation:
+    """Decided with places held for a later wave: bring the placeholders to where they should be."""
+
+    podgroup: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Not yet: a later event brings the work (``token`` is why, for the metric)."""
+
+    token: str
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """A Warning on the TrainJob; its JobSet (if held) stays held."""
+
+    reason: str
+    message: str
+    result: Result = "blocked"
+
+
+@dataclass(frozen=True)
+class LetGo:
+    """Out of scope. ``held``: the policy holds its JobSet, and ``ops`` let it go (marked, resumed)."""
+
+    why: str
+    held: bool
+    ops: tuple[Op, ...] = ()
+
+
+@dataclass(frozen=True)
+class MarkTooLate:
+    """Its JobSet runs undecided: its pods cannot join a gang; ``ops`` mark it so."""
+
+    ops: tuple[Op, ...]
+
+
+@dataclass(frozen=True)
+class MakeGang:
+    """Make the gang (the Queue checked first when ``precheck``), the placeholders, then patch the JobSet with
+    ``ops`` (guarded: a changed JobSet is read and decided again). No ``ops``: the JobSet carries it all already."""
+
+    plan: Plan
+    ops: tuple[Op, ...]
+    waits: str | None  # why the gang must not start yet
+    precheck: bool
+    placeholders: tuple[dict[str, Any], ...]
+    remember: bool  # nothing more is kai_fn's to do once done
+
+
+Action = Ignore | Skip | SettleReservation | Wait | Refuse | LetGo | MarkTooLate | MakeGang
+
+TOO_LATE_MESSAGE = ("its JobSet is already running, so its pods cannot join a gang (pod templates are immutable once "
+                    "resumed); install kai_fn's admission policy, which holds the JobSets of TrainJobs that ask for KAI")
+
+
+def before_plan(state: State, facts: Facts) -> Action | None:
+    """The action that needs no plan, or None when the TrainJob must be planned."""
+    if state.deleting:
+        return Ignore("the TrainJob is being deleted")
+    if state.podgroup is not None:
+        if state.reserves:  # places held for a later wave: never "nothing left to do"
+            return SettleReservation(state.podgroup)
+        return Skip("already gang-scheduled", state.podgroup)
+    if state.skipped is not None:
+        return Skip(f"skipped earlier ({state.skipped})")
+    if not facts.watched:
+        return let_go(state, facts, "namespace not in KAI_FN_NAMESPACES")
+    return None
+
+
+def with_plan(state: State, facts: Facts, planned: Planned) -> Action:
+    """The action once the TrainJob is planned, or why it could not be."""
+    match planned:
+        case InvalidTrainJob(error):
+            return Refuse(reasons.INVALID_TRAINJOB, error)
+        case RuntimeMissing(runtime):
+            return Refuse(reasons.RUNTIME_NOT_FOUND, f"{runtime} does not exist; a retry cannot help until it does",
+                          result="ignored")
+        case InvalidRuntime(runtime, error):
+            return Refuse(reasons.INVALID_RUNTIME, f"{runtime}: {error}")
+    if planned.ignored:
+        return let_go(state, facts, planned.ignored)
+    if planned.blocked:
+        return Refuse(reasons.PLAN_BLOCKED, "; ".join(str(p) for p in planned.problems))
+    if facts.jobset is None:
+        return Wait(NOT_CREATED)
+    return gang(state, facts, planned)
+
+
+def let_go(state: State, facts: Facts, why: str) -> Action:
+    """Out of scope: a JobSet the policy holds is decided without a gang (resumed unless its TrainJob is
+    suspended: Trainer resumes it with the TrainJob); anything else is left as it is."""
+    if not state.held or facts.jobset is None:
+        return LetGo(why, held=False)
+    ops = jobset_patch(None, facts.jobset, {keys.MARKER_SKIPPED: "out-of-scope"}, not state.suspended)
+    return LetGo(why, held=True, ops=tuple(ops))
+
+
+def waits_for(state: State, facts: Facts) -> str | None:
+    """Why the gang, once made, must not start yet: kai_fn is told to wait, or its TrainJob is suspended (Trainer
+    resumes the JobSet when the TrainJob is resumed; Kueue resumes the TrainJob it admits)."""
+    if (hold := triage.hold_reason(facts.trainjob)) is not None:
+        return hold
+    if not facts.resume:
+        return "KAI_FN_RESUME is false"
+    if state.suspended and (kueue := triage.queued_by_kueue(facts.trainjob)) is not None:
+        return kueue
+    if state.suspended:
+        return "the TrainJob is suspended: it starts when it is resumed"
+    return None
+
+
+def gang(state: State, facts: Facts, plan: Plan) -> Action:
+    """The gang and the JobSet's patch, from the JobSet as read now (``facts.jobset``). Told to wait while its
+    TrainJob runs (kai-fn/hold, KAI_FN_RESUME=false): templates only, no decision, so the policy keeps turning
+    Trainer's re-applies back until the hold is lifted."""
+    assert facts.jobset is not None
+    waits = waits_for(state, facts)
+    resume = waits is None and state.held
+    decision: dict[str, str] | None = None
+    if waits is None or state.suspended:
+        decision = {keys.MARKER_PODGROUP: plan.podgroup_name or ""}
+    if decision is not None and plan.reserves:
+        decision[keys.RESERVES_ANNOTATION] = plan.reserves
+    if resume:
+        decision = {**(decision or {}), keys.RELEASED_AT_ANNOTATION: stamp(facts.now)}
+    try:
+        ops = jobset_patch(plan, facts.jobset, decision, resume)
+    except MissingReplicatedJob as missing:
+        name = triage.meta(facts.jobset).get("name")
+        return Refuse(reasons.JOBSET_MISMATCH,
+                      f"JobSet {name} has no replicatedJob {missing.args[0]!r}, which the runtime has")
+    if ops and not triage.suspended(facts.jobset):
+        return MarkTooLate(tuple(jobset_patch(None, facts.jobset, {keys.MARKER_SKIPPED: "running"})))
+    return MakeGang(plan, tuple(ops), waits, precheck=facts.precheck and plan.queue is not None,
+                    placeholders=plan.placeholders if resume else (),
+                    remember=(waits is None or state.suspended) and not plan.reserves)
+

@@ -1,0 +1,179 @@
+"""Carrying out what :mod:`kai_fn.core.decide` decided for one TrainJob: the API calls, the Event, the Outcome.
+
+A gang is made in order: the Queue checked (KAI's own limits, nothing allocated), its PodGroups created or adopted,
+its placeholders made, then the JobSet's one guarded JSON Patch. A patch whose guards fail (the JobSet was resumed,
+replaced or changed meanwhile) sends the pass back to the decision with the JobSet read again.
+"""
+from __future__ import annotations
+
+import datetime
+from typing import Any, assert_never
+
+from kai_fn.core import adopt, decide, triage
+from kai_fn.core.decide import Action, Ignore, LetGo, MakeGang, MarkTooLate, Refuse, SettleReservation, Skip, Wait
+from kai_fn.core.queue_check import check
+from kai_fn.function import metrics, report, reserve
+from kai_fn.function.cluster import GuardFailed, NotServed, Session
+from kai_fn.function.report import Outcome, Result
+from kai_fn.function.settings import Settings
+
+_WAITING = {decide.NOT_CREATED: "Trainer has not made its JobSet yet",
+            decide.REPLACED: "the JobSet of that name belongs to an earlier TrainJob of that name (being replaced)"}
+
+
+class Retry(Exception):
+    """The work cannot be done yet and no later event is sure to come; the sender should redeliver (503)."""
+
+
+class NotYet(Exception):
+    """The work cannot be done yet, but a later event brings it (answered 2xx, outcome ``waiting``): the JobSet
+    source sends the held JobSet the moment Trainer makes it, and the resync finds any held JobSet whose event was
+    lost. A 503 instead would hold up every later event of the namespace for 3.1 s of the adapter's retries."""
+
+
+class Changed(Exception):
+    """The JobSet changed under the gang's patch: decide again on the JobSet as it is now."""
+
+
+class Execution:
+    """One TrainJob's pass as seen by the steps that carry out its action."""
+
+    def __init__(self, session: Session, settings: Settings, obj: dict[str, Any],
+                 jobset: dict[str, Any] | None, moment: datetime.datetime) -> None:
+        self.session, self.settings, self.obj, self.jobset = session, settings, obj, jobset
+        self.now = moment  # one clock reading per pass
+        meta = obj.get("metadata", {})
+        self.namespace, self.name, self.uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+        self.created = self.checked = False  # across the patch's tries: the gang made, the Queue checked
+
+    def decided(self) -> None:
+        """Nothing more is kai_fn's to do: later events of this TrainJob, or of this JobSet, cost no API call."""
+        self.session.cluster.recent.decided(self.uid, triage.meta(self.jobset).get("uid"))
+
+    def outcome(self, result: Result, reason: str, podgroup: str | None = None) -> Outcome:
+        return Outcome(result, reason, self.namespace, self.name, self.uid, podgroup)
+
+    def warn(self, reason: str, message: str, result: Result = "blocked") -> Outcome:
+        self.session.create_event(self.namespace, report.event_body(self.obj, reason, message, warning=True))
+        return self.outcome(result, f"{reason}: {message}")
+
+    def carry_out(self, action: Action) -> Outcome:
+        """Every action but a gang's (:meth:`make_gang`, which may come back with :class:`Changed`)."""
+        match action:
+            case Skip(why, podgroup):
+                self.decided()
+                return self.outcome("skipped", why, podgroup)
+            case SettleReservation(podgroup):
+                done, changed = reserve.settle(self.session, self.obj, self.jobset, podgroup,
+                                               lambda: reserve.planned(self.session, self.settings, self.obj))
+                return self.outcome("done" if changed else "skipped", done, podgroup)
+            case Wait(token):
+                metrics.WAITING.labels(token).inc()
+                return self.outcome("waiting", f"{_WAITING.get(token, token)}; its next event does the work")
+            case Refuse(reason, message, result):
+                return self.warn(reason, message, result)
+            case LetGo():
+                return self.let_go(action)
+            case MarkTooLate(ops):
+                return self.too_late(list(ops))
+            case MakeGang():
+                return self.make_gang(action)
+            case Ignore(why):
+                return self.outcome("ignored", why)
+        assert_never(action)
+
+    def let_go(self, action: LetGo) -> Outcome:
+        """Out of scope: a JobSet the policy held is let go (marked, so later events cost nothing)."""
+        if not action.held:
+            return self.outcome("ignored", action.why)
+        try:
+            if action.ops:
+                self.session.patch_jobset(self.namespace, self.name, list(action.ops))
+        except GuardFailed:
+            raise Retry("the JobSet changed while it was let go") from None
+        self.decided()
+        return self.outcome("done", f"released without a gang: {action.why}")
+
+    def too_late(self, ops: list[dict[str, Any]]) -> Outcome:
+        """Its JobSet runs and was never held (no admission policy, or it matched too late). Marked on the JobSet,
+        so later events cost nothing."""
+        try:
+            if ops:
+                self.session.patch_jobset(self.namespace, self.name, ops)
+        except GuardFailed:
+            raise Retry("the JobSet changed while it was marked") from None
+        self.decided()
+        return self.warn(report.TOO_LATE, decide.TOO_LATE_MESSAGE, result="skipped")
+
+    def make_gang(self, action: MakeGang) -> Outcome:
+        """The gang, then the JobSet's patch; :class:`Changed` when the patch's guards failed."""
+        if action.ops:
+            if (refused := self.build(action)) is not None:
+                return refused
+            try:
+                self.session.patch_jobset(self.namespace, self.name, list(action.ops))
+            except GuardFailed:
+                raise Changed() from None
+        if action.remember:
+            self.decided()
+        message = report.gang_created(action.plan, self.created, action.waits)
+        self.session.create_event(self.namespace, report.event_body(self.obj, report.GANG_CREATED, message,
+                                                                   warning=False, key=action.plan.podgroup_name))
+        return self.outcome("done", message, action.plan.podgroup_name)
+
+    def build(self, action: MakeGang) -> Outcome | None:
+        """The Queue checked (once per pass), the PodGroups made or adopted, the placeholders made; an Outcome when
+        the gang is refused."""
+        try:
+            if action.precheck and not self.checked and (refused := self.queue_precheck(action)) is not None:
+                return refused
+            self.checked = True
+            for podgroup in action.plan.podgroups:
+                if self.session.create_podgroup(podgroup):
+                    self.created = True
+                    metrics.GANGS_CREATED.inc()
+                else:
+                    self.adopt(podgroup)
+            reserve.make(self.session, action.placeholders)  # the later wave's places, before any pod of it
+        except NotServed as missing:
+            flavor = self.settings.flavor
+            return self.warn(report.SCHEDULER_NOT_SERVED,
+                             f"{missing}: is {'KAI Scheduler' if flavor == 'kai' else 'scheduler-plugins'} installed "
+                             f"(KAI_PODGROUP_FLAVOR={flavor})? Its JobSet stays held and is tried again on its next "
+                             f"change and at every resync")
+        return None
+
+    def not_adopted(self, taken: adopt.NotAdopted) -> Outcome:
+        return self.warn(report.NOT_ADOPTED, f"{taken}. Its JobSet stays held: delete that {taken.kind} (kai_fn "
+                                             f"then makes its own on the next pass or resync) or ask who made it")
+
+    def queue_precheck(self, action: MakeGang) -> Outcome | None:
+        """KAI's own limit checks with nothing allocated, just before a new gang would be made: a gang that can never
+        fit is not released to wait forever. A refusal is always confirmed on a fresh list of the Queues."""
+        plan = action.plan
+        assert plan.queue is not None
+        tree, cached = self.session.queues()
+        refusal = check(tree, plan.queue, plan.gangs, plan.non_preemptible)
+        if refusal is not None and cached:
+            tree, _ = self.session.queues(fresh=True)
+            refusal = check(tree, plan.queue, plan.gangs, plan.non_preemptible)
+        if refusal is None:
+            return None
+        reason = report.GANG_EXCEEDS_QUEUE if refusal.kind == "over" else report.QUEUE_NOT_FOUND
+        if self.settings.queue_check == "warn":
+            self.session.create_event(self.namespace, report.event_body(
+                self.obj, reason, f"{refusal.message} (KAI_FN_QUEUE_CHECK=warn: released anyway)", warning=True))
+            return None
+        metrics.PRECHECK_REFUSALS.labels(reason).inc()
+        return self.warn(reason, f"{refusal.message}; its JobSet stays held, and is checked again on its next "
+                                 f"change and at every resync")
+
+    def adopt(self, planned: dict[str, Any]) -> None:
+        """A PodGroup of the gang's name exists: it is the gang only when it is the one kai_fn plans."""
+        meta = planned["metadata"]
+        live = self.session.podgroup(planned["apiVersion"], meta["namespace"], meta["name"])
+        if live is None:
+            raise Retry(f"PodGroup {meta['name']} was deleted while it was made")
+        if differences := adopt.podgroup_differences(live, planned):
+            metrics.REFUSED_ADOPTIONS.labels("podgroup").inc()
+            raise adopt.NotAdopted("PodGroup", meta["namespace"], meta["name"], differences)

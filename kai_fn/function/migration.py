@@ -1,0 +1,142 @@
+"""The migration from kai_fn's earlier TrainJob gate; removed in kai_fn 0.3.0.
+
+That gate suspended the TrainJob itself (``spec.suspend: true``, ``kai-fn/auto-suspended: "true"``) and kai_fn wrote
+its marks on the TrainJob. This module carries a TrainJob's own marks to where kai_fn reads them now (the decision
+``kai-fn/podgroup`` or ``kai-fn/skipped`` and ``kai-fn/released-at`` onto its JobSet, never onto one the policy holds;
+``kai-fn/bound`` and ``kai-fn/timed-out`` onto its main PodGroup) and removes them from the TrainJob. A TrainJob that
+gate suspended is, to the pass, a suspended TrainJob: once its JobSet is decided (or it is out of scope), it is
+resumed here, unless ``kai-fn/hold`` is "true", Kueue admits it or KAI_FN_RESUME is false. It runs in the pass and,
+over the TrainJobs that carry any of those marks, in the resync. Nothing else in kai_fn knows of that gate.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from kai_fn.core import keys, triage
+from kai_fn.core.decide import Action, LetGo, MakeGang, SettleReservation, Skip
+from kai_fn.core.patch import jobset_patch
+from kai_fn.function.cluster import Gone, GuardFailed, Session, Transient
+from kai_fn.function.execute import Retry
+from kai_fn.function.inventory import Entry, creation_order, podgroup_api
+from kai_fn.function.isolate import tally_of
+from kai_fn.function.report import Outcome
+from kai_fn.function.settings import Settings
+
+AUTO_SUSPENDED_ANNOTATION = "kai-fn/auto-suspended"
+_DECISION = (keys.MARKER_PODGROUP, keys.MARKER_SKIPPED, keys.RELEASED_AT_ANNOTATION)  # onto the JobSet
+_GANG = (keys.GANG_BOUND_ANNOTATION, keys.TIMED_OUT_ANNOTATION)  # onto the main PodGroup
+_MARKS = (AUTO_SUSPENDED_ANNOTATION, *_DECISION, *_GANG)
+
+
+def concerns(trainjob: dict[str, Any]) -> bool:
+    """The TrainJob carries a mark of the earlier gate (the resync's cheap filter)."""
+    return any(key in triage.notes(trainjob) for key in _MARKS)
+
+
+def owed(trainjob: dict[str, Any]) -> bool:
+    """The earlier gate suspended it and it is still suspended: kai_fn owes it a resume."""
+    return triage.notes(trainjob).get(AUTO_SUSPENDED_ANNOTATION) == "true" and triage.suspended(trainjob)
+
+
+def kept(trainjob: dict[str, Any], settings: Settings) -> bool:
+    """Someone else resumes it, or kai_fn is told not to."""
+    return (triage.hold_reason(trainjob) is not None or triage.queued_by_kueue(trainjob) is not None
+            or not settings.resume)
+
+
+def carry(session: Session, settings: Settings, trainjob: dict[str, Any], jobset: dict[str, Any] | None
+          ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Carry the TrainJob's own marks to its JobSet (``jobset``: the one it controls, as read) and main PodGroup,
+    then remove them from it: the TrainJob and the JobSet as they are now. Nothing to carry: no API call."""
+    notes = triage.notes(trainjob)
+    moved = {k: notes[k] for k in (*_DECISION, *_GANG) if k in notes}
+    stale = AUTO_SUSPENDED_ANNOTATION in notes and not owed(trainjob)  # resumed by someone: the mark means nothing
+    if jobset is None or not (moved or stale):
+        return trainjob, jobset  # its JobSet is not made yet: carried once it is
+    meta = triage.meta(trainjob)
+    ns, name = meta["namespace"], meta["name"]
+    decision = {k: v for k, v in moved.items() if k in _DECISION}
+    set_notes = triage.notes(jobset)
+    if (decision and triage.labels(jobset).get(keys.HELD_LABEL) != "true"
+            and keys.MARKER_PODGROUP not in set_notes and keys.MARKER_SKIPPED not in set_notes):
+        try:
+            session.patch_jobset(ns, name, jobset_patch(None, jobset, decision))
+        except GuardFailed:
+            raise Retry("the JobSet changed while the TrainJob's marks were carried to it") from None
+        jobset = session.jobset(ns, name)
+    podgroup = triage.notes(jobset).get(keys.MARKER_PODGROUP)
+    if podgroup and (gang := {k: v for k, v in moved.items() if k in _GANG}):
+        try:
+            session.patch_podgroup(podgroup_api(settings.flavor), ns, podgroup, {"metadata": {"annotations": gang}})
+        except Gone:
+            pass  # the gang is gone: its marks with it
+    removed = {k: None for k in moved} | ({AUTO_SUSPENDED_ANNOTATION: None} if stale else {})
+    written = session.patch_trainjob(ns, name, {"metadata": {"annotations": removed}})
+    return written or trainjob, jobset
+
+
+def after_pass(session: Session, settings: Settings, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
+               action: Action, outcome: Outcome) -> Outcome:
+    """Resume a TrainJob the earlier gate suspended once the pass decided its JobSet or found it out of scope."""
+    if not owed(trainjob):
+        return outcome
+    if isinstance(action, LetGo):
+        if not action.held:
+            let_go(session, trainjob, jobset)
+    elif not (isinstance(action, (Skip, SettleReservation))
+              or isinstance(action, MakeGang) and outcome.result == "done"):
+        return outcome  # not decided yet: its next pass decides it
+    if kept(trainjob, settings):
+        return outcome
+    resume(session, trainjob, jobset)
+    return Outcome("done", f"{outcome.reason}; resumed the TrainJob the earlier admission policy suspended",
+                   outcome.namespace, outcome.name, outcome.uid, outcome.podgroup)
+
+
+def let_go(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> None:
+    """Out of scope: its JobSet (suspended, never held) is marked so, so later events cost nothing."""
+    if jobset is None or keys.MARKER_PODGROUP in triage.notes(jobset) or keys.MARKER_SKIPPED in triage.notes(jobset):
+        return
+    meta = triage.meta(trainjob)
+    try:
+        if ops := jobset_patch(None, jobset, {keys.MARKER_SKIPPED: "out-of-scope"}):
+            session.patch_jobset(meta["namespace"], meta["name"], ops)
+    except GuardFailed:
+        raise Retry("the JobSet changed while it was let go") from None
+
+
+def resume(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> None:
+    """``spec.suspend: false`` with the annotation removed, so it is never taken for one owed again; Trainer
+    resumes its JobSet with it."""
+    meta = triage.meta(trainjob)
+    session.patch_trainjob(meta["namespace"], meta["name"], {
+        "metadata": {"annotations": {AUTO_SUSPENDED_ANNOTATION: None}}, "spec": {"suspend": False}})
+    session.cluster.recent.decided(meta.get("uid"), triage.meta(jobset).get("uid"))
+
+
+def resync(session: Session, settings: Settings, entries: list[Entry]) -> str:
+    """The resync's share: the listed TrainJobs that carry a mark of the earlier gate, in turn. The pass does the
+    rest; here, what no pass does: a TrainJob outside KAI_FN_NAMESPACES, or whose JobSet is decided already."""
+    found = [e for e in entries if concerns(e.trainjob) and not triage.deleting(e.trainjob)
+             and not session.cluster.recent.is_decided(triage.meta(e.trainjob).get("uid"))]
+    if not found:
+        return ""
+    tally: dict[str, int] = {}
+    for entry in session.cluster.take_turn("migration", found, settings.resync_limit, creation_order):
+        result = tally_of("migration", session, entry.trainjob, lambda e=entry: migrate(session, settings, e),
+                          retried=(Retry, Transient))
+        tally[result] = tally.get(result, 0) + 1
+    return f"; {len(found)} of the earlier TrainJob gate: " + ", ".join(f"{n} {r}" for r, n in sorted(tally.items()))
+
+
+def migrate(session: Session, settings: Settings, entry: Entry) -> str:
+    trainjob, jobset = carry(session, settings, entry.trainjob, entry.jobset)
+    if not owed(trainjob) or kept(trainjob, settings):
+        return "done" if trainjob is not entry.trainjob else "skipped"
+    notes = triage.notes(jobset)
+    if settings.watches(entry.key[0]) and keys.MARKER_PODGROUP not in notes and keys.MARKER_SKIPPED not in notes:
+        return "skipped"  # undecided in a namespace kai_fn serves: its pass decides it first
+    if not settings.watches(entry.key[0]):
+        let_go(session, trainjob, jobset)
+    resume(session, trainjob, jobset)
+    return "done"

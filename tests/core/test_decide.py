@@ -1,0 +1,143 @@
+"""The pass's decision, from the TrainJob's state, the facts read and the plan: each action, with no cluster."""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from kai_fn.core import decide, triage
+from kai_fn.core.decide import (Facts, Ignore, InvalidRuntime, InvalidTrainJob, LetGo, MakeGang, MarkTooLate, Refuse,
+                                RuntimeMissing, SettleReservation, Skip, Wait)
+from kai_fn.core.plan import plan
+from kai_fn.core.scope import Problem
+from tests.builders import jobset_for, runtime, trainjob, typed
+
+NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+RT = runtime(ml_policy={"numNodes": 2, "torch": {}})
+PLAN = plan(*typed(trainjob(), RT))
+
+
+def case(*, suspend: bool = False, held: bool = True, jobset: bool = True, running: bool = False,
+         annotations: dict[str, str] | None = None, jobset_notes: dict[str, str] | None = None,
+         labels: dict[str, str] | None = None, deleting: bool = False, watched: bool = True, resume: bool = True,
+         precheck: bool = False) -> tuple[triage.Marks, Facts]:
+    """A TrainJob and its JobSet as read: the state the decision reads, and the facts beside it."""
+    job = trainjob(suspend=suspend, annotations=annotations, labels=labels)
+    if deleting:
+        job["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    js: dict[str, Any] | None = None
+    if jobset:
+        js = jobset_for(job, RT, suspend=not running, held=held)
+        js["metadata"]["resourceVersion"] = "7"
+        if jobset_notes:
+            js["metadata"]["annotations"] = dict(jobset_notes)
+    facts = Facts(job, js, NOW, watched=watched, resume=resume, precheck=precheck)
+    return triage.marks(job, js), facts
+
+
+def patched(facts: Facts, ops: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    assert facts.jobset is not None
+    return jsonpatch.apply_patch(facts.jobset, list(ops))
+
+
+@pytest.mark.parametrize("given, expected", [
+    (dict(deleting=True), Ignore("the TrainJob is being deleted")),
+    (dict(jobset_notes={"kai-fn/podgroup": "pg"}), Skip("already gang-scheduled", "pg")),
+    (dict(jobset_notes={"kai-fn/podgroup": "pg", "kai-fn/reserves": "launcher=1"}), SettleReservation("pg")),
+    (dict(jobset_notes={"kai-fn/skipped": "running"}), Skip("skipped earlier (running)")),
+    (dict(held=False, watched=False), LetGo("namespace not in KAI_FN_NAMESPACES", held=False)),
+    (dict(), None),
+], ids=["deleting", "decided", "decided-with-places-held", "skipped", "unwatched-not-held", "to-plan"])
+def test_before_the_plan(given, expected):
+    assert decide.before_plan(*case(**given)) == expected
+
+
+@pytest.mark.parametrize("suspend, resumed", [(False, True), (True, False)], ids=["running", "suspended"])
+def test_a_held_jobset_out_of_scope_is_let_go_marked_and_resumed_unless_its_trainjob_is_suspended(suspend, resumed):
+    state, facts = case(suspend=suspend, watched=False)
+    action = decide.before_plan(state, facts)
+    assert isinstance(action, LetGo) and action.held
+    after = patched(facts, action.ops)
+    assert after["metadata"]["annotations"] == {"kai-fn/skipped": "out-of-scope"}
+    assert "kai-fn/held" not in after["metadata"].get("labels", {})
+    assert after["spec"]["suspend"] is not resumed
+
+
+@pytest.mark.parametrize("planned, expected", [
+    (InvalidTrainJob("spec: bad"), Refuse("InvalidTrainJob", "spec: bad")),
+    (RuntimeMissing("ClusterTrainingRuntime rt"),
+     Refuse("RuntimeNotFound", "ClusterTrainingRuntime rt does not exist; a retry cannot help until it does",
+            result="ignored")),
+    (InvalidRuntime("ClusterTrainingRuntime rt", "bad"), Refuse("InvalidRuntime", "ClusterTrainingRuntime rt: bad")),
+    (dataclasses.replace(PLAN, problems=(Problem("spec", "no"), Problem("x", "y"))),
+     Refuse("PlanBlocked", f"{Problem('spec', 'no')}; {Problem('x', 'y')}")),
+], ids=["invalid-trainjob", "runtime-missing", "invalid-runtime", "blocked"])
+def test_without_a_plan_a_warning(planned, expected):
+    assert decide.with_plan(*case(), planned) == expected
+
+
+def test_a_plan_that_ignores_the_trainjob_lets_its_jobset_go():
+    action = decide.with_plan(*case(), dataclasses.replace(PLAN, ignored="not KAI's"))
+    assert isinstance(action, LetGo) and action.why == "not KAI's" and action.held
+
+
+def test_no_jobset_yet_waits_for_it():
+    assert decide.with_plan(*case(jobset=False), PLAN) == Wait(decide.NOT_CREATED)
+
+
+def test_a_running_undecided_jobset_is_marked_too_late():
+    state, facts = case(held=False, running=True)
+    action = decide.with_plan(state, facts, PLAN)
+    assert isinstance(action, MarkTooLate)
+    assert patched(facts, action.ops)["metadata"]["annotations"] == {"kai-fn/skipped": "running"}
+
+
+def test_a_jobset_without_the_runtimes_replicated_job_is_refused():
+    state, facts = case()
+    assert facts.jobset is not None
+    facts.jobset["spec"]["replicatedJobs"][0]["name"] = "other"
+    action = decide.with_plan(state, facts, PLAN)
+    assert isinstance(action, Refuse) and action.reason == "JobSetMismatch"
+
+
+@pytest.mark.parametrize("given, waits, decided, resumed, remember", [
+    (dict(), None, True, True, True),
+    (dict(suspend=True), "the TrainJob is suspended: it starts when it is resumed", True, False, True),
+    (dict(suspend=True, labels={"kueue.x-k8s.io/queue-name": "lq"}),
+     "Kueue admits it (kueue.x-k8s.io/queue-name)", True, False, True),
+    (dict(annotations={"kai-fn/hold": "true"}), "kai-fn/hold is true", False, False, False),
+    (dict(resume=False), "KAI_FN_RESUME is false", False, False, False),
+    (dict(resume=False, suspend=True), "KAI_FN_RESUME is false", True, False, True),
+], ids=["released", "suspended", "kueue", "hold", "resume-off", "resume-off-suspended"])
+def test_a_held_jobset_gets_its_gang_and_a_decision_unless_told_to_wait(given, waits, decided, resumed, remember):
+    state, facts = case(**given)
+    action = decide.with_plan(state, facts, PLAN)
+    assert isinstance(action, MakeGang)
+    assert (action.waits, action.remember, action.plan) == (waits, remember, PLAN)
+    after = patched(facts, action.ops)
+    notes = after["metadata"].get("annotations", {})
+    assert (notes.get("kai-fn/podgroup") == PLAN.podgroup_name) is decided
+    assert ("kai-fn/held" in after["metadata"].get("labels", {})) is not decided
+    assert after["spec"]["suspend"] is not resumed
+    assert (notes.get("kai-fn/released-at") == "2026-01-02T03:04:05Z") is resumed
+
+
+def test_a_jobset_that_carries_the_gang_already_has_nothing_to_patch():
+    state, facts = case()
+    first = decide.with_plan(state, facts, PLAN)
+    assert isinstance(first, MakeGang)
+    done = dataclasses.replace(facts, jobset=patched(facts, first.ops))
+    assert decide.before_plan(triage.marks(facts.trainjob, done.jobset), done) == Skip("already gang-scheduled",
+                                                                                        PLAN.podgroup_name)
+    assert decide.gang(state, done, PLAN) == dataclasses.replace(first, ops=())  # a patch that found it so
+
+
+@pytest.mark.parametrize("precheck, queue, checked", [(True, "team-a", True), (True, None, False),
+                                                      (False, "team-a", False)])
+def test_the_queue_is_checked_first_only_when_asked_and_the_plan_names_one(precheck, queue, checked):
+    state, facts = case(precheck=precheck)
+    action = decide.with_plan(state, facts, dataclasses.replace(PLAN, queue=queue))
+    assert isinstance(action, MakeGang) and action.precheck is checked
