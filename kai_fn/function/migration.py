@@ -130,13 +130,15 @@ def resync(session: Session, settings: Settings, entries: list[Entry]) -> str:
 
 
 def migrate(session: Session, settings: Settings, entry: Entry) -> str:
+    """One listed TrainJob: its marks carried; resumed when out of KAI_FN_NAMESPACES or its JobSet is decided."""
     trainjob, jobset = carry(session, settings, entry.trainjob, entry.jobset)
-    if not owed(trainjob) or kept(trainjob, settings):
-        return "done" if trainjob is not entry.trainjob else "skipped"
+    carried = trainjob is not entry.trainjob
     notes = triage.notes(jobset)
-    if settings.watches(entry.key[0]) and keys.MARKER_PODGROUP not in notes and keys.MARKER_SKIPPED not in notes:
-        return "skipped"  # undecided in a namespace kai_fn serves: its pass decides it first
-    if not settings.watches(entry.key[0]):
+    unwatched = not settings.watches(entry.key[0])
+    decided = keys.MARKER_PODGROUP in notes or keys.MARKER_SKIPPED in notes
+    if not owed(trainjob) or kept(trainjob, settings) or not (unwatched or decided):
+        return "done" if carried else "skipped"  # an undecided one in scope: its pass decides it first
+    if unwatched:
         let_go(session, trainjob, jobset)
     resume(session, trainjob, jobset)
     return "done"

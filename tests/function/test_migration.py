@@ -215,6 +215,18 @@ def test_a_running_trainjob_that_gate_decided_has_its_marks_carried_to_its_jobse
     assert writes(api) == [("patch", "jobsets"), ("patch", "podgroups"), ("patch", "trainjobs")]
 
 
+@pytest.mark.parametrize("by", ["event", "resync"])
+def test_decided_but_not_yet_resumed_it_is_resumed_with_no_other_write(api, function, by):
+    """The pass decided its JobSet and stopped before the resume: its next event or the resync resumes it."""
+    tj, js = auto_suspended("llama-finetune")
+    js["metadata"]["annotations"] = {"kai-fn/podgroup": "pg-llama"}
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), tj, js)
+    answer = send(function.url, resource(live(api, "llama-finetune")) if by == "event" else ping())
+    assert answer.status == 200
+    assert released_legacy(live(api, "llama-finetune"))
+    assert writes(api) == [("patch", "trainjobs")]
+
+
 def test_a_trainjobs_own_decision_is_never_carried_to_a_jobset_the_policy_holds(api, function):
     """A held JobSet is decided by its own annotations alone: the TrainJob's marks are dropped, the pass decides."""
     tj, js = sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune")
