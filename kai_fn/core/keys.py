@@ -1,4 +1,4 @@
-"""Every label, annotation and API name kai_fn reads or writes, in one place (FACTS.md §1-§2)."""
+"""Every label, annotation and API name kai_fn reads or writes, in one place."""
 
 # Kubeflow Trainer (trainer.kubeflow.org/v1alpha1)
 TRAINER_GROUP = "trainer.kubeflow.org"

@@ -88,7 +88,7 @@ def num_nodes_for(runtime: dict[str, Any]) -> int:
 
 
 def gpu_pods_for(runtime: dict[str, Any], num_nodes: int) -> int:
-    """The GPU pods that must run at once (Trainer's arithmetic, FACTS.md §1): ``numNodes`` nodes; MPI with
+    """The GPU pods that must run at once (Trainer's arithmetic): ``numNodes`` nodes; MPI with
     runLauncherAsNode counts its launcher as a node (``node`` gets max(numNodes-1, 1), the launcher 1)."""
     mpi = (runtime["spec"].get("mlPolicy") or {}).get("mpi") or {}
     return max(num_nodes - 1, 1) + 1 if mpi.get("runLauncherAsNode") else num_nodes
