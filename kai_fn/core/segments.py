@@ -1,19 +1,12 @@
 """Segments: the trainer's pods split into fixed-size groups, each placed within one topology domain (a rack, an
-NVLink domain), asked with KAI's own annotations (KAI v0.17.0 docs/topology/segments.md), which KAI's podgrouper
-honours for PyTorchJob and LeaderWorkerSet only.
+NVLink domain), asked with KAI's own annotations (KAI v0.17.0 docs/topology/segments.md).
 
 The request is read as KAI's PyTorchJob grouper reads it (pkg/podgrouper/podgrouper/plugins/kubeflow/pytorch/
-pytorch_grouper.go), the trainer's pod template first and the TrainJob (the workload) after it:
-``kai.scheduler/segment-size``, ``kai.scheduler/segment-topology-required-placement`` and/or ``-preferred-placement``,
-``kai.scheduler/topology``. The main wave's PodGroup then gets KAI's SubGroups for it: a leaf per other replicatedJob
-of the wave (MPI's launcher, held by its placeholder), a parent named after the segmented replicatedJob with
-``minSubGroup`` = the number of segments, and a leaf per segment, ``<parent>-<i>``, ``minMember`` = the size (the last
-smaller when the pods do not divide), each with the segment constraint; the whole-gang constraint stays at the root.
-
-A pod's segment is ``floor((job index × pods per Job + completion index) / size)``: its Job's completion index, and
-with ``replicas > 1`` JobSet's job index. Both labels exist when the pod is created, so the pod admission policy
-(knative/components/segment-policy) computes ``kai.scheduler/subgroup-name`` from them and from what kai_fn writes
-on the template (:func:`template_changes`): no pod exists without its SubGroup, so none is scheduled without it.
+pytorch_grouper.go): the trainer's pod template first, then the TrainJob. The main wave's PodGroup gets a SubGroup
+parent named after the trainer's replicatedJob and a leaf ``<parent>-<i>`` per segment, each with the segment
+constraint. A pod's segment, ``floor((job index × pods per Job + completion index) / size)``, is computed at pod
+creation by the pod admission policy (knative/components/segment-policy) from what :func:`template_changes` writes,
+so no pod is ever scheduled outside its SubGroup.
 """
 from __future__ import annotations
 

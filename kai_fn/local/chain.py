@@ -1,17 +1,10 @@
-"""kai_fn on the chain testbed (``./run.sh cluster up --chain``), as a cluster would run it, for the tests and the demo.
+"""kai_fn on the chain testbed (``./run.sh cluster up --chain``), as a cluster would run it, for the tests and demo.
 
-:func:`running` applies, for its flavor, what a cluster without Knative can hold of the manifests (``kai``:
-knative/base; ``scheduler-plugins``: knative/overlays/scheduler-plugins): the function's Namespace, ServiceAccounts,
-(Cluster)Roles and bindings, its heartbeat Lease, and the admission policy; then the sample runtimes of
-samples/chain, their pods sent to the flavor's scheduler (KAI, or the Coscheduling profile); then runs the function
-as a functions-framework process with its ServiceAccount's token and the Service's settings, fed by the event
-sources (:func:`event_sources`): Knative's own adapters configured from the manifests' sources (one
-``apiserver_receive_adapter`` per ApiServerSource, :mod:`kai_fn.local.adapter`; ``mtping`` for the PingSource,
-:mod:`kai_fn.local.ping`; each requesting OIDC tokens itself when ``audience`` is set), or the stand-ins of
-:mod:`kai_fn.local.source` (``KAI_FN_CHAIN_SOURCES=stand-in``). Everything it started stops on exit, and the
-admission policy is removed (the testbed may be shared with tiers that do not expect it).
-
-``python -m kai_fn.local.chain serve`` is the same until SIGTERM: ``cluster up --chain`` deploys kai_fn with it.
+:func:`running` applies what a cluster without Knative can hold of the flavor's manifests (identity, RBAC, Lease,
+admission policies) and the samples/chain runtimes, runs the function with its ServiceAccount's token and the
+Service's settings behind Knative's queue-proxy, and feeds it from Knative's own adapters (or the stand-ins of
+:mod:`kai_fn.local.source`, ``KAI_FN_CHAIN_SOURCES=stand-in``). All of it stops on exit, the policies removed: the
+testbed may be shared with tiers that do not expect them. ``python -m kai_fn.local.chain serve`` runs it until SIGTERM.
 """
 from __future__ import annotations
 
@@ -327,20 +320,14 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
             settings: dict[str, str] | None = None, token_seconds: int = 6 * 3600,
             knative_sources: bool = KNATIVE_SOURCES, production: bool = False,
             queue_proxy: bool = QUEUE_PROXY, replicas: int = 1) -> Iterator[Chain]:
-    """The chain around a running ``cluster up --chain`` testbed; see the module docstring.
+    """The chain around a running ``cluster up --chain`` testbed (see the module docstring).
 
-    ``flavor``: ``kai`` (KAI's PodGroups, for KAI Scheduler) or ``scheduler-plugins`` (for Coscheduling).
-    ``audience``: None delivers without tokens (authentication-oidc off). ``log_dir``: where ``function.log``
-    (and each adapter's log) goes (default: the testbed's state dir, next to the kubeconfig). ``settings``: more
-    KAI_* variables, over the Service's (runtimes and Queues are not cached: scenarios make them and use them at
-    once; ``production`` keeps the Service's caches, as the benchmarks need). ``knative_sources``: Knative's own
-    adapters (default; ``KAI_FN_CHAIN_SOURCES=stand-in`` picks the stand-ins of kai_fn/local/source.py); their ping
-    runs ``@every <ping_seconds>s``. ``queue_proxy``: the
-    sources deliver to Knative Serving's queue-proxy, which proxies to the function with the Service's
-    containerConcurrency, timeoutSeconds and readinessProbe (default; ``KAI_FN_CHAIN_QUEUE_PROXY=0``: straight to the
-    function); its log is ``queue-proxy.log``. ``replicas``: as many function processes (each with its
-    queue-proxy; logs ``function-N.log``, ``queue-proxy-N.log``) behind one sink that spreads the deliveries over them
-    round-robin (:mod:`kai_fn.local.spread`), as the Service scaled out (knative/base lets it reach 3).
+    ``flavor``: ``kai`` or ``scheduler-plugins`` (Coscheduling). ``audience``: None delivers without tokens.
+    ``log_dir``: where ``function.log`` and the adapters' logs go (default: next to the kubeconfig). ``settings``:
+    more variables over the Service's; runtimes are not cached unless ``production`` (scenarios use them at once).
+    ``knative_sources``: Knative's adapters, else the stand-ins; their ping runs ``@every <ping_seconds>s``.
+    ``queue_proxy``: deliver through Knative Serving's queue-proxy (``KAI_FN_CHAIN_QUEUE_PROXY=0``: straight to the
+    function). ``replicas``: as many functions, each with its queue-proxy, behind a round-robin spreader.
     """
     kubeconfig = Path(kubeconfig)
     logs = Path(log_dir) if log_dir else kubeconfig.parent
