@@ -1,4 +1,4 @@
-"""CloudEvents as the ApiServerSource adapter sends them (FACTS §4): CloudEvents SDK, binary mode, Go header case.
+"""CloudEvents as the ApiServerSource adapter sends them: CloudEvents SDK, binary mode, Go header case.
 
 The few lines of ``tests/ce.py`` the benchmark needs, copied so that ``bench`` does not import ``tests``.
 """

@@ -1,4 +1,4 @@
-"""CloudEvents as the ApiServerSource adapter sends them (FACTS §4), built with the CloudEvents SDK."""
+"""CloudEvents as the ApiServerSource adapter sends them (binary mode, Go header case), made with the CloudEvents SDK."""
 from __future__ import annotations
 
 import dataclasses

@@ -2,7 +2,7 @@
 
 Pure functions over the PodGroup and its pods as the API returns them, shared by the status path (Events on
 the TrainJob) and ``explain``. Bound means ``spec.nodeName`` is set, the one thing every scheduler writes
-(KAI's binder and kube-scheduler alike; TESTBED §5-§6). KAI clears ``status.schedulingConditions`` once it
+(KAI's binder and kube-scheduler alike). KAI clears ``status.schedulingConditions`` once it
 allocates, before the pods are bound, so conditions alone cannot say "bound".
 """
 from __future__ import annotations

@@ -169,44 +169,14 @@ def _kai(base: Plan, job: TrainJob, waves: tuple[Stage, ...], policy: GangPolicy
          staleness: str | None, image: str) -> Plan:
     main_name = kai_podgroup_name(job)
     names = {stage.wave: stage.podgroup_name(main_name) for stage in waves}
-    for stage in waves:
-        if why := validation.dns_subdomain(names[stage.wave]):
-            problems.append(Problem(f"PodGroup metadata.name {names[stage.wave]!r}", why))
-    problems += _identity_label_problems(job)
-    for ps in (ps for stage in waves for ps in stage.pod_sets):
-        if ps.pod_spec.scheduler_name != keys.KAI_SCHEDULER_NAME:
-            problems.append(Problem(
-                f"replicatedJob {ps.name!r} spec.template.spec.schedulerName",
-                f"is {ps.pod_spec.scheduler_name or 'unset (default-scheduler)'}: pods would not be scheduled by KAI; "
-                f"set schedulerName: {keys.KAI_SCHEDULER_NAME} in the runtime's pod templates",
-            ))
-
+    problems += _kai_problems(job, waves, names)
     podgroups = {stage.wave: owner_metadata.dress(_podgroup(keys.KAI_PODGROUP_API, names[stage.wave], job,
                                                             _kai_spec(stage, policy, staleness, base.segments),
                                                             base, stage),
                                                   policy.owner)
                  for stage in waves}
     main = main_stage(waves) if waves else None
-    extra = segments.template_changes(main, base.segments) if main and base.segments else {}
-    templates = tuple(
-        PodTemplateChange(ps.name, labels={keys.KAI_QUEUE_LABEL: policy.queue, **extra.get(ps.name, ({}, {}))[0]},
-                          annotations={keys.KAI_POD_GROUP_ANNOTATION: names[stage.wave],
-                                       **extra.get(ps.name, ({}, {}))[1]})
-        for stage in waves for ps in stage.pod_sets
-    )
-    reserved = sum(ps.pods for s in waves for ps in s.reserved)
-    if reserved > reserve.MAX_PLACEHOLDERS:
-        problems.append(Problem(
-            "replicatedJobs " + ", ".join(repr(ps.name) for s in waves for ps in s.reserved) + " (dependsOn Ready)",
-            f"{reserved} pods would need places held in the gang before they exist; kai_fn holds at most "
-            f"{reserve.MAX_PLACEHOLDERS} (MPI's launcher is 1)"))
-    held = () if reserved > reserve.MAX_PLACEHOLDERS else tuple(p for s in waves for p in reserve.placeholders(
-        namespace=job.metadata.namespace, trainjob=job.metadata.name, uid=job.metadata.uid,
-        podgroup=names[s.wave], queue=policy.queue, sets=s.reserved, image=image,
-        subgroup=bool(s.main and base.segments)))
-    for pod in held:
-        if why := validation.dns_subdomain(pod["metadata"]["name"]):
-            problems.append(Problem(f"placeholder pod metadata.name {pod['metadata']['name']!r}", why))
+    held = _placeholders(job, waves, names, policy, base.segments, image, problems)
     for s in waves:
         if s.reserved:
             podgroups[s.wave]["metadata"]["annotations"][keys.RESERVES_ANNOTATION] = reserve.reserves_text(s.reserved)
@@ -217,8 +187,57 @@ def _kai(base: Plan, job: TrainJob, waves: tuple[Stage, ...], policy: GangPolicy
         placeholders=held,
         reserves=reserve.reserves_text(ps for s in waves for ps in s.reserved),
     )
-    return _finish(base, problems, podgroups[main.wave] if main else None, templates,
+    return _finish(base, problems, podgroups[main.wave] if main else None,
+                   _kai_templates(waves, names, policy.queue, main, base.segments),
                    {keys.KAI_SKIP_PODGROUPER: "true"})
+
+
+def _kai_problems(job: TrainJob, waves: tuple[Stage, ...], names: dict[int, str]) -> list[Problem]:
+    """What stops KAI from taking the gang: a PodGroup name the API refuses, an identity label, a pod template
+    sent to another scheduler."""
+    problems = [Problem(f"PodGroup metadata.name {names[stage.wave]!r}", why)
+                for stage in waves if (why := validation.dns_subdomain(names[stage.wave]))]
+    problems += _identity_label_problems(job)
+    for ps in (ps for stage in waves for ps in stage.pod_sets):
+        if ps.pod_spec.scheduler_name != keys.KAI_SCHEDULER_NAME:
+            problems.append(Problem(
+                f"replicatedJob {ps.name!r} spec.template.spec.schedulerName",
+                f"is {ps.pod_spec.scheduler_name or 'unset (default-scheduler)'}: pods would not be scheduled by KAI; "
+                f"set schedulerName: {keys.KAI_SCHEDULER_NAME} in the runtime's pod templates",
+            ))
+    return problems
+
+
+def _kai_templates(waves: tuple[Stage, ...], names: dict[int, str], queue: str, main: Stage | None,
+                   segs: segments.Segments | None) -> tuple[PodTemplateChange, ...]:
+    """Each pod template's queue label and PodGroup annotation, with the main wave's segment labels."""
+    extra = segments.template_changes(main, segs) if main and segs else {}
+    return tuple(
+        PodTemplateChange(ps.name, labels={keys.KAI_QUEUE_LABEL: queue, **extra.get(ps.name, ({}, {}))[0]},
+                          annotations={keys.KAI_POD_GROUP_ANNOTATION: names[stage.wave],
+                                       **extra.get(ps.name, ({}, {}))[1]})
+        for stage in waves for ps in stage.pod_sets
+    )
+
+
+def _placeholders(job: TrainJob, waves: tuple[Stage, ...], names: dict[int, str], policy: GangPolicy,
+                  segs: segments.Segments | None, image: str, problems: list[Problem]) -> tuple[dict[str, Any], ...]:
+    """The placeholder pods that hold places in each gang for the pods a later wave makes; none, and a problem, when
+    they would be more than kai_fn holds."""
+    reserved = sum(ps.pods for s in waves for ps in s.reserved)
+    if reserved > reserve.MAX_PLACEHOLDERS:
+        problems.append(Problem(
+            "replicatedJobs " + ", ".join(repr(ps.name) for s in waves for ps in s.reserved) + " (dependsOn Ready)",
+            f"{reserved} pods would need places held in the gang before they exist; kai_fn holds at most "
+            f"{reserve.MAX_PLACEHOLDERS} (MPI's launcher is 1)"))
+        return ()
+    held = tuple(p for s in waves for p in reserve.placeholders(
+        namespace=job.metadata.namespace, trainjob=job.metadata.name, uid=job.metadata.uid,
+        podgroup=names[s.wave], queue=policy.queue, sets=s.reserved, image=image,
+        subgroup=bool(s.main and segs)))
+    problems += [Problem(f"placeholder pod metadata.name {pod['metadata']['name']!r}", why)
+                 for pod in held if (why := validation.dns_subdomain(pod["metadata"]["name"]))]
+    return held
 
 
 def _kai_spec(stage: Stage, policy: GangPolicy, staleness: str | None,

@@ -1,4 +1,4 @@
-"""Whether a gang can ever fit its KAI queue, counted exactly as KAI counts (FACTS.md §2).
+"""Whether a gang can ever fit its KAI queue, counted exactly as KAI v0.17.0 counts.
 
 KAI refuses a gang when, for its leaf queue or any ancestor, ``limit != -1`` and ``allocated + request > limit``
 (max_allowed_check.go), and a non-preemptible gang also when ``quota != -1`` and

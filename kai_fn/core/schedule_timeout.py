@@ -1,4 +1,4 @@
-"""A schedule timeout for KAI, which has none (FACTS.md §2): pure, over the marks :mod:`kai_fn.core.triage` reads.
+"""A schedule timeout for KAI, whose PodGroup has no such field: pure, over the marks :mod:`kai_fn.core.triage` reads.
 
 A wait begins when the gang's JobSet starts running and ends when the gang is bound (``kai-fn/bound`` on its main
 PodGroup) or times out (``kai-fn/timed-out``, which ends only that wait: a later resume starts another). The

@@ -1,19 +1,12 @@
 """Segments: the trainer's pods split into fixed-size groups, each placed within one topology domain (a rack, an
-NVLink domain), asked with KAI's own annotations (KAI v0.17.0 docs/topology/segments.md), which KAI's podgrouper
-honours for PyTorchJob and LeaderWorkerSet only.
+NVLink domain), asked with KAI's own annotations (KAI v0.17.0 docs/topology/segments.md).
 
 The request is read as KAI's PyTorchJob grouper reads it (pkg/podgrouper/podgrouper/plugins/kubeflow/pytorch/
-pytorch_grouper.go), the trainer's pod template first and the TrainJob (the workload) after it:
-``kai.scheduler/segment-size``, ``kai.scheduler/segment-topology-required-placement`` and/or ``-preferred-placement``,
-``kai.scheduler/topology``. The main wave's PodGroup then gets KAI's SubGroups for it: a leaf per other replicatedJob
-of the wave (MPI's launcher, held by its placeholder), a parent named after the segmented replicatedJob with
-``minSubGroup`` = the number of segments, and a leaf per segment, ``<parent>-<i>``, ``minMember`` = the size (the last
-smaller when the pods do not divide), each with the segment constraint; the whole-gang constraint stays at the root.
-
-A pod's segment is ``floor((job index × pods per Job + completion index) / size)``: its Job's completion index, and
-with ``replicas > 1`` JobSet's job index. Both labels exist when the pod is created, so the pod admission policy
-(knative/components/segment-policy) computes ``kai.scheduler/subgroup-name`` from them and from what kai_fn writes
-on the template (:func:`template_changes`): no pod exists without its SubGroup, so none is scheduled without it.
+pytorch_grouper.go): the trainer's pod template first, then the TrainJob. The main wave's PodGroup gets a SubGroup
+parent named after the trainer's replicatedJob and a leaf ``<parent>-<i>`` per segment, each with the segment
+constraint. A pod's segment, ``floor((job index × pods per Job + completion index) / size)``, is computed at pod
+creation by the pod admission policy (knative/components/segment-policy) from what :func:`template_changes` writes,
+so no pod is ever scheduled outside its SubGroup.
 """
 from __future__ import annotations
 
@@ -96,6 +89,21 @@ def _template_annotations(job: TrainJob, runtime: Runtime) -> dict[str, dict[str
     return {rj.name: dict(rj.template.spec.template.metadata.annotations) for rj in replicated_jobs(job, runtime)}
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """One segment annotation as read: its value (None when absent) and the field it was read from."""
+
+    value: str | None
+    field: str
+
+
+def _asked(job: TrainJob, target: PodSet | None, on_target: Mapping[str, str], key: str) -> _Asked:
+    """The trainer's pod template first, the TrainJob after it, as KAI's PyTorchJob grouper reads them."""
+    if target is not None and key in on_target:
+        return _Asked(on_target[key], f"replicatedJob {target.name!r} pod template metadata.annotations[{key}]")
+    return _Asked(job.metadata.annotations.get(key), f"TrainJob metadata.annotations[{key}]")
+
+
 def requested(job: TrainJob, runtime: Runtime, sets: Sequence[PodSet], stage: Stage | None,
               flavor: str = "kai") -> tuple[Segments | None, list[Problem]]:
     """The segments asked for, or None; every problem names the field it comes from. ``stage``: the main wave."""
@@ -107,50 +115,71 @@ def requested(job: TrainJob, runtime: Runtime, sets: Sequence[PodSet], stage: St
         for name, notes in on_template.items() if target is None or name != target.name
         for key in _SEGMENT_KEYS if key in notes
     ]
-    mine = on_template.get(target.name, {}) if target else {}
-
-    def read(key: str) -> tuple[str | None, str]:
-        if key in mine:
-            return mine[key], f"replicatedJob {target.name!r} pod template metadata.annotations[{key}]"  # type: ignore[union-attr]
-        return job.metadata.annotations.get(key), f"TrainJob metadata.annotations[{key}]"
-
-    size_text, size_field = read(keys.KAI_SEGMENT_SIZE)
-    (required, required_field), (preferred, preferred_field) = (read(keys.KAI_SEGMENT_REQUIRED),
-                                                                read(keys.KAI_SEGMENT_PREFERRED))
-    topology, topology_field = read(keys.KAI_TOPOLOGY)
-    if size_text is None:
-        stray = [f for v, f in ((required, required_field), (preferred, preferred_field)) if v is not None]
-        return None, problems + [Problem(f, f"needs {keys.KAI_SEGMENT_SIZE}: how many pods each segment has")
-                                 for f in stray]
+    on_target = on_template.get(target.name, {}) if target else {}
+    size, required, preferred, topology = (_asked(job, target, on_target, key) for key in (
+        keys.KAI_SEGMENT_SIZE, keys.KAI_SEGMENT_REQUIRED, keys.KAI_SEGMENT_PREFERRED, keys.KAI_TOPOLOGY))
+    if size.value is None:
+        return None, problems + [Problem(a.field, f"needs {keys.KAI_SEGMENT_SIZE}: how many pods each segment has")
+                                 for a in (required, preferred) if a.value is not None]
     if flavor != "kai":
-        return None, problems + [Problem(size_field, "segments are KAI SubGroups; Coscheduling's PodGroup has none")]
+        return None, problems + [Problem(size.field, "segments are KAI SubGroups; Coscheduling's PodGroup has none")]
     if target is None or stage is None or target not in stage.pod_sets or target in stage.reserved:
-        return None, problems + [Problem(size_field, f"{runtime.kind} {runtime.metadata.name} has no trainer "
+        return None, problems + [Problem(size.field, f"{runtime.kind} {runtime.metadata.name} has no trainer "
                                                      "replicatedJob in its main wave to split into segments")]
+    problems += _mode_problems(job, runtime, target)
+    pods = _positive(size.value)
+    problems += _size_problems(size, pods, target)
+    problems += _placement_problems(size, required, preferred, topology)
+    problems += _name_problems(stage, target)
+    if any(p.blocking for p in problems) or pods is None or not topology.value:
+        return None, problems
+    fields = ((keys.KAI_TOPOLOGY, topology.field), (keys.KAI_SEGMENT_REQUIRED, required.field),
+              (keys.KAI_SEGMENT_PREFERRED, preferred.field))
+    return Segments(target.name, pods, target.pods, target.count, topology.value, required.value or None,
+                    preferred.value or None, fields), problems
+
+
+def _mode_problems(job: TrainJob, runtime: Runtime, target: PodSet) -> list[Problem]:
+    """A segment is found from a pod's completion index: the trainer's Job must be Indexed."""
     mode = next(rj.template.spec.completion_mode for rj in replicated_jobs(job, runtime) if rj.name == target.name)
-    if mode not in (None, "Indexed"):
-        problems.append(Problem(
-            f"{runtime.kind} {runtime.metadata.name} replicatedJob {target.name!r} spec.completionMode",
-            f"is {mode}: its pods have no completion index to place them in a segment (use Indexed)"))
-    size = _positive(size_text)
-    if size is None:
-        problems.append(Problem(size_field, f"{size_text!r} is not a positive integer"))
-    elif size > target.pods:
-        problems.append(Problem(size_field, f"{size} is larger than the {target.pods} pods of replicatedJob "
-                                            f"{target.name!r}: a segment could never fill"))
-    elif -(-target.pods // size) > MAX_SEGMENTS:
-        problems.append(Problem(size_field, f"makes more than KAI's {MAX_SEGMENTS} segments"))
-    if required is None and preferred is None:
-        problems.append(Problem(size_field, f"needs {keys.KAI_SEGMENT_REQUIRED} or {keys.KAI_SEGMENT_PREFERRED}: "
+    if mode in (None, "Indexed"):
+        return []
+    return [Problem(f"{runtime.kind} {runtime.metadata.name} replicatedJob {target.name!r} spec.completionMode",
+                    f"is {mode}: its pods have no completion index to place them in a segment (use Indexed)")]
+
+
+def _size_problems(size: _Asked, pods: int | None, target: PodSet) -> list[Problem]:
+    """The size must be a positive integer that fills a segment and makes at most KAI's number of segments."""
+    if pods is None:
+        return [Problem(size.field, f"{size.value!r} is not a positive integer")]
+    if pods > target.pods:
+        return [Problem(size.field, f"{pods} is larger than the {target.pods} pods of replicatedJob "
+                                    f"{target.name!r}: a segment could never fill")]
+    if -(-target.pods // pods) > MAX_SEGMENTS:
+        return [Problem(size.field, f"makes more than KAI's {MAX_SEGMENTS} segments")]
+    return []
+
+
+def _placement_problems(size: _Asked, required: _Asked, preferred: _Asked, topology: _Asked) -> list[Problem]:
+    """A level each segment's pods share, named, and the Topology it belongs to (KAI ignores segments without)."""
+    problems = []
+    if required.value is None and preferred.value is None:
+        problems.append(Problem(size.field, f"needs {keys.KAI_SEGMENT_REQUIRED} or {keys.KAI_SEGMENT_PREFERRED}: "
                                             "the topology level each segment's pods share"))
-    for level, where in ((required, required_field), (preferred, preferred_field)):
-        if level is not None and not level.strip():
-            problems.append(Problem(where, "must name a topology level (a node label key or a level's alias)"))
-    if not topology:
-        problems.append(Problem(topology_field, "must name the Topology the segments are placed in (KAI ignores "
+    problems += [Problem(a.field, "must name a topology level (a node label key or a level's alias)")
+                 for a in (required, preferred) if a.value is not None and not a.value.strip()]
+    if not topology.value:
+        problems.append(Problem(topology.field, "must name the Topology the segments are placed in (KAI ignores "
                                                 "segments without one)"))
-    elif why := validation.dns_subdomain(topology):
-        problems.append(Problem(topology_field, why))
+    elif why := validation.dns_subdomain(topology.value):
+        problems.append(Problem(topology.field, why))
+    return problems
+
+
+def _name_problems(stage: Stage, target: PodSet) -> list[Problem]:
+    """The segments' SubGroups are named ``<trainer>-<i>``: no other replicatedJob may have such a name, and the
+    longest must be a DNS label."""
+    problems = []
     taken = [ps.name for ps in stage.pod_sets if ps is not target and ps.name.startswith(f"{target.name}-")
              and ps.name[len(target.name) + 1:].isdigit()]
     if taken:
@@ -158,12 +187,7 @@ def requested(job: TrainJob, runtime: Runtime, sets: Sequence[PodSet], stage: St
                                                                "their SubGroups would clash"))
     if why := validation.dns_label(f"{target.name}-{MAX_SEGMENTS}"):
         problems.append(Problem(f"replicatedJob {target.name!r}", f"cannot name its segments' SubGroups: {why}"))
-    if any(p.blocking for p in problems) or size is None or not topology:
-        return None, problems
-    fields = ((keys.KAI_TOPOLOGY, topology_field), (keys.KAI_SEGMENT_REQUIRED, required_field),
-              (keys.KAI_SEGMENT_PREFERRED, preferred_field))
-    return Segments(target.name, size, target.pods, target.count, topology, required or None,
-                    preferred or None, fields), problems
+    return problems
 
 
 def _positive(text: str) -> int | None:

@@ -1,4 +1,4 @@
-"""Who sent this event: the bearer token of a Knative source, checked by a TokenReview (FACTS §4, sender identity).
+"""Who sent this event: the token a Knative source sends as itself (authentication-oidc), checked by a TokenReview.
 
 With ``KAI_FN_AUDIENCE`` set, every POST must carry ``Authorization: Bearer <token>``, a ServiceAccount token for
 that audience, of one of ``KAI_FN_SENDERS`` (by default knative/base's sources): an audience alone would let in any

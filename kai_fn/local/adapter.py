@@ -1,16 +1,10 @@
 """Knative's own ApiServerSource adapter, run out of cluster for one ApiServerSource manifest of knative/base.
 
-The binary is ``apiserver_receive_adapter`` of knative.dev/eventing (``testbed/build.sh eventing``). In a cluster,
-Eventing's controller turns an ApiServerSource into a Deployment of it; :class:`RealApiServerSource` plays that
-controller: it reads the manifest as the controller does (``pkg/reconciler/apiserversource``: resources to GVRs by
-Kubernetes' guess, label selectors to strings, ``namespaceSelector`` resolved to the namespaces it matches now, mode,
-owner, filters), gives the adapter the identity of ``spec.serviceAccountName`` (a kubeconfig with its token), and,
-with ``sink.audience``, the OIDC ServiceAccount and Role Knative makes so that the adapter itself requests tokens
-for the audience (TokenRequest through its kubeconfig). A change in the set of matching namespaces redeploys the
-adapter, as Knative does: the new one starts, and the old one stops once the new one has listed (a rolling update).
-
-The pure part (:func:`source_spec`, :func:`source_config`, :func:`adapter_env`) is what the controller computes;
-:class:`AdapterProcess` is one process with its log; :class:`RealApiServerSource` is the shell around them.
+In a cluster, Eventing's controller runs ``apiserver_receive_adapter`` as a Deployment; :class:`RealApiServerSource`
+plays that controller (``pkg/reconciler/apiserversource``): it reads the manifest as the controller does, gives the
+adapter the identity of ``spec.serviceAccountName`` (and, with ``sink.audience``, what it needs to request OIDC
+tokens itself), and redeploys it when the set of matching namespaces changes, the new one listing before the old
+one stops. :func:`source_spec`, :func:`source_config` and :func:`adapter_env` are the controller's pure part.
 """
 from __future__ import annotations
 

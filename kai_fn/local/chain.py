@@ -1,17 +1,10 @@
-"""kai_fn on the chain testbed (``./run.sh cluster up --chain``), as a cluster would run it, for the tests and the demo.
+"""kai_fn on the chain testbed (``./run.sh cluster up --chain``), as a cluster would run it, for the tests and demo.
 
-:func:`running` applies, for its flavor, what a cluster without Knative can hold of the manifests (``kai``:
-knative/base; ``scheduler-plugins``: knative/overlays/scheduler-plugins): the function's Namespace, ServiceAccounts,
-(Cluster)Roles and bindings, its heartbeat Lease, and the admission policy; then the sample runtimes of
-samples/chain, their pods sent to the flavor's scheduler (KAI, or the Coscheduling profile); then runs the function
-as a functions-framework process with its ServiceAccount's token and the Service's settings, fed by the event
-sources (:func:`event_sources`): Knative's own adapters configured from the manifests' sources (one
-``apiserver_receive_adapter`` per ApiServerSource, :mod:`kai_fn.local.adapter`; ``mtping`` for the PingSource,
-:mod:`kai_fn.local.ping`; each requesting OIDC tokens itself when ``audience`` is set), or the stand-ins of
-:mod:`kai_fn.local.source` (``KAI_FN_CHAIN_SOURCES=stand-in``). Everything it started stops on exit, and the
-admission policy is removed (the testbed may be shared with tiers that do not expect it).
-
-``python -m kai_fn.local.chain serve`` is the same until SIGTERM: ``cluster up --chain`` deploys kai_fn with it.
+:func:`running` applies what a cluster without Knative can hold of the flavor's manifests (identity, RBAC, Lease,
+admission policies) and the samples/chain runtimes, runs the function with its ServiceAccount's token and the
+Service's settings behind Knative's queue-proxy, and feeds it from Knative's own adapters (or the stand-ins of
+:mod:`kai_fn.local.source`, ``KAI_FN_CHAIN_SOURCES=stand-in``). All of it stops on exit, the policies removed: the
+testbed may be shared with tiers that do not expect them. ``python -m kai_fn.local.chain serve`` runs it until SIGTERM.
 """
 from __future__ import annotations
 
@@ -327,20 +320,14 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
             settings: dict[str, str] | None = None, token_seconds: int = 6 * 3600,
             knative_sources: bool = KNATIVE_SOURCES, production: bool = False,
             queue_proxy: bool = QUEUE_PROXY, replicas: int = 1) -> Iterator[Chain]:
-    """The chain around a running ``cluster up --chain`` testbed; see the module docstring.
+    """The chain around a running ``cluster up --chain`` testbed (see the module docstring).
 
-    ``flavor``: ``kai`` (KAI's PodGroups, for KAI Scheduler) or ``scheduler-plugins`` (for Coscheduling).
-    ``audience``: None delivers without tokens (authentication-oidc off). ``log_dir``: where ``function.log``
-    (and each adapter's log) goes (default: the testbed's state dir, next to the kubeconfig). ``settings``: more
-    KAI_* variables, over the Service's (runtimes and Queues are not cached: scenarios make them and use them at
-    once; ``production`` keeps the Service's caches, as the benchmarks need). ``knative_sources``: Knative's own
-    adapters (default; ``KAI_FN_CHAIN_SOURCES=stand-in`` picks the stand-ins of kai_fn/local/source.py); their ping
-    runs ``@every <ping_seconds>s``. ``queue_proxy``: the
-    sources deliver to Knative Serving's queue-proxy, which proxies to the function with the Service's
-    containerConcurrency, timeoutSeconds and readinessProbe (default; ``KAI_FN_CHAIN_QUEUE_PROXY=0``: straight to the
-    function); its log is ``queue-proxy.log``. ``replicas``: as many function processes (each with its
-    queue-proxy; logs ``function-N.log``, ``queue-proxy-N.log``) behind one sink that spreads the deliveries over them
-    round-robin (:mod:`kai_fn.local.spread`), as the Service scaled out (knative/base lets it reach 3).
+    ``flavor``: ``kai`` or ``scheduler-plugins`` (Coscheduling). ``audience``: None delivers without tokens.
+    ``log_dir``: where ``function.log`` and the adapters' logs go (default: next to the kubeconfig). ``settings``:
+    more variables over the Service's; runtimes are not cached unless ``production`` (scenarios use them at once).
+    ``knative_sources``: Knative's adapters, else the stand-ins; their ping runs ``@every <ping_seconds>s``.
+    ``queue_proxy``: deliver through Knative Serving's queue-proxy (``KAI_FN_CHAIN_QUEUE_PROXY=0``: straight to the
+    function). ``replicas``: as many functions, each with its queue-proxy, behind a round-robin spreader.
     """
     kubeconfig = Path(kubeconfig)
     logs = Path(log_dir) if log_dir else kubeconfig.parent
@@ -348,64 +335,96 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         stack.callback(api.close)
         kubectl = kubectl_of(kubeconfig)
-        rendered = yaml.safe_load_all(subprocess.run([str(kubectl), "kustomize", str(MANIFESTS[flavor])],
-                                                     capture_output=True, text=True, check=True).stdout)
-        objs = [o for o in rendered if o]
-        probe = Testbed(kubeconfig, api, kubectl, flavor=flavor)
-        probe.apply([o for o in objs if o["kind"] in _FUNCTION_KINDS]
-                    + [for_scheduler(sample(r), SCHEDULERS[flavor]) for r in RUNTIMES])
-        if policy:
-            stack.callback(lambda: [probe.kubectl("delete", f"{plural}.admissionregistration.k8s.io", name,
-                                                  "--ignore-not-found", check=False)
-                                    for plural, name in (("mutatingadmissionpolicybindings", POLICY),
-                                                         ("mutatingadmissionpolicies", POLICY),
-                                                         ("mutatingadmissionpolicybindings", SEGMENT_POLICY),
-                                                         ("mutatingadmissionpolicies", SEGMENT_POLICY),
-                                                         ("validatingadmissionpolicybindings", MARKS_POLICY),
-                                                         ("validatingadmissionpolicies", MARKS_POLICY))])
-            probe.apply([o for o in objs if o["kind"] in _POLICY_KINDS])
-            _wait_for_policy(probe, SCHEDULERS[flavor])
-
-        core = client.CoreV1Api(api)
-        admin = api.configuration
-        fn_config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "kai-fn",
-            "clusters": [{"name": "testbed", "cluster": {"server": admin.host,
-                                                         "certificate-authority": admin.ssl_ca_cert}}],
-            "users": [{"name": "kai-fn", "user": {"token": _token(core, NAMESPACE, FUNCTION_SA, [], token_seconds)}}],
-            "contexts": [{"name": "kai-fn", "context": {"cluster": "testbed", "user": "kai-fn"}}],
-        }
-        (Path(tmp) / "kubeconfig").write_text(yaml.safe_dump(fn_config))
-        env = {**_service_env(objs), "KUBECONFIG": str(Path(tmp) / "kubeconfig"), "KAI_PODGROUP_FLAVOR": flavor}
-        if not production:
-            env["KAI_FN_RUNTIME_CACHE_SECONDS"] = "0"
-        tokens: dict[str, Callable[[], str] | None] = dict.fromkeys(SOURCE_SAS)
-        env |= {"KAI_FN_AUDIENCE": audience or "", "KAI_FN_SENDERS": ""}  # knative/base's senders, or none at all
-        if audience:
-            for key, sa in SOURCE_SAS.items():
-                token = _token(core, NAMESPACE, sa, [audience], token_seconds)
-                tokens[key] = lambda token=token: token
-        log = stack.enter_context((logs / "function.log").open("ab"))
-        function = stack.enter_context(FunctionProcess({**env, **(settings or {})}, log=log))
+        objs = _render(kubectl, flavor)
+        _install(stack, Testbed(kubeconfig, api, kubectl, flavor=flavor), objs, policy=policy)
+        env, tokens = _function_env(api, objs, Path(tmp) / "kubeconfig", flavor=flavor, audience=audience,
+                                    production=production, token_seconds=token_seconds)
+        env |= settings or {}
+        function = stack.enter_context(FunctionProcess(env, log=stack.enter_context(
+            (logs / "function.log").open("ab"))))
         chain = Chain(kubeconfig, api, kubectl, function, log_dir=logs, flavor=flavor)
-        if queue_proxy:
-            qp_log = stack.enter_context((logs / "queue-proxy.log").open("ab"))
-            chain.queue_proxy = stack.enter_context(QueueProxy(service_settings(objs), function.port, log=qp_log))
-            stack.callback(lambda: [p.kill() for p in (chain.queue_proxy, chain.function) if p])  # a scale-down's
-        for n in range(1, replicas):
-            more = stack.enter_context(FunctionProcess({**env, **(settings or {})}, log=stack.enter_context(
-                (logs / f"function-{n}.log").open("ab"))))
-            proxy = stack.enter_context(QueueProxy(service_settings(objs), more.port, log=stack.enter_context(
-                (logs / f"queue-proxy-{n}.log").open("ab")))) if queue_proxy else None
-            chain.replicas.append((more, proxy))
-        if chain.replicas:
-            front = [chain.queue_proxy.url if chain.queue_proxy else function.url] + [
-                proxy.url if proxy else more.url for more, proxy in chain.replicas]
-            chain.spreader = stack.enter_context(Spreader(front))
+        _front(stack, chain, objs, env, queue_proxy=queue_proxy, replicas=replicas)
         sources = (knative_event_sources(api, objs, chain.sink, logs, audience is not None, ping_seconds)
                    if knative_sources else event_sources(api, flavor, chain.sink, tokens, ping_seconds))
         chain.sources = [stack.enter_context(source) for source in sources]
         yield chain
+
+
+def _render(kubectl: Path, flavor: str) -> list[dict[str, Any]]:
+    """The flavor's manifests as ``kubectl kustomize`` renders them."""
+    rendered = yaml.safe_load_all(subprocess.run([str(kubectl), "kustomize", str(MANIFESTS[flavor])],
+                                                 capture_output=True, text=True, check=True).stdout)
+    return [o for o in rendered if o]
+
+
+def _install(stack: ExitStack, testbed: Testbed, objs: list[dict[str, Any]], *, policy: bool) -> None:
+    """The function's identity and the sample runtimes applied; with ``policy``, the admission policies too, waited
+    on until they act, and removed when ``stack`` closes (the testbed may be shared with tiers that do not expect
+    them)."""
+    scheduler = SCHEDULERS[testbed.flavor]
+    testbed.apply([o for o in objs if o["kind"] in _FUNCTION_KINDS]
+                  + [for_scheduler(sample(r), scheduler) for r in RUNTIMES])
+    if not policy:
+        return
+    stack.callback(_remove_policies, testbed)
+    testbed.apply([o for o in objs if o["kind"] in _POLICY_KINDS])
+    _wait_for_policy(testbed, scheduler)
+
+
+def _remove_policies(testbed: Testbed) -> None:
+    for plural, name in (("mutatingadmissionpolicybindings", POLICY), ("mutatingadmissionpolicies", POLICY),
+                         ("mutatingadmissionpolicybindings", SEGMENT_POLICY),
+                         ("mutatingadmissionpolicies", SEGMENT_POLICY),
+                         ("validatingadmissionpolicybindings", MARKS_POLICY),
+                         ("validatingadmissionpolicies", MARKS_POLICY)):
+        testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", name, "--ignore-not-found", check=False)
+
+
+def _function_env(api: client.ApiClient, objs: list[dict[str, Any]], kubeconfig: Path, *, flavor: str,
+                  audience: str | None, production: bool, token_seconds: int,
+                  ) -> tuple[dict[str, str], dict[str, Callable[[], str] | None]]:
+    """The function's environment (the Service's settings, a kubeconfig at ``kubeconfig`` with its ServiceAccount's
+    token) and, when ``audience`` is set, each source's token (keys of ``SOURCE_SAS``)."""
+    core = client.CoreV1Api(api)
+    admin = api.configuration
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kai-fn",
+        "clusters": [{"name": "testbed", "cluster": {"server": admin.host,
+                                                     "certificate-authority": admin.ssl_ca_cert}}],
+        "users": [{"name": "kai-fn", "user": {"token": _token(core, NAMESPACE, FUNCTION_SA, [], token_seconds)}}],
+        "contexts": [{"name": "kai-fn", "context": {"cluster": "testbed", "user": "kai-fn"}}],
+    }))
+    env = {**_service_env(objs), "KUBECONFIG": str(kubeconfig), "KAI_PODGROUP_FLAVOR": flavor}
+    if not production:
+        env["KAI_FN_RUNTIME_CACHE_SECONDS"] = "0"
+    env |= {"KAI_FN_AUDIENCE": audience or "", "KAI_FN_SENDERS": ""}  # knative/base's senders, or none at all
+    tokens: dict[str, Callable[[], str] | None] = dict.fromkeys(SOURCE_SAS)
+    if audience:
+        for key, sa in SOURCE_SAS.items():
+            token = _token(core, NAMESPACE, sa, [audience], token_seconds)
+            tokens[key] = lambda token=token: token
+    return env, tokens
+
+
+def _front(stack: ExitStack, chain: Chain, objs: list[dict[str, Any]], env: dict[str, str], *, queue_proxy: bool,
+           replicas: int) -> None:
+    """What stands between the sources and the function: its queue-proxy, and with more replicas, each one's
+    function and queue-proxy behind a spreader."""
+    logs = chain.log_dir or chain.kubeconfig.parent
+    log = lambda name: stack.enter_context((logs / name).open("ab"))  # noqa: E731
+    if queue_proxy:
+        chain.queue_proxy = stack.enter_context(QueueProxy(service_settings(objs), chain.function.port,
+                                                           log=log("queue-proxy.log")))
+        stack.callback(lambda: [p.kill() for p in (chain.queue_proxy, chain.function) if p])  # a scale-down's
+    for n in range(1, replicas):
+        more = stack.enter_context(FunctionProcess(env, log=log(f"function-{n}.log")))
+        proxy = stack.enter_context(QueueProxy(service_settings(objs), more.port, log=log(f"queue-proxy-{n}.log"))
+                                    ) if queue_proxy else None
+        chain.replicas.append((more, proxy))
+    if chain.replicas:
+        front = [chain.queue_proxy.url if chain.queue_proxy else chain.function.url] + [
+            proxy.url if proxy else more.url for more, proxy in chain.replicas]
+        chain.spreader = stack.enter_context(Spreader(front))
 
 
 def serve(argv: list[str] | None = None) -> int:

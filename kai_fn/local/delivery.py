@@ -1,4 +1,4 @@
-"""The ApiServerSource adapter's delivery to a direct sink, as FACTS §4 describes it, over real HTTP: one
+"""The ApiServerSource adapter's delivery to a direct sink (at least once, retried as below), over real HTTP: one
 implementation for the stand-in event sources (kai_fn/local/source.py: the emulator tier, and the chain with
 ``KAI_FN_CHAIN_SOURCES=stand-in``) and the tests; the chain runs Knative's own adapters.
 

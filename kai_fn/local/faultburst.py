@@ -1,17 +1,10 @@
 """A burst of TrainJobs with faults, at scale: chain scenario 4's burst, and ``python -m bench faults``.
 
-``jobs`` TrainJobs (``pods`` × 1 GPU each) are submitted plainly, back to back, over a few kai_fn-enabled namespaces;
-every ``blocked_every``-th one is one kai_fn must refuse, alternately naming a Queue that does not exist
-(``QueueNotFound``) and one too small for it (``GangExceedsQueue``). Meanwhile the function is killed every
-``kill_every`` seconds and started again as Knative would, the API server is restarted once half-way through the
-submissions, and the adapters of the TrainJob and JobSet sources are killed at three quarters and started again once
-Trainer is done with the last quarter (their events are lost with the old adapters, the new ones send none for what
-exists: only the resync can find those). Then, for at most ``settle`` seconds, every TrainJob is waited for: bound
-whole, or blocked with kai_fn's Warning.
-
-:func:`run` records what was seen — pods and KAI's BindRequests and PodGroups as watched, the TrainJobs and Events at
-the end, the function's log lines — and :class:`Record` judges it: each check returns what broke its rule, empty
-when the rule held. How many TrainJobs the resync released, against the events, comes from the function's log.
+TrainJobs are submitted back to back over a few namespaces, every ``blocked_every``-th one for kai_fn to refuse (no
+such Queue, or one too small); meanwhile the function is killed every ``kill_every`` seconds, the API server restarted
+once, and the TrainJob and JobSet adapters replaced late (their lost events left to the resync). :func:`run` records
+pods, BindRequests, PodGroups, TrainJobs, Events and the function's log; :class:`Record` judges it, each check
+returning what broke its rule.
 """
 from __future__ import annotations
 

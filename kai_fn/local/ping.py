@@ -1,14 +1,11 @@
-"""Knative's own PingSource adapter (``mtping`` of knative.dev/eventing, ``testbed/build.sh eventing``), run out of
-cluster for knative/base's PingSource.
+"""Knative's own PingSource adapter (``mtping`` of knative.dev/eventing), run out of cluster for knative/base's
+PingSource.
 
-mtping is multi-tenant: it serves every PingSource it reads through an informer, once Eventing's PingSource
-controller has marked it Ready and written its sink into the status. :class:`RealPingSource` plays that controller
-for one manifest: it creates the PingSource (the CRD is installed on the testbed), writes the status the controller
-would (``Ready``, ``sinkUri``, ``sinkAudience``, with OIDC ``auth.serviceAccountName``), and runs mtping as its own
-ServiceAccount bound to Knative's ClusterRole for it, with the ConfigMaps it requires (``config-logging``,
-``config-observability``) in the system namespace, ``-disable-ha`` (no leader election), and
-``K_NO_SHUTDOWN_AFTER=59`` so SIGTERM is not held to the next minute. ``schedule`` may replace the manifest's (cron
-in mtping accepts seconds and ``@every 10s``; a real PingSource's webhook allows minutes only).
+mtping serves each PingSource that Eventing's controller has marked Ready with a sink in its status.
+:class:`RealPingSource` plays that controller for one manifest: it creates the PingSource, writes that status (with
+OIDC's ``auth.serviceAccountName``), and runs mtping as its own ServiceAccount with the ConfigMaps it requires,
+without leader election. ``schedule`` may replace the manifest's (mtping accepts ``@every 10s``; the webhook would
+allow minutes only).
 """
 from __future__ import annotations
 
@@ -120,6 +117,7 @@ class RealPingSource(Started):
         role = yaml.safe_load((where / "manifests" / "pingsource-mt-adapter-clusterrole.yaml").read_text())
         kubeconfig = self._identity(role)
         self._source()
+        # K_NO_SHUTDOWN_AFTER=59: SIGTERM is not held until the next minute.
         env = {"KUBECONFIG": str(kubeconfig), "SYSTEM_NAMESPACE": SYSTEM_NAMESPACE, "NAMESPACE": SYSTEM_NAMESPACE,
                "K_OBSERVABILITY_CONFIG": "{}", "K_NO_SHUTDOWN_AFTER": "59", "K_SINK_TIMEOUT": "-1",
                "POD_NAME": "mtping-0", "PROFILING_PORT": str(free_port(""))}

@@ -1,24 +1,10 @@
 """Knative Serving's queue-proxy in front of the function, as a Knative Service's pod runs it, out of cluster.
 
-The binary is ``cmd/queue`` of knative.dev/serving (``testbed/build.sh serving``; its fixed admin and metrics ports
-made settable, testbed/serving/queue-ports.patch). In a cluster, Serving's revision reconciler adds it to every pod
-of a Revision as the ``queue-proxy`` container: requests reach it on port 8012 and it proxies them to the user
-container on ``127.0.0.1:$USER_PORT``, holding back what exceeds ``containerConcurrency`` (a breaker: that many in
-flight, ten times as many waiting, 503 beyond), cutting requests at ``timeoutSeconds``, and answering the kubelet's
-readiness probe by probing the user container with the user's own ``readinessProbe``. :func:`queue_env` is what the
-reconciler computes (``pkg/reconciler/revision/resources/queue.go``, ``makeQueueContainer``) for knative/base's
-Service, rendered; :class:`QueueProxy` is one process with its log.
-
-Ports: its serving port, admin port (the user container's preStop hook calls ``/wait-for-drain`` there) and
-autoscaler-metrics port are free loopback-reachable ports; request metrics are exported in Prometheus format on a
-fourth (config-observability ``request-metrics-protocol: prometheus``), and every request is logged
-(``logging.enable-request-log: true``) with upstream's default template: status and latency per request.
-
-A scale-down as Knative does it (:func:`scale_down`): the pod is deleted; queue-proxy gets SIGTERM and drains (it
-keeps serving, answering the kubelet's probes 503, until no request came for 30 s), the user container's preStop
-hook returns then, the function gets SIGTERM and drains its work queue, and queue-proxy shuts its servers once the
-requests in flight are done. A replacement pod serves the sink from then on (Knative's rollout: the new pod was
-ready before the old one went).
+The binary is ``cmd/queue`` of knative.dev/serving (``testbed/build.sh serving``, its fixed ports made settable). It
+proxies to the function, holding back what exceeds ``containerConcurrency`` (503 beyond ten times as many waiting),
+cutting requests at ``timeoutSeconds`` and answering readiness with the Service's ``readinessProbe``. :func:`queue_env`
+is what Serving's reconciler computes for knative/base's Service (``pkg/reconciler/revision/resources/queue.go``);
+:class:`QueueProxy` is one process with its log; :func:`scale_down` removes a pod as Knative does.
 """
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
 """Trainer v2.3.0's own ClusterTrainingRuntimes on the chain, as a user runs them, and how their TrainJobs fared.
 
-The runtimes are read from the Go module cache (``go list -m -f '{{.Dir}}' github.com/kubeflow/trainer/v2`` in
-testbed/launcher, ``manifests/base/runtimes``, every ``ClusterTrainingRuntime`` under it: the base kustomization's
-and the data cache's), never copied into the tree. What a user changes, and nothing else:
-
-- the runtime: ``schedulerName: kai-scheduler`` on every pod template (a JobSet's pod templates cannot take it
-  later, and ``runtimePatches`` have no such field);
-- the TrainJob: the queue label ``kai.scheduler/queue``, ``numNodes`` and a GPU request (``resourcesPerNode``:
-  8 GPUs, requests and limits, so each GPU pod fills one simulated node), and a ``runtimePatches`` entry that keeps
-  every replicatedJob's pods on the scenario's own simnodes pool (``nodeSelector``): the chain runs scenarios side by
-  side and its other tests' pools must not take these pods, nor these pods a contention pool's room.
-
-The torchtune runtimes' ``volumeClaimPolicies`` make JobSet create a claim per TrainJob
-(``<template>-<jobset name>``); :func:`volumes` makes for each one a ``hostPath`` PersistentVolume reserved for it
-(``claimRef``), as an admin reserves a volume, and the controller manager's PersistentVolume binder binds them.
-Their initializers complete by kwok's stage keyed on the replicatedJob name (testbed/kwok,
-``pod-complete-initializers.yaml``): nothing on their pods changes.
-
-Shared by the chain tier (tests/chain/test_trainer_runtimes.py) and ``python -m bench shapes``.
+The runtimes are read from Trainer's module in the Go module cache (``manifests/base/runtimes``), never copied into
+the tree, and changed only as a user would: ``schedulerName: kai-scheduler`` on the runtime's pod templates; on the
+TrainJob the queue label, ``numNodes``, 8 GPUs per node and a ``nodeSelector`` keeping its pods on the scenario's own
+pool (scenarios run side by side). :func:`volumes` reserves a PersistentVolume for each claim torchtune's
+``volumeClaimPolicies`` make. Shared by the chain tier and ``python -m bench shapes``.
 """
 from __future__ import annotations
 
@@ -88,7 +75,7 @@ def num_nodes_for(runtime: dict[str, Any]) -> int:
 
 
 def gpu_pods_for(runtime: dict[str, Any], num_nodes: int) -> int:
-    """The GPU pods that must run at once (Trainer's arithmetic, FACTS.md §1): ``numNodes`` nodes; MPI with
+    """The GPU pods that must run at once (Trainer's arithmetic): ``numNodes`` nodes; MPI with
     runLauncherAsNode counts its launcher as a node (``node`` gets max(numNodes-1, 1), the launcher 1)."""
     mpi = (runtime["spec"].get("mlPolicy") or {}).get("mpi") or {}
     return max(num_nodes - 1, 1) + 1 if mpi.get("runLauncherAsNode") else num_nodes

@@ -1,21 +1,11 @@
-"""Event delivery as a cluster does it, for a testbed without Knative: an ApiServerSource stand-in and a PingSource.
+"""Event delivery for a testbed without Knative: an ApiServerSource stand-in and a PingSource.
 
-:class:`ApiServerSource` watches one resource with the kubernetes client and posts every change as Knative's adapter
-does (checked byte for byte against the real one, tests/testbed/test_adapter_parity.py): binary mode, Go's header
-case (``Ce-Specversion``), type ``dev.knative.apiserver.resource.add|update|delete`` (``ref.*`` in Reference mode),
-``source`` the API server URL, ``subject`` the object's path, extensions ``kind``/``apiversion``/``name``/
-``namespace``, a fresh UUID per emission, ``time`` in Go's RFC3339Nano, the body as Go's encoding/json writes it
-(compact, keys sorted), and the adapter client's own headers (``Kn-Namespace: <the source's namespace>``, Go's
-User-Agent and Accept-Encoding). It watches only namespaces labelled like the source's ``namespaceSelector``, sends
-no add for objects that exist when it starts (a restarted adapter replays nothing), and delivers with a direct
-sink's retries (:class:`kai_fn.local.delivery.Adapter`) one event at a time per namespace, in order, namespaces in
-parallel (the adapter runs a watch per namespace, each blocked while it delivers). With a token
-provider it sends ``Authorization: Bearer``, as a source does with Knative's ``authentication-oidc`` on.
-
-It differs from the real adapter (kai_fn/local/adapter.py, which the chain uses) where a stand-in must: it reads a
-namespace's labels when it first sees an object there, where Knative resolves the selector when it (re)deploys the
-adapter, so a TrainJob created right after its namespace was labelled is seen here and missed there.
-
+:class:`ApiServerSource` watches one resource and posts each change as Knative's adapter does, byte for byte
+(tests/testbed/test_adapter_parity.py): binary mode, Go's header case, the adapter's types, extensions and headers.
+Like the adapter it watches only namespaces its ``namespaceSelector`` matches, sends no add for what exists when it
+starts, and delivers with a direct sink's retries (:class:`kai_fn.local.delivery.Adapter`), in order per namespace;
+with a token provider it sends ``Authorization: Bearer``. Unlike it, it reads a namespace's labels when it first sees
+an object there, so it also sees a TrainJob made right after its namespace was labelled, which the adapter misses.
 :class:`PingSource` sends ``dev.knative.sources.ping`` with ``{"resync": true}`` every ``period`` seconds.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ replicatedJob with ``replicas`` > 1 (kai_fn/local/shapes.py). kai_fn makes one P
   initializers may run: they are a gang of their own), and KAI says why on its PodGroup;
 - once the first is deleted, the second binds whole.
 
-Then the staleness that KAI v0.17.0 gets wrong (FACTS §2a): initializers that run longer than KAI's grace period
+Then the staleness that KAI v0.17.0 gets wrong: initializers that run longer than KAI's grace period
 (the chain's scheduler runs with ``--default-staleness-grace-period`` shortened, testbed/kai) and trainer pods that
 finish at different times: no pod is evicted, every one ends Succeeded, none fails. KAI still marks such a gang
 stale (annotation and ``StaleJob`` Events) with ``stalenessGracePeriod: -1s``; it only never evicts it.

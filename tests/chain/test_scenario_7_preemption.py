@@ -4,8 +4,8 @@ non-preemptible``) in the same queue, within its quota, makes KAI evict one of t
 (which would free the same 16 GPUs on two nodes); the evicted gang's pods come back and wait whole.
 
 KAI's PriorityClasses are the ones its install creates (``cluster up --chain``); a priority of 100 or more is
-non-preemptible, and a non-preemptible gang may use only its queue's quota (FACTS §2), hence the queues' quota of
-16."""
+non-preemptible, and a non-preemptible gang may use only its queue's quota (KAI's quota_check.go), hence the
+queues' quota of 16."""
 from __future__ import annotations
 
 import time

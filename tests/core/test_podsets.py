@@ -1,4 +1,4 @@
-"""Pod sets and effective requests: Trainer's arithmetic (FACTS §1), case by case."""
+"""Pod sets and effective requests: Trainer's arithmetic, case by case."""
 from __future__ import annotations
 
 import pytest

@@ -10,7 +10,7 @@ import pytest
 from kai_fn.function.workqueue import Again, Item, WorkQueue
 
 
-def until(check, timeout: float = 5.0) -> None:
+def until(check, timeout: float = 30.0) -> None:
     end = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < end, "timed out"
@@ -43,7 +43,7 @@ class Recorder:
             self.seen.append((item.key, item.payload, item.attempt))
         try:
             if self.gate is not None:
-                assert self.gate.wait(5)
+                assert self.gate.wait(30)
             if self.error is not None:
                 raise self.error
             if item.attempt <= self.fail:

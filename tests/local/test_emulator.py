@@ -237,13 +237,13 @@ def test_require_namespaces_and_namespace_deletion_takes_its_objects() -> None:
 
 def test_stop_does_not_wait_for_hung_requests_and_emulators_stop_in_any_order() -> None:
     first, second = Emulator().start(), Emulator().start()
-    first.faults = lambda call: Fault(hang=30)
+    first.faults = lambda call: Fault(hang=120)
     with pytest.raises(urllib3.exceptions.ReadTimeoutError, match="Read timed out"):
         CustomObjectsApi(first.client()).create_namespaced_custom_object(
             *PG[:2], NS, PG[2], podgroup(), _request_timeout=0.1)
     started = time.monotonic()
     first.stop()
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 30, "stop waited for the hung request"
     assert CustomObjectsApi(second.client()).create_namespaced_custom_object(*PG[:2], NS, PG[2], podgroup())
     second.stop()
 
@@ -467,7 +467,7 @@ def test_hang_without_status_lands_the_write_after_the_client_gave_up(api: Emula
     api.faults = only("patch", Fault(hang=0.4))
     with pytest.raises(urllib3.exceptions.ReadTimeoutError, match="Read timed out"):
         co.patch_namespaced_custom_object(*PG[:2], NS, PG[2], "pg", {"spec": {"minMember": 3}}, _request_timeout=0.1)
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 30  # the emulator's loop answers once the hang ends: a generous bound
     while api.calls[-1].status is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert api.calls[-1].status == 200

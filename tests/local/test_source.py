@@ -1,4 +1,4 @@
-"""The chain's event source sends what Knative's ApiServerSource adapter and PingSource send (FACTS §4)."""
+"""The chain's event source sends what Knative's ApiServerSource adapter and PingSource send."""
 from __future__ import annotations
 
 import json

@@ -191,56 +191,49 @@ class Server(kmock.KubernetesEmulator):
         return response
 
     def _serve(self, route: Route, call: Call, payload: bytes, media: str | None) -> tuple[int, Any]:
-        if (route.group, route.version, route.plural, route.namespace, route.name) == (
-                "authentication.k8s.io", "v1", "tokenreviews", None, None) and call.method == "POST":
-            return self.tokens.review(call.body)
-        if (route.group, route.version, route.plural, route.namespace, route.name) == (
-                "authentication.k8s.io", "v1", "selfsubjectreviews", None, None) and call.method == "POST":
-            return self.tokens.self_review(call.bearer)
-        info = BY_RESOURCE.get((route.group, route.version, route.plural))
-        if info is None:
-            raise ApiError(404, "the server could not find the requested resource")
-        if route.namespace is not None and not info.namespaced:
-            raise ApiError(404, "the server could not find the requested resource")
-        if route.subresource not in (None, "status") or (route.subresource == "status" and not info.status):
-            raise ApiError(404, "the server could not find the requested resource")
-        body: Any = None
-        if call.method in ("POST", "PUT", "PATCH") or (call.method == "DELETE" and payload):
-            if media == APPLY_PATCH:
-                raise ApiError(415, "server-side apply (application/apply-patch+yaml) is not emulated")
-            try:
-                body = json.loads(payload) if payload else None
-            except ValueError as exc:
-                raise ApiError(400, f"error decoding request body: {exc}") from exc
+        """One resource request: the reviews, then the verb on the kind's objects, refused as the API server would."""
+        if call.method == "POST" and (route.group, route.version, route.namespace, route.name) == (
+                "authentication.k8s.io", "v1", None, None):
+            if route.plural == "tokenreviews":
+                return self.tokens.review(call.body)
+            if route.plural == "selfsubjectreviews":
+                return self.tokens.self_review(call.bearer)
+        info = _kind_of(route)
+        body = _decoded(call, payload, media)
         dry_run = "dryRun" in call.query
-        verb = call.verb
-        if verb == "watch":
+        if call.verb == "watch":
             raise ApiError(405, "watch is not emulated")
-        if verb == "list":
+        if call.verb == "list":
             return 200, self._list(info, route.namespace, call.query)
         if info.namespaced and route.namespace is None:
             raise ApiError(405, "the server does not allow this method on the requested resource")
         if call.method in ("POST", "PUT") and media not in (None, "application/json"):
             raise ApiError(415, "the body of the request was in an unknown format - accepted media types include: "
                                 f"application/json, application/yaml, application/vnd.kubernetes.protobuf (got {media!r})")
-        if verb == "create" and route.name is None and route.subresource is None:
+        if call.verb == "create" and route.name is None and route.subresource is None:
             return 201, self._create(info, route.namespace, body, dry_run)
-        if route.name is None or verb == "create":
+        if route.name is None or call.verb == "create":
             raise ApiError(405, "the server does not allow this method on the requested resource")
+        return 200, self._on_object(info, route, call.verb, body, media, dry_run)
+
+    def _on_object(self, info: KindInfo, route: Route, verb: str, body: Any, media: str | None,
+                   dry_run: bool) -> dict[str, Any]:
+        """A verb on one named object: get, patch, update or delete."""
+        assert route.name is not None
         if verb == "get":
             with self.state_lock:
                 obj = self.current(info, route.namespace, route.name)
                 if obj is None:
                     raise not_found(info, route.name)
-                return 200, copy.deepcopy(obj)
+                return copy.deepcopy(obj)
         if verb == "patch":
-            return 200, self._update(info, route, dry_run, lambda old: patched(info, old, body, media), put=False)
+            return self._update(info, route, dry_run, lambda old: patched(info, old, body, media), put=False)
         if verb == "update":
             if not isinstance(body, dict):
                 raise ApiError(400, "the body of an update must be an object")
-            return 200, self._update(info, route, dry_run, lambda old: copy.deepcopy(body), put=True)
+            return self._update(info, route, dry_run, lambda old: copy.deepcopy(body), put=True)
         if verb == "delete":
-            return 200, self._delete(info, route.namespace, route.name, body, dry_run)
+            return self._delete(info, route.namespace, route.name, body, dry_run)
         raise ApiError(405, "the server does not allow this method on the requested resource")
 
     # -- verbs -------------------------------------------------------------------------------------
@@ -264,47 +257,19 @@ class Server(kmock.KubernetesEmulator):
                 "metadata": {"resourceVersion": revision}, "items": items}
 
     def _create(self, info: KindInfo, namespace: str | None, body: Any, dry_run: bool) -> dict[str, Any]:
+        """POST: the object admitted with the server's own fields, stored unless its name is taken."""
         if not isinstance(body, dict):
             raise ApiError(400, "the body of a create must be an object")
         obj = copy.deepcopy(body)
         check_type(info, obj)
-        meta = obj.get("metadata")
-        if meta is None:
-            meta = obj["metadata"] = {}
-        if not isinstance(meta, dict):
-            raise ApiError(400, "metadata must be an object")
-        if info.namespaced:
-            if meta.get("namespace") and meta["namespace"] != namespace:
-                raise ApiError(400, "the namespace of the provided object does not match the namespace sent on "
-                                    "the request")
-            meta["namespace"] = namespace
-        else:
-            meta.pop("namespace", None)
-        if not meta.get("name"):
-            if not meta.get("generateName"):
-                raise invalid(info, "", ["metadata.name: Required value: name or generateName is required"])
-            meta["name"] = meta["generateName"] + "".join(random.choices("bcdfghjklmnpqrstvwxz2456789", k=5))
-        name = meta["name"]
-        if meta.get("resourceVersion"):
-            raise ApiError(500, "resourceVersion should not be set on objects to be created")
+        name = _created_name(info, namespace, obj)
         problems = name_problems(name, label=info.kind == "Namespace" and not info.group)
         problems += metadata_problems(obj, None)
         if info.kind == "Event" and not info.group:
             problems += event_problems(obj)
         if problems:
             raise invalid(info, name, problems)
-        for server_owned in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-                             "generation", "managedFields", "selfLink"):
-            meta.pop(server_owned, None)
-        if info.status:
-            obj.pop("status", None)
-        if info.kind == "Namespace" and not info.group:
-            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
-            obj["status"] = {"phase": "Active"}
-        meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = now()
-        if info.custom:
-            meta["generation"] = 1
+        _set_server_fields(info, obj)
         check_schema(self.validate, info, obj, None)
         with self.state_lock:
             if self.current(info, namespace, name) is not None:
@@ -315,7 +280,7 @@ class Server(kmock.KubernetesEmulator):
                 raise not_found(KINDS["v1", "Namespace"], namespace or "")
             if dry_run:
                 return obj
-            meta["resourceVersion"] = self.next_revision()
+            obj["metadata"]["resourceVersion"] = self.next_revision()
             self.store(info, obj)
             return copy.deepcopy(obj)
 
@@ -335,62 +300,9 @@ class Server(kmock.KubernetesEmulator):
                 check_type(info, new)
             elif new.get("apiVersion") != old.get("apiVersion") or new.get("kind") != old.get("kind"):
                 raise ApiError(400, "apiVersion and kind cannot be changed by a patch")
-            meta = new.get("metadata")
-            if not isinstance(meta, dict):
-                if put and meta is None:
-                    meta = new["metadata"] = {}
-                else:
-                    raise ApiError(400, "metadata must be an object")
-            old_meta = old["metadata"]
-            if meta.get("name", name if put else None) != name:
-                raise ApiError(400, f"the name of the object ({meta.get('name')}) does not match the name on the "
-                                    f"URL ({name})")
-            meta["name"] = name
-            if info.namespaced:
-                if meta.get("namespace", namespace if put else None) != namespace:
-                    raise ApiError(400, "the namespace of the provided object does not match the namespace sent "
-                                        "on the request")
-                meta["namespace"] = namespace
-            else:
-                meta.pop("namespace", None)
-            rv = meta.get("resourceVersion")
-            if put and info.custom and not rv:
-                raise invalid(info, name, ["metadata.resourceVersion: Invalid value: 0x0: must be specified for an "
-                                            "update"])
-            if rv and rv != old_meta.get("resourceVersion"):
-                raise conflict(info, name)
-            if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
-                raise invalid(info, name, [f'metadata.uid: Invalid value: "{meta["uid"]}": field is immutable'])
-            for server_owned in ("uid", "creationTimestamp", "generation", "deletionTimestamp",
-                                 "deletionGracePeriodSeconds", "resourceVersion"):
-                if server_owned in old_meta:
-                    meta[server_owned] = old_meta[server_owned]
-                else:
-                    meta.pop(server_owned, None)
-            if route.subresource == "status":
-                status = new.get("status")
-                new = copy.deepcopy(old)
-                if status is None:
-                    new.pop("status", None)
-                else:
-                    new["status"] = status
-            elif info.status:
-                if "status" in old:
-                    new["status"] = copy.deepcopy(old["status"])
-                else:
-                    new.pop("status", None)
-            problems = metadata_problems(new, old)
-            if info.kind == "Event" and not info.group:
-                problems += event_problems(new)
-            if problems:
-                raise invalid(info, name, problems)
-            if info.custom and spec_of(new, info) != spec_of(old, info):
-                new["metadata"]["generation"] = int(old_meta.get("generation") or 0) + 1
-            check_schema(self.validate, info, new, old)
-            if (info.group, info.kind) == ("jobset.x-k8s.io", "JobSet") and route.subresource is None:
-                problems = jobset_problems(old, new)
-                if problems:
-                    raise ApiError(403, 'admission webhook "vjobset.kb.io" denied the request: ' + ", ".join(problems))
+            _keep_identity(info, route, old, new, put=put)
+            new = _status_kept(info, route, old, new)
+            self._admit_update(info, route, old, new)
             if new == old or dry_run:
                 return copy.deepcopy(new)
             new["metadata"]["resourceVersion"] = self.next_revision()
@@ -398,6 +310,23 @@ class Server(kmock.KubernetesEmulator):
             if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
                 self.remove(info, namespace, name)
             return copy.deepcopy(new)
+
+    def _admit_update(self, info: KindInfo, route: Route, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """The candidate's metadata, schema and (for a JobSet) JobSet's webhook checked; a spec change counted in a
+        custom object's generation."""
+        name = new["metadata"]["name"]
+        problems = metadata_problems(new, old)
+        if info.kind == "Event" and not info.group:
+            problems += event_problems(new)
+        if problems:
+            raise invalid(info, name, problems)
+        if info.custom and spec_of(new, info) != spec_of(old, info):
+            new["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + 1
+        check_schema(self.validate, info, new, old)
+        if (info.group, info.kind) == ("jobset.x-k8s.io", "JobSet") and route.subresource is None:
+            problems = jobset_problems(old, new)
+            if problems:
+                raise ApiError(403, 'admission webhook "vjobset.kb.io" denied the request: ' + ", ".join(problems))
 
     def _delete(self, info: KindInfo, namespace: str | None, name: str, options: Any, dry_run: bool) -> dict[str, Any]:
         preconditions = (options or {}).get("preconditions") or {} if isinstance(options, dict) else {}
@@ -424,3 +353,124 @@ class Server(kmock.KubernetesEmulator):
             self.next_revision()
             self.remove(info, namespace, name)
             return copy.deepcopy(old)
+
+
+_NOT_FOUND = "the server could not find the requested resource"
+
+
+def _kind_of(route: Route) -> KindInfo:
+    """The kind a resource URL names, or 404 as the API server answers an unknown resource or subresource."""
+    info = BY_RESOURCE.get((route.group, route.version, route.plural))
+    if info is None or (route.namespace is not None and not info.namespaced):
+        raise ApiError(404, _NOT_FOUND)
+    if route.subresource not in (None, "status") or (route.subresource == "status" and not info.status):
+        raise ApiError(404, _NOT_FOUND)
+    return info
+
+
+def _decoded(call: Call, payload: bytes, media: str | None) -> Any:
+    """The request's JSON body, for the verbs that take one; server-side apply is refused."""
+    if not (call.method in ("POST", "PUT", "PATCH") or (call.method == "DELETE" and payload)):
+        return None
+    if media == APPLY_PATCH:
+        raise ApiError(415, "server-side apply (application/apply-patch+yaml) is not emulated")
+    try:
+        return json.loads(payload) if payload else None
+    except ValueError as exc:
+        raise ApiError(400, f"error decoding request body: {exc}") from exc
+
+
+def _created_name(info: KindInfo, namespace: str | None, obj: dict[str, Any]) -> str:
+    """The new object's metadata made to agree with the URL (namespace, a name from generateName); its name."""
+    meta = obj.get("metadata")
+    if meta is None:
+        meta = obj["metadata"] = {}
+    if not isinstance(meta, dict):
+        raise ApiError(400, "metadata must be an object")
+    if info.namespaced:
+        if meta.get("namespace") and meta["namespace"] != namespace:
+            raise ApiError(400, "the namespace of the provided object does not match the namespace sent on "
+                                "the request")
+        meta["namespace"] = namespace
+    else:
+        meta.pop("namespace", None)
+    if not meta.get("name"):
+        if not meta.get("generateName"):
+            raise invalid(info, "", ["metadata.name: Required value: name or generateName is required"])
+        meta["name"] = meta["generateName"] + "".join(random.choices("bcdfghjklmnpqrstvwxz2456789", k=5))
+    if meta.get("resourceVersion"):
+        raise ApiError(500, "resourceVersion should not be set on objects to be created")
+    return str(meta["name"])
+
+
+def _set_server_fields(info: KindInfo, obj: dict[str, Any]) -> None:
+    """What the server sets on a new object, over whatever the client sent: uid, creation time, generation, and
+    (for a kind with a status subresource) no status; a Namespace is Active with the kubernetes finalizer."""
+    meta = obj["metadata"]
+    for server_owned in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+                         "generation", "managedFields", "selfLink"):
+        meta.pop(server_owned, None)
+    if info.status:
+        obj.pop("status", None)
+    if info.kind == "Namespace" and not info.group:
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj["status"] = {"phase": "Active"}
+    meta["uid"] = str(uuid.uuid4())
+    meta["creationTimestamp"] = now()
+    if info.custom:
+        meta["generation"] = 1
+
+
+def _keep_identity(info: KindInfo, route: Route, old: dict[str, Any], new: dict[str, Any], *, put: bool) -> None:
+    """The candidate's name and namespace must be the URL's, its resourceVersion the stored one's (a PUT of a custom
+    object must give one), its uid unchanged; the server's own fields are carried over from the stored object."""
+    name, namespace = route.name, route.namespace
+    meta = new.get("metadata")
+    if not isinstance(meta, dict):
+        if not (put and meta is None):
+            raise ApiError(400, "metadata must be an object")
+        meta = new["metadata"] = {}
+    old_meta = old["metadata"]
+    if meta.get("name", name if put else None) != name:
+        raise ApiError(400, f"the name of the object ({meta.get('name')}) does not match the name on the "
+                            f"URL ({name})")
+    meta["name"] = name
+    if info.namespaced:
+        if meta.get("namespace", namespace if put else None) != namespace:
+            raise ApiError(400, "the namespace of the provided object does not match the namespace sent "
+                                "on the request")
+        meta["namespace"] = namespace
+    else:
+        meta.pop("namespace", None)
+    rv = meta.get("resourceVersion")
+    if put and info.custom and not rv:
+        raise invalid(info, str(name), ["metadata.resourceVersion: Invalid value: 0x0: must be specified for an "
+                                         "update"])
+    if rv and rv != old_meta.get("resourceVersion"):
+        raise conflict(info, str(name))
+    if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
+        raise invalid(info, str(name), [f'metadata.uid: Invalid value: "{meta["uid"]}": field is immutable'])
+    for server_owned in ("uid", "creationTimestamp", "generation", "deletionTimestamp",
+                         "deletionGracePeriodSeconds", "resourceVersion"):
+        if server_owned in old_meta:
+            meta[server_owned] = old_meta[server_owned]
+        else:
+            meta.pop(server_owned, None)
+
+
+def _status_kept(info: KindInfo, route: Route, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The status subresource changes the status only; the main resource of a kind with one keeps the stored
+    status."""
+    if route.subresource == "status":
+        status = new.get("status")
+        new = copy.deepcopy(old)
+        if status is None:
+            new.pop("status", None)
+        else:
+            new["status"] = status
+    elif info.status:
+        if "status" in old:
+            new["status"] = copy.deepcopy(old["status"])
+        else:
+            new.pop("status", None)
+    return new

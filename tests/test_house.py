@@ -1,0 +1,68 @@
+"""House rules that hold over the whole tree: no function in kai_fn over 50 lines, and no text that cites notes kept
+outside the repository (a reader of the repository cannot follow such a reference)."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MAX_LINES = 50
+# The notes' names, split so this file does not cite them itself; an environment variable such as
+# KAI_FN_TESTBED_DIR is not a citation.
+OUTSIDE_NOTES = re.compile(r"(?<![A-Za-z0-9_])(" + "FAC" + "TS|TEST" + "BED)(?![A-Za-z0-9_])")
+TEXT = {".py", ".go", ".md", ".sh", ".yaml", ".yml", ".json", ".toml", ".txt", ".ini", ".cfg", ""}
+TREES = ("kai_fn", "testbed", "tests", "bench", "docs", "knative", "samples")
+
+
+def long_functions(root: Path) -> list[str]:
+    """``<lines> <file>:<line> <name>`` for every function under ``root`` longer than MAX_LINES."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_LINES:
+                    found.append(f"{lines} {path.relative_to(root.parent)}:{node.lineno} {node.name}")
+    return found
+
+
+def citations(paths: list[Path]) -> list[str]:
+    """``<file>:<line>`` for every line of ``paths`` that names the notes kept outside the repository."""
+    return [f"{path.relative_to(REPO)}:{n}" for path in paths
+            for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if OUTSIDE_NOTES.search(line)]
+
+
+def repository_text() -> list[Path]:
+    files = [p for tree in TREES for p in (REPO / tree).rglob("*") if p.is_file() and p.suffix in TEXT]
+    files += [p for p in REPO.iterdir() if p.is_file() and p.suffix in TEXT]
+    return sorted(p for p in files if ".venv" not in p.parts and "__pycache__" not in p.parts)
+
+
+def test_no_function_in_kai_fn_is_over_50_lines():
+    assert long_functions(REPO / "kai_fn") == [], "split each into named steps"
+
+
+def test_nothing_in_the_repository_cites_notes_kept_outside_it():
+    assert citations(repository_text()) == [], "state the fact itself, or cite an upstream source"
+
+
+@pytest.mark.parametrize("line, cites", [
+    ("(" + "FAC" + "TS §4)", True),
+    ("see " + "TEST" + "BED.md §5", True),
+    ("KAI_FN_" + "TEST" + "BED_DIR", False),
+    ("NOT_ON_" + "TEST" + "BED", False),
+    ("the facts of the case", False),
+])
+def test_a_citation_is_the_notes_name_not_a_variable_that_contains_it(line, cites):
+    assert bool(OUTSIDE_NOTES.search(line)) is cites
+
+
+@pytest.mark.parametrize("lines, found", [(MAX_LINES, False), (MAX_LINES + 1, True)])
+def test_a_long_function_is_one_over_the_limit(tmp_path, lines, found):
+    (tmp_path / "pkg").mkdir()
+    body = "\n".join(["def f():"] + ["    x = 1"] * (lines - 2) + ["    return x"])
+    (tmp_path / "pkg" / "m.py").write_text(body + "\n")
+    assert bool(long_functions(tmp_path / "pkg")) is found
