@@ -12,27 +12,14 @@ from typing import Any, Literal
 
 from kai_fn.core import keys
 from kai_fn.core.plan import Plan
+from kai_fn.core.reasons import (  # noqa: F401 -- the reasons the shell posts under, named here as before
+    GANG_BOUND, GANG_CREATED, GANG_EXCEEDS_QUEUE, GANG_UNSCHEDULABLE, INVALID_RUNTIME, INVALID_TRAINJOB, JOBSET_MISMATCH,
+    NOT_ADOPTED, PLAN_BLOCKED, QUEUE_NOT_FOUND, RUNTIME_NOT_FOUND, SCHEDULE_TIMEOUT, SCHEDULER_NOT_SERVED, TOO_LATE,
+    UNPROCESSABLE,
+)
 
 log = logging.getLogger("kai_fn")
 _INSTANCE = socket.gethostname()
-
-# Warning reasons, each explained in docs/troubleshooting.md.
-RUNTIME_NOT_FOUND = "RuntimeNotFound"
-INVALID_RUNTIME = "InvalidRuntime"
-INVALID_TRAINJOB = "InvalidTrainJob"
-PLAN_BLOCKED = "PlanBlocked"
-JOBSET_MISMATCH = "JobSetMismatch"
-TOO_LATE = "TooLate"
-GANG_UNSCHEDULABLE = "GangUnschedulable"
-QUEUE_NOT_FOUND = "QueueNotFound"
-GANG_EXCEEDS_QUEUE = "GangExceedsQueue"
-SCHEDULE_TIMEOUT = "ScheduleTimeout"
-SCHEDULER_NOT_SERVED = "SchedulerNotInstalled"  # the PodGroup or Queue API answers 404
-UNPROCESSABLE = "Unprocessable"  # the object's work failed unexpectedly (kai_fn/function/isolate.py)
-NOT_ADOPTED = "NotMadeByKaiFn"  # an object of the gang's name that kai_fn did not make, or that differs
-# Normal
-GANG_CREATED = "GangCreated"
-GANG_BOUND = "GangBound"
 
 Result = Literal["done", "skipped", "ignored", "blocked", "waiting", "retry", "error"]
 

@@ -1,6 +1,5 @@
-"""Where a TrainJob stands with kai_fn (kai_fn/core/triage.py): the marks on its JobSet and main PodGroup, with the
-TrainJob's own (written before the gate moved to the JobSet) as fallbacks, and when the current wait for its gang
-began."""
+"""Where a TrainJob stands with kai_fn (kai_fn/core/state.py): the facts (the marks on its JobSet and main PodGroup,
+when the current wait for its gang began), its phase with its reason and since when, and the gang it shows."""
 from __future__ import annotations
 
 import datetime
@@ -8,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kai_fn.core import keys, triage
+from kai_fn.core import keys, objects, state
 from kai_fn.core.schedule_timeout import stamp
 
 UID = "11111111-2222-4333-8444-555555555555"
@@ -51,7 +50,6 @@ def podgroup(**notes: str) -> dict[str, Any]:
 
 PODGROUP = {keys.MARKER_PODGROUP: PG}
 SKIPPED = {keys.MARKER_SKIPPED: "out-of-scope"}
-AUTO = {keys.AUTO_SUSPENDED_ANNOTATION: "true"}
 BOUND, TIMED_OUT, RELEASED = keys.GANG_BOUND_ANNOTATION, keys.TIMED_OUT_ANNOTATION, keys.RELEASED_AT_ANNOTATION
 
 
@@ -72,40 +70,15 @@ DECISIONS = {
                                             (None, "out-of-scope", False, True)),
     "a skip beside the label: not held": (trainjob(), jobset(held=True, **SKIPPED), (None, "out-of-scope", False, True)),
     "a gang wins over a skip": (trainjob(), jobset(**PODGROUP, **SKIPPED), (PG, None, False, True)),
-    "fallback: the gang marked on the TrainJob (before the gate moved)": (
-        trainjob(**PODGROUP), jobset(suspend=False), (PG, None, False, True)),
-    "fallback: the skip marked on the TrainJob": (trainjob(**SKIPPED), None, (None, "out-of-scope", False, True)),
-    "the JobSet's decision wins over the TrainJob's": (
-        trainjob(**{keys.MARKER_PODGROUP: "pg-older"}), jobset(**PODGROUP), (PG, None, False, True)),
-    "a gang on the TrainJob wins over a skip on the JobSet": (
-        trainjob(**PODGROUP), jobset(**SKIPPED), (PG, None, False, True)),
 }
 
 
 @pytest.mark.parametrize("case", DECISIONS, ids=list(DECISIONS))
-def test_the_decision_is_read_from_the_jobset_then_the_trainjob(case):
+def test_the_decision_is_read_from_the_jobset(case):
     job, js, expected = DECISIONS[case]
-    marks = triage.marks(job, js)
+    marks = state.facts(job, js)
     assert (marks.podgroup, marks.skipped, marks.held, marks.decided) == expected
     assert marks.has_jobset is (js is not None)
-
-
-# -- an upgrade: a TrainJob the earlier policy suspended ------------------------------------------------------------
-
-LEGACY = {
-    "annotated and suspended: owed a release": (trainjob(suspend=True, **AUTO), True),
-    "annotated but resumed (by kai_fn, or its user)": (trainjob(suspend=False, **AUTO), False),
-    "annotated, suspend absent": (trainjob(**AUTO), False),
-    "suspended by its author, not annotated": (trainjob(suspend=True), False),
-    "the annotation not 'true'": (trainjob(suspend=True, **{keys.AUTO_SUSPENDED_ANNOTATION: "yes"}), False),
-}
-
-
-@pytest.mark.parametrize("case", LEGACY, ids=list(LEGACY))
-def test_a_trainjob_the_earlier_policy_suspended_is_owed_a_release_until_it_runs(case):
-    job, owed = LEGACY[case]
-    assert triage.marks(job, jobset()).legacy_owed is owed
-    assert triage.marks(job).legacy_owed is owed  # with or without its JobSet
 
 
 # -- running, and the gang's marks on its PodGroup ---------------------------------------------------------------
@@ -122,27 +95,23 @@ RUNNING = {
 @pytest.mark.parametrize("case", RUNNING, ids=list(RUNNING))
 def test_running_means_the_jobset_and_the_trainjob_both_run(case):
     job, js, running = RUNNING[case]
-    marks = triage.marks(job, js)
+    marks = state.facts(job, js)
     assert marks.running is running
-    assert (marks.suspended, marks.jobset_suspended) == (triage.suspended(job), triage.suspended(js))
+    assert (marks.suspended, marks.jobset_suspended) == (objects.suspended(job), objects.suspended(js))
 
 
 GANG_MARKS = {
     # name: (trainjob notes, podgroup notes or None, expected (bound, timed_out))
     "none": ({}, {}, (None, None)),
     "on the PodGroup": ({}, {BOUND: stamp(at(5)), TIMED_OUT: stamp(at(9))}, (at(5), at(9))),
-    "fallback: on the TrainJob (before the gate moved)": ({BOUND: stamp(at(3)), TIMED_OUT: stamp(at(4))}, None,
-                                                          (at(3), at(4))),
-    "the PodGroup's win over the TrainJob's": ({BOUND: stamp(at(3)), TIMED_OUT: stamp(at(4))},
-                                               {BOUND: stamp(at(7)), TIMED_OUT: stamp(at(8))}, (at(7), at(8))),
     "an unreadable time is no mark": ({}, {BOUND: "yesterday", TIMED_OUT: "2026-12-03T06:00:00"}, (None, None)),
 }
 
 
 @pytest.mark.parametrize("case", GANG_MARKS, ids=list(GANG_MARKS))
-def test_the_gangs_marks_are_read_from_its_podgroup_then_the_trainjob(case):
+def test_the_gangs_marks_are_read_from_its_podgroup(case):
     job_notes, pg_notes, expected = GANG_MARKS[case]
-    marks = triage.marks(trainjob(**job_notes), jobset(**PODGROUP), None if pg_notes is None else podgroup(**pg_notes))
+    marks = state.facts(trainjob(**job_notes), jobset(**PODGROUP), None if pg_notes is None else podgroup(**pg_notes))
     assert (marks.bound, marks.timed_out) == expected
 
 
@@ -156,13 +125,6 @@ RESUMED = {
     "kai_fn's released-at on the JobSet": (trainjob(), jobset(suspend=False, **{RELEASED: stamp(at(10))}), at(10)),
     "the condition wins over the JobSet's released-at": (
         trainjob(), jobset(suspend=False, resumed=30, **{RELEASED: stamp(at(10))}), at(30)),
-    "fallback: the TrainJob's released-at (before the gate moved)": (
-        trainjob(**{RELEASED: stamp(at(20))}), jobset(suspend=False), at(20)),
-    "the later of the JobSet's and the TrainJob's": (
-        trainjob(**{RELEASED: stamp(at(20))}), jobset(suspend=False, resumed=40), at(40)),
-    "a TrainJob's later released-at wins": (
-        trainjob(**{RELEASED: stamp(at(50))}), jobset(suspend=False, resumed=40), at(50)),
-    "no JobSet: only the TrainJob's": (trainjob(**{RELEASED: stamp(at(20))}), None, at(20)),
     "an unreadable time is no resume": (trainjob(), jobset(suspend=False, **{RELEASED: "soon"}), None),
 }
 
@@ -170,7 +132,7 @@ RESUMED = {
 @pytest.mark.parametrize("case", RESUMED, ids=list(RESUMED))
 def test_the_resume_is_when_the_jobset_last_started_running(case):
     job, js, expected = RESUMED[case]
-    assert triage.marks(job, js).resumed == expected
+    assert state.facts(job, js).resumed == expected
 
 
 # -- the current wait -------------------------------------------------------------------------------------------
@@ -197,19 +159,13 @@ WAITS = {
                                                  podgroup()), None),
     "the TrainJob being deleted: no wait": (
         (trainjob(suspend=False, deleting=True), jobset(suspend=False, resumed=0, **PODGROUP), podgroup()), None),
-    "legacy: gang, released-at and timed-out on the TrainJob, resumed since": (
-        (trainjob(suspend=False, **PODGROUP, **{RELEASED: stamp(at(90)), TIMED_OUT: stamp(at(60))}),
-         jobset(suspend=False), None), at(90)),
-    "legacy: timed out on the TrainJob after its release": (
-        (trainjob(suspend=False, **PODGROUP, **{RELEASED: stamp(at(0)), TIMED_OUT: stamp(at(60))}),
-         jobset(suspend=False), None), None),
 }
 
 
 @pytest.mark.parametrize("case", WAITS, ids=list(WAITS))
 def test_a_wait_starts_when_the_gangs_jobset_starts_running_and_ends_bound_or_timed_out(case):
     (job, js, pg), expected = WAITS[case]
-    assert triage.marks(job, js, pg).wait_started == expected
+    assert state.facts(job, js, pg).wait_started == expected
 
 
 # -- small readings --------------------------------------------------------------------------------------------
@@ -222,7 +178,7 @@ def test_a_wait_starts_when_the_gangs_jobset_starts_running_and_ends_bound_or_ti
 def test_a_jobset_counts_only_when_the_trainjob_controls_it(owner, expected):
     js = jobset()
     js["metadata"]["ownerReferences"] = [owner]
-    assert triage.controlled_by(js, UID) is expected
+    assert objects.controlled_by(js, UID) is expected
 
 
 @pytest.mark.parametrize("job, hold, kueue", [
@@ -232,7 +188,7 @@ def test_a_jobset_counts_only_when_the_trainjob_controls_it(owner, expected):
     (trainjob(labels={keys.KUEUE_QUEUE_LABEL: "lq"}), None, "Kueue admits it (kueue.x-k8s.io/queue-name)"),
 ], ids=["plain", "hold", "hold-false", "kueue"])
 def test_why_a_gang_must_not_start_yet(job, hold, kueue):
-    assert (triage.hold_reason(job), triage.queued_by_kueue(job)) == (hold, kueue)
+    assert (objects.hold_reason(job), objects.queued_by_kueue(job)) == (hold, kueue)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -240,4 +196,4 @@ def test_why_a_gang_must_not_start_yet(job, hold, kueue):
     ("soon", None), ("", None), (None, None),
 ], ids=["zulu", "offset", "no-zone", "words", "empty", "absent"])
 def test_times_are_read_only_with_a_zone(text, expected):
-    assert triage.parse_time(text) == expected
+    assert objects.parse_time(text) == expected
