@@ -33,7 +33,6 @@ from kai_fn.function.settings import Settings
 from kai_fn.commands.tables import table
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
-QUEUE_API = ("scheduling.run.ai", "v2")
 # The keys of KAI's Queue status.allocated, per resource of the pre-check.
 _STATUS_KEYS = {"gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
 _NEXT_FOR_REASON = {
@@ -313,33 +312,46 @@ def render(report: Report) -> str:
     if scope:
         answer = {True: "yes", False: "no", None: "unknown"}[scope.get("inScope")]
         out += ["SCOPE", table([["in scope", f"{answer}: {scope.get('why')}"]]), ""]
-    if report.plan:
-        p = report.plan
-        rows = [["podGroup", p.get("podGroup")], ["layout", p.get("layout")], ["minMember", p.get("minMember")],
-                ["queue", p.get("queue")],
-                ["minResources", ", ".join(f"{k}={v}" for k, v in (p.get("minResources") or {}).items()) or None]]
-        out += ["PLAN", table(rows), ""]
-        if len(p.get("podGroups") or []) > 1:
-            stages = [[g["name"], ", ".join(g["replicatedJobs"]), g["minMember"], "main" if g.get("main") else ""]
-                      for g in p["podGroups"]]
-            out += [table(stages, ["STAGE PODGROUP", "REPLICATED JOBS", "MIN MEMBER", ""]), ""]
-        sets = [[s["name"], s["count"], ", ".join(f"{k}={v}" for k, v in s["requests"].items())]
-                for s in p.get("podSets", [])]
-        out += [table(sets, ["POD SET", "COUNT", "REQUESTS PER POD"]), ""]
-        for problem in p.get("problems", []):
-            out.append(f"  problem: {problem}")
-    if report.state:
-        s = report.state
-        seen = report.reading
-        rows = [["state", f"{seen['state']}" + (f" for {s['since']}" if s.get("since") else "") + f": {seen['reason']}"]
-                if seen else None,
-                ["PodGroup", s.get("podGroup") or "none"] if "podGroup" in s else None,
-                ["JobSet", s.get("jobSet")] if "jobSet" in s else None,
-                ["released", "yes" if s.get("released") else "no: its JobSet is held" if s.get("held")
-                 else f"no (TrainJob spec.suspend {s.get('suspend')})"],
-                ["markers", ", ".join(f"{k}={v}" for k, v in s.get("markers", {}).items()) or "none"]]
-        out += ["STATE", table([r for r in rows if r]), ""]
-    kai = report.kai
+    out += _render_plan(report.plan) + _render_state(report) + _render_kai(report)
+    out.append(f"NEXT: {report.next}")
+    return "\n".join(out)
+
+
+def _render_plan(p: dict[str, Any]) -> list[str]:
+    if not p:
+        return []
+    rows = [["podGroup", p.get("podGroup")], ["layout", p.get("layout")], ["minMember", p.get("minMember")],
+            ["queue", p.get("queue")],
+            ["minResources", ", ".join(f"{k}={v}" for k, v in (p.get("minResources") or {}).items()) or None]]
+    out = ["PLAN", table(rows), ""]
+    if len(p.get("podGroups") or []) > 1:
+        stages = [[g["name"], ", ".join(g["replicatedJobs"]), g["minMember"], "main" if g.get("main") else ""]
+                  for g in p["podGroups"]]
+        out += [table(stages, ["STAGE PODGROUP", "REPLICATED JOBS", "MIN MEMBER", ""]), ""]
+    sets = [[s["name"], s["count"], ", ".join(f"{k}={v}" for k, v in s["requests"].items())]
+            for s in p.get("podSets", [])]
+    out += [table(sets, ["POD SET", "COUNT", "REQUESTS PER POD"]), ""]
+    return out + [f"  problem: {problem}" for problem in p.get("problems", [])]
+
+
+def _render_state(report: Report) -> list[str]:
+    if not report.state:
+        return []
+    s, seen = report.state, report.reading
+    queue, size, gpus = status_mod.gang_cells(seen) if seen else (None, None, None)
+    rows = [["state", f"{seen['state']}" + (f" for {s['since']}" if s.get("since") else "") + f": {seen['reason']}"]
+            if seen else None,
+            ["gang", f"queue {queue or '-'}, minMember {size or '-'}, GPUs {gpus or '-'}"] if seen else None,
+            ["PodGroup", s.get("podGroup") or "none"] if "podGroup" in s else None,
+            ["JobSet", s.get("jobSet")] if "jobSet" in s else None,
+            ["released", "yes" if s.get("released") else "no: its JobSet is held" if s.get("held")
+             else f"no (TrainJob spec.suspend {s.get('suspend')})"],
+            ["markers", ", ".join(f"{k}={v}" for k, v in s.get("markers", {}).items()) or "none"]]
+    return ["STATE", table([r for r in rows if r]), ""]
+
+
+def _render_kai(report: Report) -> list[str]:
+    kai, out = report.kai, []
     if kai.get("conditions"):
         out += ["KAI SAYS", table([[c["reason"], c["queue"], c["message"]] for c in kai["conditions"]],
                                   ["REASON", "QUEUE", "MESSAGE"]), ""]
@@ -356,8 +368,7 @@ def render(report: Report) -> str:
         rows = [[p["name"], p["for"], p["node"] or "-"] for p in kai.get("placeholders") or []]
         out += ["RESERVATION", f"  {kai['reservation']}"]
         out += [table(rows, ["PLACEHOLDER", "HOLDS THE PLACE OF", "NODE"]) if rows else "  no placeholder pod now", ""]
-    out.append(f"NEXT: {report.next}")
-    return "\n".join(out)
+    return out
 
 
 def run(target_ref: str, kubeconfig: str | None, output: str, settings: Settings,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from typing import Any
 
 from kai_fn.commands import survey
 from kai_fn.commands.tables import table
@@ -81,17 +82,18 @@ def rows(readings: list[Reading], now: datetime.datetime, stranded: set[str], wi
         reason = ("kai_fn looks absent; " + r.reason) if r.uid in stranded else r.reason
         if not wide and len(reason) > _REASON_WIDTH:
             reason = reason[: _REASON_WIDTH - 3] + "..."
-        out.append([r.namespace, r.name, r.phase, age(r.age(now)) if r.since else None, *gang_cells(r), reason]
+        out.append([r.namespace, r.name, r.phase, age(r.age(now)) if r.since else None, *gang_cells(r.as_dict()), reason]
                    + ([r.gang.podgroup] if wide else []))
     return table(out, header, indent="")
 
 
-def gang_cells(reading: Reading) -> list[object]:
-    """QUEUE, GANG and GPUS as ``status`` and ``explain`` show them: a planned gang's size says so."""
-    gang = reading.gang
-    if gang.planned:
-        return [gang.queue, f"{gang.min_member} (planned)" if gang.min_member else None, gang.gpus]
-    return [gang.queue, gang.min_member, gang.gpus]
+def gang_cells(reading: dict[str, Any]) -> tuple[object, object, object]:
+    """QUEUE, GANG and GPUS of a reading (:meth:`Reading.as_dict`), as ``status`` and ``explain`` both show them: the
+    gang as made, or as planned before it is (said so)."""
+    size = reading.get("minMember")
+    if size and reading.get("planned"):
+        size = f"{size} (planned)"
+    return reading.get("queue"), size, reading.get("gpus")
 
 
 def run(namespace: str | None, kubeconfig: str | None, output: str, held_for: str, lease: str | None,

@@ -2,12 +2,15 @@
 when the current wait for its gang began), its phase with its reason and since when, and the gang it shows."""
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import re
 from typing import Any
 
 import pytest
 
 from kai_fn.core import keys, objects, state
+from kai_fn.core.reasons import Refusal
 from kai_fn.core.schedule_timeout import stamp
 
 UID = "11111111-2222-4333-8444-555555555555"
@@ -70,6 +73,8 @@ DECISIONS = {
                                             (None, "out-of-scope", False, True)),
     "a skip beside the label: not held": (trainjob(), jobset(held=True, **SKIPPED), (None, "out-of-scope", False, True)),
     "a gang wins over a skip": (trainjob(), jobset(**PODGROUP, **SKIPPED), (PG, None, False, True)),
+    "decisions on the TrainJob itself are not read: its metadata is its author's": (
+        trainjob(**PODGROUP), jobset(held=True), (None, None, True, False)),
 }
 
 
@@ -197,3 +202,109 @@ def test_why_a_gang_must_not_start_yet(job, hold, kueue):
 ], ids=["zulu", "offset", "no-zone", "words", "empty", "absent"])
 def test_times_are_read_only_with_a_zone(text, expected):
     assert objects.parse_time(text) == expected
+
+
+# -- the phase, its reason and since when ------------------------------------------------------------------------
+
+def refusal(reason: str = "GangExceedsQueue", seconds: int = 30) -> Refusal:
+    return Refusal.model_validate({"involvedObject": {"uid": UID}, "reason": reason, "message": "too big",
+                                   "firstTimestamp": stamp(at(seconds))})
+
+
+HOLD = {keys.HOLD_ANNOTATION: "true"}
+KUEUE = {keys.KUEUE_QUEUE_LABEL: "lq"}
+OPERATOR = {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}
+
+PHASES = {
+    # name: (trainjob, jobset, main PodGroup or None, refusals, expected phase, reason pattern, since)
+    "held by the policy": (trainjob(), jobset(held=True), None, [], "held", "held by the admission policy", None),
+    "held, kai-fn/hold: kept suspended": (trainjob(**HOLD), jobset(held=True), None, [], "suspended",
+                                          "^kai-fn/hold is true$", None),
+    "held and refused: blocked since the first refusal": (
+        trainjob(), jobset(held=True), None, [refusal(seconds=30), refusal("PlanBlocked", 90)], "blocked",
+        "^PlanBlocked: too big$", at(30)),
+    "kai-fn/hold wins over a refusal": (trainjob(**HOLD), jobset(held=True), None, [refusal()], "suspended",
+                                        "kai-fn/hold", None),
+    "no JobSet yet": (trainjob(), None, None, [], "held", "Trainer has not made its JobSet yet", None),
+    "no JobSet, refused (no runtime)": (trainjob(), None, None, [refusal("RuntimeNotFound")], "blocked",
+                                        "^RuntimeNotFound", at(30)),
+    "suspended by its author, never held": (trainjob(suspend=True), jobset(), None, [], "suspended",
+                                            "suspended by its user", None),
+    "suspended for Kueue, never held": (trainjob(labels=KUEUE), jobset(), None, [], "suspended", "Kueue admits it",
+                                        None),
+    "ran without being held": (trainjob(), jobset(suspend=False), None, [], "running-without-gang",
+                               "ran without being held", None),
+    "running, a refusal does not make it blocked": (trainjob(), jobset(suspend=False), None, [refusal()],
+                                                    "running-without-gang", "ran without being held", None),
+    "skipped: out of scope": (trainjob(), jobset(suspend=False, **SKIPPED), None, [], "running-without-gang",
+                              "does not ask for KAI", None),
+    "skipped by an operator, even with a refusal": (trainjob(), jobset(suspend=False, **OPERATOR), None, [refusal()],
+                                                    "running-without-gang", "by an operator", None),
+    "marked bound: bound since the mark": (trainjob(), jobset(suspend=False, resumed=0, **PODGROUP),
+                                           podgroup(**{BOUND: stamp(at(5))}), [], "bound", "every pod", at(5)),
+    "bound wins over timed out": (trainjob(), jobset(suspend=False, resumed=0, **PODGROUP),
+                                  podgroup(**{BOUND: stamp(at(90)), TIMED_OUT: stamp(at(60))}), [], "bound",
+                                  "every pod", at(90)),
+    "timed out, still waiting": (trainjob(), jobset(suspend=False, resumed=0, **PODGROUP),
+                                 podgroup(**{TIMED_OUT: stamp(at(60))}), [], "timed-out", "still waiting$", at(60)),
+    "timed out, suspended again": (trainjob(suspend=True), jobset(suspend=True, resumed=0, **PODGROUP),
+                                   podgroup(**{TIMED_OUT: stamp(at(60))}), [], "timed-out", "suspended again", at(60)),
+    "resumed after its timeout: waiting again": (trainjob(), jobset(suspend=False, resumed=120, **PODGROUP),
+                                                 podgroup(**{TIMED_OUT: stamp(at(60))}), [], "waiting",
+                                                 "not placed it yet", at(120)),
+    "gang made, kai-fn/hold keeps it suspended": (trainjob(**HOLD), jobset(held=True, **PODGROUP), podgroup(), [],
+                                                  "suspended", "^gang made, left suspended: kai-fn/hold", None),
+    "gang made, left for Kueue": (trainjob(suspend=True, labels=KUEUE), jobset(**PODGROUP), podgroup(), [],
+                                  "suspended", "left suspended: Kueue admits it", None),
+    "released, waiting for the scheduler": (trainjob(), jobset(suspend=False, resumed=10, **PODGROUP), podgroup(),
+                                            [], "waiting", r"not placed it yet \(0 of", at(10)),
+    "released, its PodGroup gone": (trainjob(), jobset(suspend=False, resumed=10, **PODGROUP), None, [], "waiting",
+                                    "is gone", at(10)),
+}
+
+
+@pytest.mark.parametrize("case", PHASES, ids=list(PHASES))
+def test_each_phase_has_its_reason_and_since(case):
+    job, js, main, refused, phase, reason, since = PHASES[case]
+    job["metadata"]["creationTimestamp"] = stamp(T0)
+    reading = state.read(job, js, [main] if main is not None else [], [], refused)
+    assert reading.phase == phase and re.search(reason, reading.reason), reading
+    assert reading.since == (since or T0)  # the TrainJob's creation when the phase has no moment of its own
+
+
+def test_every_phase_is_covered_and_they_come_in_the_order_an_operator_looks():
+    assert {case[4] for case in PHASES.values()} == set(state.Phase)
+    assert [str(p) for p in state.PHASES] == ["held", "blocked", "timed-out", "waiting", "suspended",
+                                              "running-without-gang", "bound"]
+
+
+# -- the gang shown ----------------------------------------------------------------------------------------------
+
+def made(min_member: int = 4, resources: str = "nvidia.com/gpu=8,cpu=16") -> dict:
+    pg = podgroup(**{keys.MIN_RESOURCES_ANNOTATION: resources})
+    pg["spec"] = {"minMember": min_member, "queue": "team-a"}
+    return pg
+
+
+@dataclasses.dataclass
+class FakePlan:  # the fields of kai_fn.core.plan.Plan the gang reads
+    podgroup: dict | None = dataclasses.field(default_factory=lambda: {"metadata": {"name": PG}})
+    ignored: str | None = None
+    queue: str | None = "team-b"
+    min_member: int = 2
+    min_resources: dict = dataclasses.field(default_factory=lambda: {"nvidia.com/gpu": "4"})
+    podgroup_name: str = PG
+
+
+GANGS = {
+    "made: the PodGroup's": (made(), FakePlan(), state.Gang("team-a", 4, "8", PG)),
+    "before it is made: the plan's, said so": (None, FakePlan(), state.Gang("team-b", 2, "4", PG, planned=True)),
+    "no plan: the queue label alone": (None, None, state.Gang("q")),
+    "a plan that ignores it: the queue label alone": (None, FakePlan(ignored="no KAI"), state.Gang("q")),
+}
+
+
+@pytest.mark.parametrize("case", GANGS, ids=list(GANGS))
+def test_the_gang_is_the_made_one_else_the_planned_one(case):
+    main, plan, expected = GANGS[case]
+    assert state.gang_of(trainjob(labels={keys.KAI_QUEUE_LABEL: "q"}), main, plan) == expected  # type: ignore[arg-type]
