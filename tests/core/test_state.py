@@ -278,6 +278,46 @@ def test_every_phase_is_covered_and_they_come_in_the_order_an_operator_looks():
                                               "running-without-gang", "bound"]
 
 
+def gang_pg(name: str = PG, kai: str | None = None) -> dict:
+    """A PodGroup of minMember 2, KAI's reason in its status when ``kai``."""
+    pg = podgroup()
+    pg["metadata"]["name"] = name
+    pg["spec"] = {"minMember": 2}
+    if kai:
+        pg["status"] = {"schedulingConditions": [{"reasons": [{"reason": kai, "message": "gpu limit 4",
+                                                                "details": {"queueDetails": {"name": "team-a"}}}]}]}
+    return pg
+
+
+def pods(bound: int, total: int = 2) -> list[dict]:
+    return [{"metadata": {"name": f"p{i}", "annotations": {keys.KAI_POD_GROUP_ANNOTATION: PG}},
+             "spec": {"nodeName": "n1"} if i < bound else {}} for i in range(total)]
+
+
+RELEASED_GANG = trainjob(), jobset(suspend=False, resumed=10, **PODGROUP)
+FROM_PODS = {
+    # name: (trainjob, jobset, the TrainJob's PodGroups, pods, expected phase, reason pattern)
+    "every pod on a node, not yet marked: bound": (*RELEASED_GANG, [gang_pg()], pods(2), "bound", "every pod"),
+    "one pod of two on a node: waiting": (*RELEASED_GANG, [gang_pg()], pods(1), "waiting", r"\(1 of minMember 2"),
+    "its pods on nodes but its TrainJob suspended again: not bound": (
+        trainjob(suspend=True), jobset(suspend=False, resumed=10, **PODGROUP), [gang_pg()], pods(2), "suspended",
+        "gang made, left suspended"),
+    "KAI says why": (*RELEASED_GANG, [gang_pg(kai="OverLimit")], pods(0), "waiting", r"^KAI: OverLimit \(queue team-a\)"),
+    "KAI says why on a stage's PodGroup": (*RELEASED_GANG, [gang_pg(), gang_pg(f"{PG}-init", kai="Unschedulable")], pods(0),
+                                           "waiting", "^KAI: Unschedulable"),
+    "another TrainJob's PodGroup is not read": (
+        *RELEASED_GANG, [gang_pg(), {**gang_pg(f"{PG}-x", kai="OverLimit"), "metadata": {"name": "x", "labels": {}}}],
+        pods(0), "waiting", "not placed it yet"),
+}
+
+
+@pytest.mark.parametrize("case", FROM_PODS, ids=list(FROM_PODS))
+def test_the_pods_and_kais_reasons_place_a_released_gang(case):
+    job, js, podgroups, listed, phase, reason = FROM_PODS[case]
+    reading = state.read(job, js, podgroups, listed)
+    assert reading.phase == phase and re.search(reason, reading.reason), reading
+
+
 # -- the gang shown ----------------------------------------------------------------------------------------------
 
 def made(min_member: int = 4, resources: str = "nvidia.com/gpu=8,cpu=16") -> dict:
