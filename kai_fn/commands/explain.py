@@ -4,7 +4,7 @@ Read-only with the caller's kubeconfig, nothing written: GETs of the TrainJob, i
 pods, its PodGroups (by its uid label), the Queues, and, while kai_fn still owes it a release, kai_fn's Warnings on
 it; and the heartbeat Lease when it has been held longer than a resync period. It gathers what kai_fn decided
 (scope, plan), what exists (PodGroup, JobSet, markers), where it stands (the same reading as ``status``,
-:mod:`kai_fn.commands.state`) and what the scheduler says (conditions, queue, pods), then names one next step.
+:mod:`kai_fn.core.state`) and what the scheduler says (conditions, queue, pods), then names one next step.
 Exit 0 when bound or progressing, 1 when blocked (an absent function, for a TrainJob held longer than a resync
 period, is one), 2 when the input or the cluster is unusable.
 """
@@ -16,14 +16,16 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kai_fn.core import gang, keys, segments, triage
+from kai_fn.core import gang, keys, segments
+from kai_fn.core.objects import labels, meta, notes
 from kai_fn.core.schedule_timeout import stamp
+from kai_fn.core.state import Facts, Reading, facts, reasons, reservation
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
 from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
 from kai_fn.core.runtime import target
-from kai_fn.commands import plan_view, state as states, status as status_mod, survey
+from kai_fn.commands import plan_view, status as status_mod, survey
 from kai_fn.commands.status import Unreachable, Unusable
 from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
 from kai_fn.function.heartbeat import RESYNC_PERIOD_SECONDS
@@ -31,7 +33,6 @@ from kai_fn.function.settings import Settings
 from kai_fn.commands.tables import table
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
-QUEUE_API = ("scheduling.run.ai", "v2")
 # The keys of KAI's Queue status.allocated, per resource of the pre-check.
 _STATUS_KEYS = {"gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
 _NEXT_FOR_REASON = {
@@ -66,6 +67,26 @@ class Report:
         return self
 
 
+@dataclass
+class _Look:
+    """What explain read of one TrainJob before its plan."""
+
+    obj: dict[str, Any]
+    jobset: dict[str, Any] | None
+    pods: list[dict[str, Any]]
+    podgroups: list[dict[str, Any]]
+    reading: Reading
+    now: datetime.datetime
+
+    @property
+    def marks(self) -> Facts:
+        return facts(self.obj, self.jobset)
+
+    @property
+    def released(self) -> bool:
+        return self.marks.podgroup is not None and self.marks.running
+
+
 def explain(session: Session, settings: Settings, namespace: str, name: str,
             now: datetime.datetime | None = None) -> Report:
     try:
@@ -74,20 +95,32 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
         raise Unreachable(f"cannot read TrainJob {namespace}/{name}: {error}") from None
     if obj is None:
         raise Unusable(f"no TrainJob {namespace}/{name}")
-    now = now or datetime.datetime.now(datetime.UTC)
     out = Report(f"{namespace}/{name}")
-    pods = session.jobset_pods(namespace, name)
-    reading, podgroups = survey.reading_of(session, settings.flavor, obj, pods)
+    look = _look(session, settings, obj, now or datetime.datetime.now(datetime.UTC), out)
+    planned = _plan(session, settings, look, out)
+    if isinstance(planned, Report):
+        return planned
+    return _made(session, settings, look, planned, out)
+
+
+def _look(session: Session, settings: Settings, obj: dict[str, Any], now: datetime.datetime, out: Report) -> _Look:
+    """The reading ``status`` prints, and what kai_fn marked."""
+    meta = obj.get("metadata") or {}
+    pods = session.jobset_pods(meta.get("namespace", ""), meta.get("name", ""))
+    reading, podgroups = survey.reading_of(session, settings, obj, pods)
+    look = _Look(obj, survey.jobset_of(session, obj), pods, podgroups, reading, now)
     out.reading = reading.as_dict()
     out.state["since"] = status_mod.age(reading.age(now)) if reading.since else None
-    jobset = survey.jobset_of(session, obj)
-    marks = triage.marks(obj, jobset)
-    released = marks.podgroup is not None and marks.running
-    marked = {**triage.notes(obj), **triage.notes(jobset), **triage.labels(jobset)}
-    out.state |= {"released": released, "suspend": (obj.get("spec") or {}).get("suspend"), "held": marks.held,
-                  "markers": {k: v for k, v in sorted(marked.items()) if k.startswith("kai-fn/")}}
+    marked = {**notes(obj), **notes(look.jobset), **labels(look.jobset)}
+    out.state |= {"released": look.released, "suspend": (obj.get("spec") or {}).get("suspend"),
+                  "held": look.marks.held, "markers": {k: v for k, v in sorted(marked.items()) if k.startswith("kai-fn/")}}
+    return look
+
+
+def _plan(session: Session, settings: Settings, look: _Look, out: Report) -> Plan | Report:
+    """The plan kai_fn makes of it, or the verdict when there is none to act on."""
     try:
-        job = parse(TrainJob, obj)
+        job = parse(TrainJob, look.obj)
         where = target(job)
     except InputError as error:
         return out.verdict("blocked", f"fix the TrainJob: {error}")
@@ -105,60 +138,77 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
         return out.verdict("out-of-scope", "nothing for kai_fn: " + result.ignored)
     out.scope = {"inScope": True, "why": _why_in_scope(job, runtime)}
     out.plan = _plan_view(result)
-    if marks.skipped is not None:
-        return out.verdict("blocked", f"kai_fn skipped it ({marks.skipped}): delete it and resubmit it once kai_fn's "
+    if (skipped := look.marks.skipped) is not None:
+        return out.verdict("blocked", f"kai_fn skipped it ({skipped}): delete it and resubmit it once kai_fn's "
                                       "admission policy is installed")
     if result.blocked:
         return out.verdict("blocked", "fix " + "; ".join(str(p) for p in result.problems if p.blocking))
+    return result
 
-    podgroup = _podgroup(podgroups, result, marks.podgroup)
-    marks = triage.marks(obj, jobset, podgroup)
+
+def _made(session: Session, settings: Settings, look: _Look, result: Plan, out: Report) -> Report:
+    """What exists of the gang and what KAI says of it, then the verdict."""
+    podgroup = _podgroup(look.podgroups, result, look.marks.podgroup)
     out.state |= {"podGroup": podgroup["metadata"]["name"] if podgroup else None,
-                  "jobSet": _jobset_state(result, jobset)}
-    pods = pods if jobset else []
-    reasons = states.reasons(podgroups, podgroup)
+                  "jobSet": _jobset_state(result, look.jobset)}
+    pods = look.pods if look.jobset else []
+    found = reasons(look.podgroups, podgroup)
     out.kai = {
-        "conditions": [{"reason": r.reason, "message": r.message, "queue": r.queue} for r in reasons],
+        "conditions": [{"reason": r.reason, "message": r.message, "queue": r.queue} for r in found],
         "pods": {rj: {"bound": b, "waiting": w} for rj, (b, w) in gang.per_replicated_job(pods).items()},
     }
     if result.placeholders:  # MPI's launcher: its place held in the gang until JobSet makes it
-        held = session.placeholders(namespace, triage.meta(obj).get("uid", "")) if released else []
-        out.kai["placeholders"] = [{"name": triage.meta(p).get("name"), "for": triage.labels(p).get(
-            keys.PLACEHOLDER_LABEL), "node": (p.get("spec") or {}).get("nodeName")} for p in held]
-        out.kai["reservation"] = states.reservation(podgroup) or "not made yet: made when its JobSet is released"
+        held = session.placeholders(meta(look.obj).get("namespace", ""), meta(look.obj).get("uid", "")) \
+            if look.released else []
+        out.kai["placeholders"] = [{"name": meta(p).get("name"), "for": labels(p).get(keys.PLACEHOLDER_LABEL),
+                                    "node": (p.get("spec") or {}).get("nodeName")} for p in held]
+        out.kai["reservation"] = reservation(podgroup) or "not made yet: made when its JobSet is released"
     queue_rows, queue_problem = queue_view(session, result)
     out.kai["queue"] = queue_rows
-    if marks.timed_out is not None and not released:
-        return out.verdict("blocked", f"it timed out waiting for the scheduler ({stamp(marks.timed_out)}) "
-                                      "and was suspended: fix what KAI reported, then set spec.suspend: false")
-    if not released and marks.podgroup is None and marks.has_jobset and not marks.jobset_suspended:
-        return out.verdict("blocked", "its JobSet runs and was never held, so its pods cannot join a gang: install "
-                                      "kai_fn's admission policy, then resubmit it")
+    if not look.released:
+        return out.verdict(*_unreleased(session, settings, look, facts(look.obj, look.jobset, podgroup),
+                                        queue_problem))
     if queue_problem:
         return out.verdict("blocked", queue_problem)
-    if not released and states.held_longer(reading, now, RESYNC_PERIOD_SECONDS):
-        absent = status_mod.absence(session, settings, None, now)
+    return out.verdict(*_released(podgroup, pods, found, out))
+
+
+def _unreleased(session: Session, settings: Settings, look: _Look, marks: Facts,
+                queue_problem: str | None) -> tuple[str, str]:
+    if marks.timed_out is not None:
+        return "blocked", (f"it timed out waiting for the scheduler ({stamp(marks.timed_out)}) and was suspended: "
+                           "fix what KAI reported, then set spec.suspend: false")
+    if marks.podgroup is None and marks.has_jobset and not marks.jobset_suspended:
+        return "blocked", ("its JobSet runs and was never held, so its pods cannot join a gang: install kai_fn's "
+                           "admission policy, then resubmit it")
+    if queue_problem:
+        return "blocked", queue_problem
+    if look.reading.held_longer(look.now, RESYNC_PERIOD_SECONDS):
+        absent = status_mod.absence(session, settings, None, look.now)
         if absent is not None:
-            return out.verdict("blocked", f"kai_fn looks absent ({absent}) and it has been held for "
-                                          f"{status_mod.age(reading.age(now))}: check the function (kubectl get "
-                                          "ksvc,pingsource,apiserversource -n kai-fn), or release it without a gang: "
-                                          f"kubectl kai-fn release {namespace}/{name} --yes --reason '...'")
-    if not released:
-        return out.verdict(*_before_release(obj, marks))
+            ref = f"{meta(look.obj).get('namespace')}/{meta(look.obj).get('name')}"
+            return "blocked", (f"kai_fn looks absent ({absent}) and it has been held for "
+                               f"{status_mod.age(look.reading.age(look.now))}: check the function (kubectl get "
+                               "ksvc,pingsource,apiserversource -n kai-fn), or release it without a gang: "
+                               f"kubectl kai-fn release {ref} --yes --reason '...'")
+    return _before_release(marks)
+
+
+def _released(podgroup: dict[str, Any] | None, pods: list[dict[str, Any]], found: tuple[gang.Reason, ...],
+              out: Report) -> tuple[str, str]:
     if podgroup is None:
-        return out.verdict("blocked", "its PodGroup is gone, so its pods never schedule: delete the TrainJob and "
-                                      "resubmit it")
+        return "blocked", "its PodGroup is gone, so its pods never schedule: delete the TrainJob and resubmit it"
     counted = gang.count(podgroup, pods)
     out.kai["gang"] = counted.summary()
     if described := segments.of_podgroup(podgroup):
         out.kai["segments"] = described
     if counted.bound:
-        return out.verdict("bound", "nothing: every pod of the gang is on a node")
-    if reasons and not counted.any_bound:
-        first = reasons[0]
-        return out.verdict("blocked", f"{first.reason}: " + _NEXT_FOR_REASON.get(first.reason, first.message or
-                                                                                 "read KAI's message above"))
-    return out.verdict("progressing", f"wait for the scheduler ({counted.summary()})")
+        return "bound", "nothing: every pod of the gang is on a node"
+    if found and not counted.any_bound:
+        first = found[0]
+        return "blocked", f"{first.reason}: " + _NEXT_FOR_REASON.get(first.reason, first.message or
+                                                                    "read KAI's message above")
+    return "progressing", f"wait for the scheduler ({counted.summary()})"
 
 
 def _topologies(session: Session, settings: Settings, job: TrainJob,
@@ -208,12 +258,12 @@ def _jobset_state(result: Plan, jobset: dict[str, Any] | None) -> str:
     return ("carries the plan" if carries else "lacks the plan") + (", running" if running else ", suspended")
 
 
-def _before_release(obj: dict[str, Any], marks: triage.Marks) -> tuple[str, str]:
-    if (hold := triage.hold_reason(obj)) is not None:
-        return "progressing", f"held: {hold}: remove the annotation to release it"
+def _before_release(marks: Facts) -> tuple[str, str]:
+    if marks.hold is not None:
+        return "progressing", f"held: {marks.hold}: remove the annotation to release it"
     if marks.podgroup is not None and marks.suspended:
-        if (kueue := triage.queued_by_kueue(obj)) is not None:
-            return "progressing", f"gang made; {kueue}: wait for Kueue to resume it"
+        if marks.kueue is not None:
+            return "progressing", f"gang made; {marks.kueue}: wait for Kueue to resume it"
         return "progressing", "gang made and left suspended: set spec.suspend: false to release it"
     if not marks.has_jobset:
         return "progressing", "wait for Trainer to create its JobSet; kai_fn acts on the JobSet's event or the resync"
@@ -262,33 +312,46 @@ def render(report: Report) -> str:
     if scope:
         answer = {True: "yes", False: "no", None: "unknown"}[scope.get("inScope")]
         out += ["SCOPE", table([["in scope", f"{answer}: {scope.get('why')}"]]), ""]
-    if report.plan:
-        p = report.plan
-        rows = [["podGroup", p.get("podGroup")], ["layout", p.get("layout")], ["minMember", p.get("minMember")],
-                ["queue", p.get("queue")],
-                ["minResources", ", ".join(f"{k}={v}" for k, v in (p.get("minResources") or {}).items()) or None]]
-        out += ["PLAN", table(rows), ""]
-        if len(p.get("podGroups") or []) > 1:
-            stages = [[g["name"], ", ".join(g["replicatedJobs"]), g["minMember"], "main" if g.get("main") else ""]
-                      for g in p["podGroups"]]
-            out += [table(stages, ["STAGE PODGROUP", "REPLICATED JOBS", "MIN MEMBER", ""]), ""]
-        sets = [[s["name"], s["count"], ", ".join(f"{k}={v}" for k, v in s["requests"].items())]
-                for s in p.get("podSets", [])]
-        out += [table(sets, ["POD SET", "COUNT", "REQUESTS PER POD"]), ""]
-        for problem in p.get("problems", []):
-            out.append(f"  problem: {problem}")
-    if report.state:
-        s = report.state
-        seen = report.reading
-        rows = [["state", f"{seen['state']}" + (f" for {s['since']}" if s.get("since") else "") + f": {seen['reason']}"]
-                if seen else None,
-                ["PodGroup", s.get("podGroup") or "none"] if "podGroup" in s else None,
-                ["JobSet", s.get("jobSet")] if "jobSet" in s else None,
-                ["released", "yes" if s.get("released") else "no: its JobSet is held" if s.get("held")
-                 else f"no (TrainJob spec.suspend {s.get('suspend')})"],
-                ["markers", ", ".join(f"{k}={v}" for k, v in s.get("markers", {}).items()) or "none"]]
-        out += ["STATE", table([r for r in rows if r]), ""]
-    kai = report.kai
+    out += _render_plan(report.plan) + _render_state(report) + _render_kai(report)
+    out.append(f"NEXT: {report.next}")
+    return "\n".join(out)
+
+
+def _render_plan(p: dict[str, Any]) -> list[str]:
+    if not p:
+        return []
+    rows = [["podGroup", p.get("podGroup")], ["layout", p.get("layout")], ["minMember", p.get("minMember")],
+            ["queue", p.get("queue")],
+            ["minResources", ", ".join(f"{k}={v}" for k, v in (p.get("minResources") or {}).items()) or None]]
+    out = ["PLAN", table(rows), ""]
+    if len(p.get("podGroups") or []) > 1:
+        stages = [[g["name"], ", ".join(g["replicatedJobs"]), g["minMember"], "main" if g.get("main") else ""]
+                  for g in p["podGroups"]]
+        out += [table(stages, ["STAGE PODGROUP", "REPLICATED JOBS", "MIN MEMBER", ""]), ""]
+    sets = [[s["name"], s["count"], ", ".join(f"{k}={v}" for k, v in s["requests"].items())]
+            for s in p.get("podSets", [])]
+    out += [table(sets, ["POD SET", "COUNT", "REQUESTS PER POD"]), ""]
+    return out + [f"  problem: {problem}" for problem in p.get("problems", [])]
+
+
+def _render_state(report: Report) -> list[str]:
+    if not report.state:
+        return []
+    s, seen = report.state, report.reading
+    queue, size, gpus = status_mod.gang_cells(seen) if seen else (None, None, None)
+    rows = [["state", f"{seen['state']}" + (f" for {s['since']}" if s.get("since") else "") + f": {seen['reason']}"]
+            if seen else None,
+            ["gang", f"queue {queue or '-'}, minMember {size or '-'}, GPUs {gpus or '-'}"] if seen else None,
+            ["PodGroup", s.get("podGroup") or "none"] if "podGroup" in s else None,
+            ["JobSet", s.get("jobSet")] if "jobSet" in s else None,
+            ["released", "yes" if s.get("released") else "no: its JobSet is held" if s.get("held")
+             else f"no (TrainJob spec.suspend {s.get('suspend')})"],
+            ["markers", ", ".join(f"{k}={v}" for k, v in s.get("markers", {}).items()) or "none"]]
+    return ["STATE", table([r for r in rows if r]), ""]
+
+
+def _render_kai(report: Report) -> list[str]:
+    kai, out = report.kai, []
     if kai.get("conditions"):
         out += ["KAI SAYS", table([[c["reason"], c["queue"], c["message"]] for c in kai["conditions"]],
                                   ["REASON", "QUEUE", "MESSAGE"]), ""]
@@ -305,8 +368,7 @@ def render(report: Report) -> str:
         rows = [[p["name"], p["for"], p["node"] or "-"] for p in kai.get("placeholders") or []]
         out += ["RESERVATION", f"  {kai['reservation']}"]
         out += [table(rows, ["PLACEHOLDER", "HOLDS THE PLACE OF", "NODE"]) if rows else "  no placeholder pod now", ""]
-    out.append(f"NEXT: {report.next}")
-    return "\n".join(out)
+    return out
 
 
 def run(target_ref: str, kubeconfig: str | None, output: str, settings: Settings,

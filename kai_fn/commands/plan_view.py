@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import keys, reserve, triage
+from kai_fn.core import keys, objects, reserve
 from kai_fn.core.plan import Plan
 from kai_fn.core.schedule_timeout import stamp
 
@@ -46,8 +46,8 @@ def decision_of(result: Plan, trainjob: dict[str, Any], jobset: dict[str, Any], 
     """The decision the function writes with the plan on a held JobSet, and whether it resumes it: as its pass does
     for a TrainJob that asks for no wait (kai-fn/hold, KAI_FN_RESUME=false: templates only; suspended: decided, not
     resumed)."""
-    waits = triage.hold_reason(trainjob) is not None or not resume_setting or triage.suspended(trainjob)
-    if waits and not triage.suspended(trainjob):
+    waits = objects.hold_reason(trainjob) is not None or not resume_setting or objects.suspended(trainjob)
+    if waits and not objects.suspended(trainjob):
         return None, False
     decision = {keys.MARKER_PODGROUP: result.podgroup_name or ""}
     if result.reserves:

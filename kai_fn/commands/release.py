@@ -4,9 +4,9 @@ must unblock work now (the function is down, or a refusal cannot be fixed in tim
 Each held JobSet is patched once, guarded by the resourceVersion it was read at: ``kai-fn/skipped:
 released-by-operator`` (so kai_fn, back, leaves it alone and never makes it a gang after its pods started), the
 hold's label removed and ``spec.suspend: false`` (unless its TrainJob is suspended: Trainer resumes it with the
-TrainJob); its pods are scheduled as its runtime says, with no gang of kai_fn's. A TrainJob the earlier policy
-suspended is resumed too. Then a Normal Event ``ReleasedByOperator`` on the TrainJob names who (the kubeconfig's
-user, by a SelfSubjectReview) and why (``--reason``).
+TrainJob); its pods are scheduled as its runtime says, with no gang of kai_fn's. Then a Normal Event
+``ReleasedByOperator`` on the TrainJob names who (the kubeconfig's user, by a SelfSubjectReview) and why
+(``--reason``).
 
 By name it releases a ``held`` or ``blocked`` TrainJob and refuses any other in one line; ``--held`` (with ``-n`` or
 ``-A``) releases every ``held`` one, never a ``blocked`` one (kai_fn refused those for a reason: name them).
@@ -24,11 +24,12 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from kai_fn.commands import state, survey
+from kai_fn.commands import survey
 from kai_fn.commands.status import Unreachable, Unusable, age, connect
 from kai_fn.commands.tables import table
-from kai_fn.core import keys, triage
+from kai_fn.core import keys
 from kai_fn.core.patch import jobset_patch
+from kai_fn.core.state import Phase, Reading, facts
 from kai_fn.function import report
 from kai_fn.function.cluster import Gone, GuardFailed, Session, Stale, Transient
 from kai_fn.function.settings import Settings
@@ -36,13 +37,13 @@ from kai_fn.function.settings import Settings
 EXIT_OK, EXIT_NOT_DONE, EXIT_INPUT = 0, 1, 2
 RELEASED_BY_OPERATOR = "ReleasedByOperator"
 COMPONENT = "kai-fn-release"
-RELEASABLE_BY_NAME = ("held", "blocked")
+RELEASABLE_BY_NAME = (Phase.HELD, Phase.BLOCKED)
 
 
 @dataclass(frozen=True)
 class Candidate:
     trainjob: dict[str, Any]
-    reading: state.Reading
+    reading: Reading
 
 
 def who(session: Session) -> str:
@@ -56,7 +57,7 @@ def who(session: Session) -> str:
     return str(user.get("username") or "an unidentified user")
 
 
-def named(session: Session, flavor: str, refs: list[str]) -> tuple[list[Candidate], list[str]]:
+def named(session: Session, settings: Settings, refs: list[str]) -> tuple[list[Candidate], list[str]]:
     """The TrainJobs named NAMESPACE/NAME that may be released, and one line for each that may not."""
     found, refused = [], []
     for ref in refs:
@@ -66,42 +67,36 @@ def named(session: Session, flavor: str, refs: list[str]) -> tuple[list[Candidat
         obj = session.trainjob(namespace, name)
         if obj is None:
             raise Unusable(f"no TrainJob {ref}")
-        reading, _ = survey.reading_of(session, flavor, obj)
-        if reading.state in RELEASABLE_BY_NAME:
+        reading, _ = survey.reading_of(session, settings, obj)
+        if reading.phase in RELEASABLE_BY_NAME:
             found.append(Candidate(obj, reading))
         else:
-            refused.append(f"{ref}: not held ({reading.state}: {reading.reason}); nothing to release")
+            refused.append(f"{ref}: not held ({reading.phase}: {reading.reason}); nothing to release")
     return found, refused
 
 
-def held(session: Session, flavor: str, namespace: str | None) -> list[Candidate]:
-    return [Candidate(obj, r) for obj, r in survey.entries(session, flavor, namespace) if r.state == "held"]
+def held(session: Session, settings: Settings, namespace: str | None) -> list[Candidate]:
+    return [Candidate(obj, r) for obj, r in survey.entries(session, settings, namespace) if r.phase is Phase.HELD]
 
 
 def release_one(session: Session, candidate: Candidate, user: str, reason: str) -> str:
-    """One guarded patch of the JobSet (and of a TrainJob the earlier policy suspended), then the Event; one line
-    saying what happened."""
+    """One guarded patch of the JobSet, then the Event; one line saying what happened."""
     meta = candidate.trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     jobset = survey.jobset_of(session, candidate.trainjob)
-    marks = triage.marks(candidate.trainjob, jobset)
+    marks = facts(candidate.trainjob, jobset)
     try:
         if jobset is not None:
             ops = jobset_patch(None, jobset, {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR},
                                resume=marks.held and not marks.suspended)
             if ops:
                 session.patch_jobset(namespace, name, ops)
-        if marks.legacy_owed:
-            session.patch_trainjob(namespace, name, {"metadata": {
-                "resourceVersion": meta["resourceVersion"], "annotations": {
-                    keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR, "kai-fn/auto-suspended": None}},
-                "spec": {"suspend": False}})
     except (Stale, GuardFailed):
         return f"{namespace}/{name}: changed since it was read; not released (run again to see where it stands)"
     except Gone:
         return f"{namespace}/{name}: deleted meanwhile"
     message = (f"released without a gang by {user}: {reason}. kai_fn will make no gang for it "
-               f"({keys.MARKER_SKIPPED}: {keys.SKIPPED_BY_OPERATOR}); it was {candidate.reading.state}: "
+               f"({keys.MARKER_SKIPPED}: {keys.SKIPPED_BY_OPERATOR}); it was {candidate.reading.phase}: "
                f"{candidate.reading.reason}")
     body = report.event_body(candidate.trainjob, RELEASED_BY_OPERATOR, message, warning=False)
     body |= {"source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
@@ -126,10 +121,10 @@ def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool
     now = now or datetime.datetime.now(datetime.UTC)
     try:
         if all_held:
-            candidates, refused = held(session, settings.flavor, namespace), []
+            candidates, refused = held(session, settings, namespace), []
         else:
-            candidates, refused = named(session, settings.flavor, refs)
-        listing = table([[c.reading.namespace, c.reading.name, c.reading.state, age(c.reading.age(now)),
+            candidates, refused = named(session, settings, refs)
+        listing = table([[c.reading.namespace, c.reading.name, c.reading.phase, age(c.reading.age(now)),
                           c.reading.reason] for c in candidates], ["NAMESPACE", "NAME", "STATE", "SINCE", "REASON"],
                         indent="  ")
         if not candidates:

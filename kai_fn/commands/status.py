@@ -12,9 +12,11 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from typing import Any
 
-from kai_fn.commands import state, survey
+from kai_fn.commands import survey
 from kai_fn.commands.tables import table
+from kai_fn.core.state import Phase, Reading, order
 from kai_fn.function import heartbeat
 from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
 from kai_fn.function.settings import Settings
@@ -73,16 +75,25 @@ def strand_notice(absent: str, count: int, scope: str) -> str:
             f"python -m kai_fn release --held {scope} --yes --reason '...'")
 
 
-def rows(readings: list[state.Reading], now: datetime.datetime, stranded: set[str], wide: bool) -> str:
+def rows(readings: list[Reading], now: datetime.datetime, stranded: set[str], wide: bool) -> str:
     header = ["NAMESPACE", "NAME", "STATE", "SINCE", "QUEUE", "GANG", "GPUS", "REASON"] + (["PODGROUP"] if wide else [])
     out = []
     for r in readings:
         reason = ("kai_fn looks absent; " + r.reason) if r.uid in stranded else r.reason
         if not wide and len(reason) > _REASON_WIDTH:
             reason = reason[: _REASON_WIDTH - 3] + "..."
-        out.append([r.namespace, r.name, r.state, age(r.age(now)) if r.since else None, r.queue, r.min_member, r.gpus,
-                    reason] + ([r.podgroup] if wide else []))
+        out.append([r.namespace, r.name, r.phase, age(r.age(now)) if r.since else None, *gang_cells(r.as_dict()), reason]
+                   + ([r.gang.podgroup] if wide else []))
     return table(out, header, indent="")
+
+
+def gang_cells(reading: dict[str, Any]) -> tuple[object, object, object]:
+    """QUEUE, GANG and GPUS of a reading (:meth:`Reading.as_dict`), as ``status`` and ``explain`` both show them: the
+    gang as made, or as planned before it is (said so)."""
+    size = reading.get("minMember")
+    if size and reading.get("planned"):
+        size = f"{size} (planned)"
+    return reading.get("queue"), size, reading.get("gpus")
 
 
 def run(namespace: str | None, kubeconfig: str | None, output: str, held_for: str, lease: str | None,
@@ -94,20 +105,20 @@ def run(namespace: str | None, kubeconfig: str | None, output: str, held_for: st
     session = connect(settings, kubeconfig, context)
     now = now or datetime.datetime.now(datetime.UTC)
     try:
-        readings = state.order(survey.survey(session, settings.flavor, namespace), now)
-        held = [r for r in readings if r.state == "held"]
+        readings = order(survey.survey(session, settings, namespace), now)
+        held = [r for r in readings if r.phase is Phase.HELD]
         absent = (absence(session, settings, lease, now)
-                  if any(state.held_longer(r, now, heartbeat.RESYNC_PERIOD_SECONDS) for r in held) else None)
+                  if any(r.held_longer(now, heartbeat.RESYNC_PERIOD_SECONDS) for r in held) else None)
     except Transient as error:
         raise Unreachable(f"cannot read the cluster: {error}") from None
-    stranded = {r.uid for r in held if state.stranded(r, absent, now, heartbeat.RESYNC_PERIOD_SECONDS)}
+    stranded = {r.uid for r in held if absent is not None and r.held_longer(now, heartbeat.RESYNC_PERIOD_SECONDS)}
     overdue = [r for r in held if r.age(now) > threshold]
     code = EXIT_HELD if overdue else EXIT_OK
     scope = f"-n {namespace}" if namespace else "-A"
     notes = []
     if stranded and absent:
         notes.append(strand_notice(absent, len(stranded), scope))
-    elif overdue and not any(state.held_longer(r, now, heartbeat.RESYNC_PERIOD_SECONDS) for r in overdue):
+    elif overdue and not any(r.held_longer(now, heartbeat.RESYNC_PERIOD_SECONDS) for r in overdue):
         notes.append(f"{len(overdue)} TrainJob(s) held longer than {age(threshold)}, none yet longer than a resync "
                      f"period ({heartbeat.RESYNC_PERIOD_SECONDS}s): kai_fn's next resync may still release them "
                      "(the heartbeat is read after that); kubectl kai-fn explain NAMESPACE/NAME")

@@ -9,38 +9,22 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from kai_fn.core import keys, reasons, triage
+from kai_fn.core import keys, objects, reasons
 from kai_fn.core.patch import MissingReplicatedJob, Op, jobset_patch
 from kai_fn.core.plan import Plan
 from kai_fn.core.reasons import Result
 from kai_fn.core.schedule_timeout import stamp
+from kai_fn.core.state import Facts as State
 
 # Why a TrainJob waits: short tokens, the label of kai_fn_waiting_events.
 NOT_CREATED = "no_jobset"
 REPLACED = "jobset_replaced"
 
 
-class State(Protocol):
-    """Where the TrainJob stands (kai_fn's state model): the attributes the decision reads."""
-
-    @property
-    def podgroup(self) -> str | None: ...
-    @property
-    def skipped(self) -> str | None: ...
-    @property
-    def held(self) -> bool: ...
-    @property
-    def suspended(self) -> bool: ...
-    @property
-    def deleting(self) -> bool: ...
-    @property
-    def reserves(self) -> str | None: ...
-
-
 @dataclass(frozen=True)
-class Facts:
+class Context:
     """What the decision needs besides the state: the objects as read and the settings that bear on it."""
 
     trainjob: dict[str, Any]
@@ -144,7 +128,7 @@ TOO_LATE_MESSAGE = ("its JobSet is already running, so its pods cannot join a ga
                     "resumed); install kai_fn's admission policy, which holds the JobSets of TrainJobs that ask for KAI")
 
 
-def before_plan(state: State, facts: Facts) -> Action | None:
+def before_plan(state: State, context: Context) -> Action | None:
     """The action that needs no plan, or None when the TrainJob must be planned."""
     if state.deleting:
         return Ignore("the TrainJob is being deleted")
@@ -154,12 +138,12 @@ def before_plan(state: State, facts: Facts) -> Action | None:
         return Skip("already gang-scheduled", state.podgroup)
     if state.skipped is not None:
         return Skip(f"skipped earlier ({state.skipped})")
-    if not facts.watched:
-        return let_go(state, facts, "namespace not in KAI_FN_NAMESPACES")
+    if not context.watched:
+        return let_go(state, context, "namespace not in KAI_FN_NAMESPACES")
     return None
 
 
-def with_plan(state: State, facts: Facts, planned: Planned) -> Action:
+def with_plan(state: State, context: Context, planned: Planned) -> Action:
     """The action once the TrainJob is planned, or why it could not be."""
     match planned:
         case InvalidTrainJob(error):
@@ -170,43 +154,43 @@ def with_plan(state: State, facts: Facts, planned: Planned) -> Action:
         case InvalidRuntime(runtime, error):
             return Refuse(reasons.INVALID_RUNTIME, f"{runtime}: {error}")
     if planned.ignored:
-        return let_go(state, facts, planned.ignored)
+        return let_go(state, context, planned.ignored)
     if planned.blocked:
         return Refuse(reasons.PLAN_BLOCKED, "; ".join(str(p) for p in planned.problems))
-    if facts.jobset is None:
+    if context.jobset is None:
         return Wait(NOT_CREATED)
-    return gang(state, facts, planned)
+    return gang(state, context, planned)
 
 
-def let_go(state: State, facts: Facts, why: str) -> Action:
+def let_go(state: State, context: Context, why: str) -> Action:
     """Out of scope: a JobSet the policy holds is decided without a gang (resumed unless its TrainJob is
     suspended: Trainer resumes it with the TrainJob); anything else is left as it is."""
-    if not state.held or facts.jobset is None:
+    if not state.held or context.jobset is None:
         return LetGo(why, held=False)
-    ops = jobset_patch(None, facts.jobset, {keys.MARKER_SKIPPED: "out-of-scope"}, not state.suspended)
+    ops = jobset_patch(None, context.jobset, {keys.MARKER_SKIPPED: "out-of-scope"}, not state.suspended)
     return LetGo(why, held=True, ops=tuple(ops))
 
 
-def waits_for(state: State, facts: Facts) -> str | None:
+def waits_for(state: State, context: Context) -> str | None:
     """Why the gang, once made, must not start yet: kai_fn is told to wait, or its TrainJob is suspended (Trainer
     resumes the JobSet when the TrainJob is resumed; Kueue resumes the TrainJob it admits)."""
-    if (hold := triage.hold_reason(facts.trainjob)) is not None:
+    if (hold := objects.hold_reason(context.trainjob)) is not None:
         return hold
-    if not facts.resume:
+    if not context.resume:
         return "KAI_FN_RESUME is false"
-    if state.suspended and (kueue := triage.queued_by_kueue(facts.trainjob)) is not None:
+    if state.suspended and (kueue := objects.queued_by_kueue(context.trainjob)) is not None:
         return kueue
     if state.suspended:
         return "the TrainJob is suspended: it starts when it is resumed"
     return None
 
 
-def gang(state: State, facts: Facts, plan: Plan) -> Action:
-    """The gang and the JobSet's patch, from the JobSet as read now (``facts.jobset``). Told to wait while its
+def gang(state: State, context: Context, plan: Plan) -> Action:
+    """The gang and the JobSet's patch, from the JobSet as read now (``context.jobset``). Told to wait while its
     TrainJob runs (kai-fn/hold, KAI_FN_RESUME=false): templates only, no decision, so the policy keeps turning
     Trainer's re-applies back until the hold is lifted."""
-    assert facts.jobset is not None
-    waits = waits_for(state, facts)
+    assert context.jobset is not None
+    waits = waits_for(state, context)
     resume = waits is None and state.held
     decision: dict[str, str] | None = None
     if waits is None or state.suspended:
@@ -214,16 +198,16 @@ def gang(state: State, facts: Facts, plan: Plan) -> Action:
     if decision is not None and plan.reserves:
         decision[keys.RESERVES_ANNOTATION] = plan.reserves
     if resume:
-        decision = {**(decision or {}), keys.RELEASED_AT_ANNOTATION: stamp(facts.now)}
+        decision = {**(decision or {}), keys.RELEASED_AT_ANNOTATION: stamp(context.now)}
     try:
-        ops = jobset_patch(plan, facts.jobset, decision, resume)
+        ops = jobset_patch(plan, context.jobset, decision, resume)
     except MissingReplicatedJob as missing:
-        name = triage.meta(facts.jobset).get("name")
+        name = objects.meta(context.jobset).get("name")
         return Refuse(reasons.JOBSET_MISMATCH,
                       f"JobSet {name} has no replicatedJob {missing.args[0]!r}, which the runtime has")
-    if ops and not triage.suspended(facts.jobset):
-        return MarkTooLate(tuple(jobset_patch(None, facts.jobset, {keys.MARKER_SKIPPED: "running"})))
-    return MakeGang(plan, tuple(ops), waits, precheck=facts.precheck and plan.queue is not None,
+    if ops and not objects.suspended(context.jobset):
+        return MarkTooLate(tuple(jobset_patch(None, context.jobset, {keys.MARKER_SKIPPED: "running"})))
+    return MakeGang(plan, tuple(ops), waits, precheck=context.precheck and plan.queue is not None,
                     placeholders=plan.placeholders if resume else (),
                     remember=(waits is None or state.suspended) and not plan.reserves)
 

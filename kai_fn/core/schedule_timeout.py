@@ -1,4 +1,4 @@
-"""A schedule timeout for KAI, whose PodGroup has no such field: pure, over the marks :mod:`kai_fn.core.triage` reads.
+"""A schedule timeout for KAI, which has none: pure, over the facts :mod:`kai_fn.core.state` reads.
 
 A wait begins when the gang's JobSet starts running and ends when the gang is bound (``kai-fn/bound`` on its main
 PodGroup) or times out (``kai-fn/timed-out``, which ends only that wait: a later resume starts another). The
@@ -11,11 +11,14 @@ from __future__ import annotations
 import datetime
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kai_fn.core import keys
 from kai_fn.core.gang import GangCount, members
-from kai_fn.core.triage import Marks, parse_time
+from kai_fn.core.objects import meta as _meta, notes as _notes, parse_time
+
+if TYPE_CHECKING:  # the state model formats its times with stamp() below
+    from kai_fn.core.state import Facts
 
 _SECONDS = re.compile(r"^[0-9]{1,9}$")
 
@@ -38,14 +41,6 @@ def seconds_problem(notes: dict[str, str]) -> str | None:
     return f"{value!r} is not a whole number of seconds (0 means no timeout)"
 
 
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _notes(obj: dict[str, Any]) -> dict[str, str]:
-    return _meta(obj).get("annotations") or {}
-
-
 @dataclass(frozen=True)
 class Wait:
     """A released gang not yet bound, and when its wait ends."""
@@ -62,7 +57,7 @@ class Wait:
         return self.started + datetime.timedelta(seconds=self.timeout)
 
 
-def waiting(trainjob: dict[str, Any], marks: Marks, podgroup: dict[str, Any]) -> Wait | None:
+def waiting(trainjob: dict[str, Any], marks: Facts, podgroup: dict[str, Any]) -> Wait | None:
     """The TrainJob's running wait for this PodGroup, or None: not waiting, the PodGroup is not its main gang's,
     or there is no timeout."""
     meta, notes = _meta(trainjob), _notes(trainjob)
@@ -79,7 +74,7 @@ def waiting(trainjob: dict[str, Any], marks: Marks, podgroup: dict[str, Any]) ->
     return Wait(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""), pg_meta["name"], began, timeout)
 
 
-def overdue(trainjob: dict[str, Any], marks: Marks, podgroup: dict[str, Any], now: datetime.datetime) -> Wait | None:
+def overdue(trainjob: dict[str, Any], marks: Facts, podgroup: dict[str, Any], now: datetime.datetime) -> Wait | None:
     wait = waiting(trainjob, marks, podgroup)
     return wait if wait is not None and wait.deadline <= now else None
 

@@ -16,7 +16,7 @@ T = TypeVar("T")
 
 def order(obj: Any) -> str:
     """Creation order (timestamps in whole seconds, so namespace and name break the ties); the resync's inventory
-    entries (kai_fn.function.inventory.Entry) by their TrainJob's."""
+    entries (kai_fn.core.state.Entry) by their TrainJob's."""
     if not isinstance(obj, dict):
         obj = getattr(obj, "trainjob", None) or {}
     meta = obj.get("metadata") or {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, assert_never
 
-from kai_fn.core import adopt, decide, triage
+from kai_fn.core import adopt, decide, objects
 from kai_fn.core.decide import Action, Ignore, LetGo, MakeGang, MarkTooLate, Refuse, SettleReservation, Skip, Wait
 from kai_fn.core.queue_check import check
 from kai_fn.function import metrics, report, reserve
@@ -48,7 +48,7 @@ class Execution:
 
     def decided(self) -> None:
         """Nothing more is kai_fn's to do: later events of this TrainJob, or of this JobSet, cost no API call."""
-        self.session.cluster.recent.decided(self.uid, triage.meta(self.jobset).get("uid"))
+        self.session.cluster.recent.decided(self.uid, objects.meta(self.jobset).get("uid"))
 
     def outcome(self, result: Result, reason: str, podgroup: str | None = None) -> Outcome:
         return Outcome(result, reason, self.namespace, self.name, self.uid, podgroup)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import gang, keys, triage
-from kai_fn.core.stages import is_stage_of
+from kai_fn.core import gang, keys, objects
+from kai_fn.core.state import Entry, facts, reserving
 from kai_fn.function import metrics, report, reserve
 from kai_fn.function.cluster import Gone, Session, Transient
 from kai_fn.function.events import PodGroupEvent
-from kai_fn.function.inventory import Entry, creation_order
+from kai_fn.function.inventory import creation_order
 from kai_fn.function.isolate import tally_of
 from kai_fn.function.report import Outcome
 from kai_fn.function.settings import Settings
@@ -32,7 +32,7 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     ns, pg_name = event.namespace, event.name
     if not settings.watches(ns):
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", ns, pg_name, event.uid)
-    if triage.labels(hint).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY:
+    if objects.labels(hint).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY:
         return Outcome("ignored", "not a PodGroup kai_fn made", ns, pg_name, event.uid)
     recent = session.cluster.recent
     if recent.is_bound(event.uid):
@@ -41,14 +41,14 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     if podgroup is None:
         return Outcome("ignored", "the PodGroup no longer exists", ns, pg_name, event.uid)
     owner = owning_trainjob(podgroup)
-    if triage.labels(podgroup).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY or owner is None:
+    if objects.labels(podgroup).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY or owner is None:
         return Outcome("ignored", "not a PodGroup kai_fn made for a TrainJob", ns, pg_name, event.uid)
-    if holding(podgroup):
+    if reserving(podgroup):
         handed = hand_over(session, podgroup, owner)
         if handed is not None:
             return handed
-    if keys.GANG_BOUND_ANNOTATION in triage.notes(podgroup):
-        recent.bound(triage.meta(podgroup).get("uid"))
+    if keys.GANG_BOUND_ANNOTATION in objects.notes(podgroup):
+        recent.bound(objects.meta(podgroup).get("uid"))
         return Outcome("skipped", "already bound", ns, owner["name"], owner.get("uid"), pg_name, bound=True)
     if event.type.endswith(".add") and not podgroup.get("status"):
         # Made a moment ago (by kai_fn, before it released the TrainJob): no pod of it can exist yet. The scheduler's
@@ -59,34 +59,28 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     if trainjob is None or trainjob.get("metadata", {}).get("uid") != owner.get("uid"):
         return Outcome("ignored", "its TrainJob no longer exists", ns, owner["name"], owner.get("uid"), pg_name)
     jobset = session.jobset(ns, owner["name"])
-    marks = triage.marks(trainjob, jobset if jobset and triage.controlled_by(jobset, owner.get("uid")) else None)
-    if why := settled(marks, pg_name):
+    marks = facts(trainjob, jobset if jobset and objects.controlled_by(jobset, owner.get("uid")) else None)
+    if why := marks.settled(pg_name):
         if marks.bound is not None:
-            recent.bound(triage.meta(podgroup).get("uid"))
+            recent.bound(objects.meta(podgroup).get("uid"))
         return Outcome("skipped", why, ns, owner["name"], owner.get("uid"), pg_name)
     outcome = report_on(session, trainjob, podgroup, marks.podgroup or "")
     if outcome.bound:
-        recent.bound(triage.meta(podgroup).get("uid"))
+        recent.bound(objects.meta(podgroup).get("uid"))
     return outcome
-
-
-def holding(podgroup: dict[str, Any]) -> bool:
-    """The gang holds places for a later wave (MPI's launcher), not yet handed over (kai_fn/core/reserve.py)."""
-    notes = (podgroup.get("metadata") or {}).get("annotations") or {}
-    return keys.RESERVES_ANNOTATION in notes and keys.RESERVATION_ENDED_ANNOTATION not in notes
 
 
 def hand_over(session: Session, podgroup: dict[str, Any], owner: dict[str, Any]) -> Outcome | None:
     """KAI's controllers rewrite the gang's status when a pod joins it: the moment JobSet makes the launcher, its
     placeholder goes (kai_fn/function/reserve.py). An Outcome when that was this event's work, else None (the gang's
     status is looked at as for any other)."""
-    ns, name, uid = triage.meta(podgroup).get("namespace"), owner["name"], owner.get("uid")
-    pg_name = triage.meta(podgroup).get("name")
+    ns, name, uid = objects.meta(podgroup).get("namespace"), owner["name"], owner.get("uid")
+    pg_name = objects.meta(podgroup).get("name")
     trainjob = session.trainjob(ns, name)
-    if trainjob is None or triage.meta(trainjob).get("uid") != uid:
+    if trainjob is None or objects.meta(trainjob).get("uid") != uid:
         return Outcome("ignored", "its TrainJob no longer exists", ns, name, uid, pg_name)
     jobset = session.jobset(ns, name)
-    if jobset is None or not triage.controlled_by(jobset, uid) or triage.marks(trainjob, jobset).podgroup != pg_name:
+    if jobset is None or not objects.controlled_by(jobset, uid) or facts(trainjob, jobset).podgroup != pg_name:
         return None
     done, changed = reserve.settle(session, trainjob, jobset, pg_name, None, unmarked=True)
     return Outcome("done", done, ns, name, uid, pg_name) if changed else None
@@ -97,20 +91,6 @@ def owning_trainjob(podgroup: dict[str, Any]) -> dict[str, Any] | None:
         if (isinstance(ref, dict) and ref.get("kind") == keys.TRAINJOB_KIND and ref.get("apiVersion") == keys.TRAINER_API
                 and isinstance(ref.get("name"), str) and ref.get("controller")):
             return ref
-    return None
-
-
-def settled(marks: triage.Marks, podgroup_name: str | None = None) -> str | None:
-    """Why there is nothing to report on this TrainJob's gang, or None when its status is worth a look."""
-    if marks.bound is not None:
-        return "already bound"
-    if marks.deleting:
-        return "the TrainJob is being deleted"
-    if marks.podgroup is None or (podgroup_name is not None and marks.podgroup != podgroup_name
-                                  and not is_stage_of(podgroup_name, marks.podgroup)):
-        return "the TrainJob's gang is not this PodGroup, or not made yet"
-    if not marks.running:
-        return "the TrainJob or its JobSet is suspended: its pods do not exist"
     return None
 
 
@@ -157,7 +137,7 @@ def sweep(session: Session, settings: Settings, entries: list[Entry]) -> dict[st
     """The resync's pass over released gangs not known to be bound: a pod list each (and an Event, a mark),
     KAI_FN_RESYNC_LIMIT in turn."""
     tally: dict[str, int] = {}
-    waiting = [e for e in entries if e.podgroup is not None and settled(e.marks) is None]
+    waiting = [e for e in entries if e.podgroup is not None and e.marks.settled() is None]
     for entry in session.cluster.take_turn("sweep", waiting, settings.resync_limit, creation_order):
         result = tally_of("sweep", session, entry.trainjob, lambda e=entry: report_on(
             session, e.trainjob, e.podgroup or {}, e.marks.podgroup or "").result)

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from kai_fn.core import triage
+from kai_fn.core import objects
 from kai_fn.function import metrics, report
 from kai_fn.function.cluster import Session, Transient
 
@@ -28,7 +28,7 @@ def apart(stage: str, session: Session, trainjob: dict[str, Any] | None, work: C
     except let_through:
         raise
     except Exception as error:  # noqa: BLE001 - the point: an object's failure stays that object's
-        meta = triage.meta(trainjob)
+        meta = objects.meta(trainjob)
         why = f"{type(error).__name__}: {error}"[:300]
         metrics.OBJECT_ERRORS.labels(stage).inc()
         log.error("object failed", exc_info=error, extra={"fields": {
@@ -52,7 +52,7 @@ def tally_of(stage: str, session: Session, trainjob: dict[str, Any] | None, work
 
 
 def _warn(session: Session, trainjob: dict[str, Any] | None, stage: str, error: Exception, why: str) -> None:
-    meta = triage.meta(trainjob)
+    meta = objects.meta(trainjob)
     if not isinstance(meta.get("name"), str) or not isinstance(meta.get("namespace"), str):
         return
     message = (f"kai_fn could not process this TrainJob ({stage}): {why}. Its JobSet stays as it is; the resync "

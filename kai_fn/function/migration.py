@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kai_fn.core import keys, triage
+from kai_fn.core import keys, objects
 from kai_fn.core.decide import Action, LetGo, MakeGang, SettleReservation, Skip
 from kai_fn.core.patch import jobset_patch
 from kai_fn.function.cluster import Gone, GuardFailed, Session, Transient
@@ -30,17 +30,17 @@ _MARKS = (AUTO_SUSPENDED_ANNOTATION, *_DECISION, *_GANG)
 
 def concerns(trainjob: dict[str, Any]) -> bool:
     """The TrainJob carries a mark of the earlier gate (the resync's cheap filter)."""
-    return any(key in triage.notes(trainjob) for key in _MARKS)
+    return any(key in objects.notes(trainjob) for key in _MARKS)
 
 
 def owed(trainjob: dict[str, Any]) -> bool:
     """The earlier gate suspended it and it is still suspended: kai_fn owes it a resume."""
-    return triage.notes(trainjob).get(AUTO_SUSPENDED_ANNOTATION) == "true" and triage.suspended(trainjob)
+    return objects.notes(trainjob).get(AUTO_SUSPENDED_ANNOTATION) == "true" and objects.suspended(trainjob)
 
 
 def kept(trainjob: dict[str, Any], settings: Settings) -> bool:
     """Someone else resumes it, or kai_fn is told not to."""
-    return (triage.hold_reason(trainjob) is not None or triage.queued_by_kueue(trainjob) is not None
+    return (objects.hold_reason(trainjob) is not None or objects.queued_by_kueue(trainjob) is not None
             or not settings.resume)
 
 
@@ -48,23 +48,23 @@ def carry(session: Session, settings: Settings, trainjob: dict[str, Any], jobset
           ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Carry the TrainJob's own marks to its JobSet (``jobset``: the one it controls, as read) and main PodGroup,
     then remove them from it: the TrainJob and the JobSet as they are now. Nothing to carry: no API call."""
-    notes = triage.notes(trainjob)
+    notes = objects.notes(trainjob)
     moved = {k: notes[k] for k in (*_DECISION, *_GANG) if k in notes}
     stale = AUTO_SUSPENDED_ANNOTATION in notes and not owed(trainjob)  # resumed by someone: the mark means nothing
     if jobset is None or not (moved or stale):
         return trainjob, jobset  # its JobSet is not made yet: carried once it is
-    meta = triage.meta(trainjob)
+    meta = objects.meta(trainjob)
     ns, name = meta["namespace"], meta["name"]
     decision = {k: v for k, v in moved.items() if k in _DECISION}
-    set_notes = triage.notes(jobset)
-    if (decision and triage.labels(jobset).get(keys.HELD_LABEL) != "true"
+    set_notes = objects.notes(jobset)
+    if (decision and objects.labels(jobset).get(keys.HELD_LABEL) != "true"
             and keys.MARKER_PODGROUP not in set_notes and keys.MARKER_SKIPPED not in set_notes):
         try:
             session.patch_jobset(ns, name, jobset_patch(None, jobset, decision))
         except GuardFailed:
             raise Retry("the JobSet changed while the TrainJob's marks were carried to it") from None
         jobset = session.jobset(ns, name)
-    podgroup = triage.notes(jobset).get(keys.MARKER_PODGROUP)
+    podgroup = objects.notes(jobset).get(keys.MARKER_PODGROUP)
     if podgroup and (gang := {k: v for k, v in moved.items() if k in _GANG}):
         try:
             session.patch_podgroup(podgroup_api(settings.flavor), ns, podgroup, {"metadata": {"annotations": gang}})
@@ -95,9 +95,9 @@ def after_pass(session: Session, settings: Settings, trainjob: dict[str, Any], j
 
 def let_go(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> None:
     """Out of scope: its JobSet (suspended, never held) is marked so, so later events cost nothing."""
-    if jobset is None or keys.MARKER_PODGROUP in triage.notes(jobset) or keys.MARKER_SKIPPED in triage.notes(jobset):
+    if jobset is None or keys.MARKER_PODGROUP in objects.notes(jobset) or keys.MARKER_SKIPPED in objects.notes(jobset):
         return
-    meta = triage.meta(trainjob)
+    meta = objects.meta(trainjob)
     try:
         if ops := jobset_patch(None, jobset, {keys.MARKER_SKIPPED: "out-of-scope"}):
             session.patch_jobset(meta["namespace"], meta["name"], ops)
@@ -108,17 +108,17 @@ def let_go(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | 
 def resume(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> None:
     """``spec.suspend: false`` with the annotation removed, so it is never taken for one owed again; Trainer
     resumes its JobSet with it."""
-    meta = triage.meta(trainjob)
+    meta = objects.meta(trainjob)
     session.patch_trainjob(meta["namespace"], meta["name"], {
         "metadata": {"annotations": {AUTO_SUSPENDED_ANNOTATION: None}}, "spec": {"suspend": False}})
-    session.cluster.recent.decided(meta.get("uid"), triage.meta(jobset).get("uid"))
+    session.cluster.recent.decided(meta.get("uid"), objects.meta(jobset).get("uid"))
 
 
 def resync(session: Session, settings: Settings, entries: list[Entry]) -> str:
     """The resync's share: the listed TrainJobs that carry a mark of the earlier gate, in turn. The pass does the
     rest; here, what no pass does: a TrainJob outside KAI_FN_NAMESPACES, or whose JobSet is decided already."""
-    found = [e for e in entries if concerns(e.trainjob) and not triage.deleting(e.trainjob)
-             and not session.cluster.recent.is_decided(triage.meta(e.trainjob).get("uid"))]
+    found = [e for e in entries if concerns(e.trainjob) and not objects.deleting(e.trainjob)
+             and not session.cluster.recent.is_decided(objects.meta(e.trainjob).get("uid"))]
     if not found:
         return ""
     tally: dict[str, int] = {}
@@ -133,7 +133,7 @@ def migrate(session: Session, settings: Settings, entry: Entry) -> str:
     """One listed TrainJob: its marks carried; resumed when out of KAI_FN_NAMESPACES or its JobSet is decided."""
     trainjob, jobset = carry(session, settings, entry.trainjob, entry.jobset)
     carried = trainjob is not entry.trainjob
-    notes = triage.notes(jobset)
+    notes = objects.notes(jobset)
     unwatched = not settings.watches(entry.key[0])
     decided = keys.MARKER_PODGROUP in notes or keys.MARKER_SKIPPED in notes
     if not owed(trainjob) or kept(trainjob, settings) or not (unwatched or decided):

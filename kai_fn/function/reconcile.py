@@ -15,8 +15,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import adopt, decide, segments, triage
-from kai_fn.core.decide import Action, Facts, MakeGang
+from kai_fn.core import adopt, decide, objects, segments, state
+from kai_fn.core.decide import Action, Context, MakeGang
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.plan import Plan, plan
 from kai_fn.core.runtime import target
@@ -73,7 +73,7 @@ class Reconciler(Execution):
         super().__init__(session, settings, obj, jobset, moment or now())
 
     def run(self) -> Outcome:
-        if triage.deleting(self.obj):
+        if objects.deleting(self.obj):
             return self.outcome("ignored", "the TrainJob is being deleted")
         try:
             jobset = self.jobset if self.jobset is not None else self.live_jobset()
@@ -87,20 +87,20 @@ class Reconciler(Execution):
         except adopt.NotAdopted as taken:
             return self.not_adopted(taken)
 
-    def facts(self) -> Facts:
+    def context(self) -> Context:
         settings = self.settings
-        return Facts(self.obj, self.jobset, self.now, watched=settings.watches(self.namespace),
+        return Context(self.obj, self.jobset, self.now, watched=settings.watches(self.namespace),
                      resume=settings.resume, precheck=settings.flavor == "kai" and settings.queue_check != "off")
 
     def decide_and_do(self) -> tuple[Action, Outcome]:
         """Decide, then carry it out; a gang's patch that found the JobSet changed is decided again on it, read
         now, up to three times."""
-        action = decide.before_plan(triage.marks(self.obj, self.jobset), self.facts())
+        action = decide.before_plan(state.facts(self.obj, self.jobset), self.context())
         if action is not None:
             return action, self.carry_out(action)
         planned = self.planned()
         for _ in range(_PATCH_ATTEMPTS):
-            action = decide.with_plan(triage.marks(self.obj, self.jobset), self.facts(), planned)
+            action = decide.with_plan(state.facts(self.obj, self.jobset), self.context(), planned)
             if not isinstance(action, MakeGang):
                 return action, self.carry_out(action)
             try:
@@ -135,7 +135,7 @@ class Reconciler(Execution):
     def live_jobset(self) -> dict[str, Any] | None:
         """The TrainJob's JobSet, or None while Trainer has not made it."""
         jobset = self.session.jobset(self.namespace, self.name)
-        if jobset is None or triage.controlled_by(jobset, self.uid):
+        if jobset is None or objects.controlled_by(jobset, self.uid):
             return jobset
         fresh = self.session.trainjob(self.namespace, self.name)
         if fresh is None or fresh.get("metadata", {}).get("uid") != self.uid:

@@ -14,7 +14,7 @@ import datetime
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kai_fn.core import adopt, keys, reserve, triage
+from kai_fn.core import adopt, keys, objects, reserve, state
 from kai_fn.core.models import Runtime, TrainJob, parse
 from kai_fn.core.owner_metadata import KaiCluster
 from kai_fn.core.plan import plan
@@ -37,7 +37,7 @@ def make(session: Session, bodies: Sequence[dict[str, Any]]) -> int:
             continue
         meta = body["metadata"]
         live = session.pod(meta["namespace"], meta["name"])
-        if live is None or (triage.deleting(live) and not adopt.owned_by(live, meta["ownerReferences"][0]["uid"])):
+        if live is None or (objects.deleting(live) and not adopt.owned_by(live, meta["ownerReferences"][0]["uid"])):
             raise Transient(f"pod {meta['namespace']}/{meta['name']} is going away; its place is made again later")
         if differences := adopt.placeholder_differences(live, body):
             metrics.REFUSED_ADOPTIONS.labels("pod").inc()
@@ -65,12 +65,12 @@ def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | 
     ``planned`` None: make none (the PodGroup source only hands places over; the TrainJob's pass makes them).
     ``unmarked``: the gang is known to lack ``kai-fn/reservation-ended``: mark it even if another delivery deleted
     the placeholders (and then stopped), so that the gang's later events cost nothing."""
-    meta = triage.meta(trainjob)
+    meta = objects.meta(trainjob)
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
-    reserves = reserve.parse_reserves(triage.notes(jobset).get(keys.RESERVES_ANNOTATION))
-    marks = triage.marks(trainjob, jobset)
+    reserves = reserve.parse_reserves(objects.notes(jobset).get(keys.RESERVES_ANNOTATION))
+    marks = state.facts(trainjob, jobset)
 
-    running = marks.running and not marks.deleting and not triage.deleting(jobset)
+    running = marks.running and not marks.deleting and not objects.deleting(jobset)
 
     def now_step(listed: list[dict[str, Any]] | None) -> tuple[reserve.Step, list[dict[str, Any]]]:
         held = [p for p in session.placeholders(ns, uid) if adopt.owned_by(p, uid)]
@@ -90,7 +90,7 @@ def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | 
         # JobSet may have made the pods meanwhile: look again, so a placeholder never outlives its use.
         step, held = now_step(None)
     if step.delete:
-        uids = {triage.meta(p).get("name"): triage.meta(p).get("uid") for p in held}
+        uids = {objects.meta(p).get("name"): objects.meta(p).get("uid") for p in held}
         gone = sum(1 for n in step.delete if session.delete_pod(ns, n, uids.get(n)))
         metrics.PLACEHOLDERS.labels("handed_over" if step.handed_over else "deleted").inc(len(step.delete))
         done.append(f"{gone} placeholder(s) deleted")

@@ -1,7 +1,7 @@
 """The periodic resync (a PingSource, every minute), apart from the event handlers as kopf keeps its timers.
 
 It finds what no event brought: JobSets still held (an adapter restarted and replayed nothing, a pass ran out of
-tries, the function was down), TrainJobs the earlier policy suspended, released gangs not yet known to be bound
+tries, the function was down), released gangs not yet known to be bound
 (binding changes no PodGroup, so no event says it), and overdue schedule timeouts. Held JobSets go to the work queue
 all at once (bounded by the queue's capacity, not by a count per ping); without one, ``KAI_FN_RESYNC_LIMIT`` are
 reconciled here, in turn. A resync that got this far renews the heartbeat.
@@ -12,6 +12,7 @@ import threading
 import uuid
 from collections.abc import Callable
 
+from kai_fn.core.state import Entry
 from kai_fn.function import gang_status, heartbeat, inventory, migration, timeouts
 from kai_fn.function.cluster import Session, Transient
 from kai_fn.function.events import TrainJobEvent, Via
@@ -56,7 +57,7 @@ class OneAtATime:
             done.set()
 
 
-def as_event(entry: inventory.Entry) -> TrainJobEvent:
+def as_event(entry: Entry) -> TrainJobEvent:
     namespace, name = entry.key
     return TrainJobEvent(f"resync-{uuid.uuid4()}", Via.RESYNC, "ref", namespace, name,
                          (entry.trainjob.get("metadata") or {}).get("uid"), entry.trainjob, via=Via.RESYNC)
@@ -65,7 +66,7 @@ def as_event(entry: inventory.Entry) -> TrainJobEvent:
 def resync(session: Session, settings: Settings, offer: Offer | None = None) -> Outcome:
     moment = now()
     entries = inventory.take(session, settings)
-    owed = [e for e in entries if inventory.owed(e, settings) or inventory.holding(e)]
+    owed = [e for e in entries if inventory.owed(e, settings)]
     tally: dict[str, int] = {}
     queued = [e for e in owed if offer is not None and offer(as_event(e))]
     if queued:
@@ -78,7 +79,7 @@ def resync(session: Session, settings: Settings, offer: Offer | None = None) -> 
     left = max(len(inline) - settings.resync_limit, 0)
     summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "nothing to do"
     summary = f"resync: {len(owed)} owed a pass; {summary}" + (f"; {left} left for the next run" if left else "")
-    released = [e for e in entries if e.podgroup is not None and gang_status.settled(e.marks) is None
+    released = [e for e in entries if e.podgroup is not None and e.marks.settled() is None
                 and settings.watches(e.key[0])]
     if released:
         swept = gang_status.sweep(session, settings, released)

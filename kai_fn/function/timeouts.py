@@ -1,6 +1,6 @@
 """The schedule timeout, checked on each resync ping: KAI has none, so kai_fn keeps the one the runtime asks for.
 
-A wait starts when the gang's JobSet starts running (:attr:`kai_fn.core.triage.Marks.wait_started`) and ends when
+A wait starts when the gang's JobSet starts running (:attr:`kai_fn.core.state.Facts.wait_started`) and ends when
 the gang is bound or times out; both ends are marked on the main PodGroup, so no TrainJob is written unless
 ``KAI_FN_ON_TIMEOUT=suspend`` asks kai_fn to suspend it. Per run, at most ``KAI_FN_RESYNC_LIMIT`` overdue gangs: a
 LIST of its pods each, and a mark and an Event when it is not bound. A resume after such a suspension starts a new
@@ -11,11 +11,11 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import gang, keys, triage
+from kai_fn.core import gang, keys, objects
 from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, placed, stamp
+from kai_fn.core.state import Entry
 from kai_fn.function import metrics, report
 from kai_fn.function.cluster import Gone, Session, Stale, Transient
-from kai_fn.function.inventory import Entry
 from kai_fn.function.isolate import apart, tally_of
 from kai_fn.function.settings import Settings
 
@@ -59,7 +59,7 @@ def time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now
             return "changed"
         except Transient:  # applied or not? The mark and the Event follow exactly when it was
             fresh = session.trainjob(wait.namespace, wait.name)
-            if (fresh or {}).get("metadata", {}).get("uid") != wait.uid or not triage.suspended(fresh):
+            if (fresh or {}).get("metadata", {}).get("uid") != wait.uid or not objects.suspended(fresh):
                 raise
         session.cluster.recent.forget(wait.uid)
     kai_says = gang.describe(gang.unschedulable(podgroup)) or (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kai_fn.commands import cli
-from tests.commands.test_status import AUTO, trainjob
+from tests.commands.test_status import MARKED, trainjob
 from tests.conftest import sample_object, seed
 from tests.function.test_function import NAME, NS
 
@@ -30,8 +30,8 @@ def names(out: str) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def two_namespaces(api):
-    seed(api, sample_object("queue-default-parent"), trainjob(notes=AUTO),
-         trainjob(name="other", namespace="team-b", notes=AUTO))
+    seed(api, sample_object("queue-default-parent"), trainjob(notes=MARKED),
+         trainjob(name="other", namespace="team-b", notes=MARKED))
 
 
 @pytest.mark.parametrize("args", [

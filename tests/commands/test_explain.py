@@ -279,3 +279,11 @@ def test_its_reading_is_the_line_status_prints_for_it(api, function, capsys, set
     assert reading == {k: v for k, v in line.items() if k != "stranded"}
     _, text, _ = explain(api, f"{NS}/{name}", capsys=capsys)
     assert re.search(rf"^  state +{line['state']} for \d+s: ", text, re.M)
+    # the gang: as made once it is, as planned before (a held or refused one), the same in both
+    planned = setup in (_gpt_large_refused, _not_released_no_jobset)
+    assert line["minMember"] == 4 and line["gpus"] is not None and line["planned"] is planned
+    size = "4 (planned)" if line["planned"] else "4"
+    assert f"  gang      queue {line['queue']}, minMember {size}, GPUs {line['gpus']}" in text
+    cli.main(["status", "-n", NS, "--kubeconfig", api.kubeconfig])
+    (row,) = [r for r in capsys.readouterr().out.splitlines() if f" {name} " in r]
+    assert re.search(rf" {line['queue']} +{re.escape(size)} +{line['gpus']} ", row), row

@@ -1,7 +1,7 @@
 """``python -m kai_fn release``: an operator takes held TrainJobs out of kai_fn's hands, without a gang. Nothing is
-written without ``--yes``; each release is one JSON Patch of the held JobSet guarded by the resourceVersion read (and,
-for a TrainJob the earlier policy suspended, one merge patch of it), then a Normal Event naming who and why; a
-TrainJob that is not held is refused in one line; kai_fn, when back, leaves released ones alone.
+written without ``--yes``; each release is one JSON Patch of the held JobSet guarded by the resourceVersion read,
+then a Normal Event naming who and why; a TrainJob that is not held is refused in one line; kai_fn, when back, leaves
+released ones alone.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from kai_fn.commands import cli
 from kai_fn.local.emulator import Fault
 from tests.ce import ping, resource, send
-from tests.commands.test_status import AUTO, _blocked_by_the_queue, _waiting_kai_silent, held, trainjob
+from tests.commands.test_status import _blocked_by_the_queue, _waiting_kai_silent, held, trainjob
 from tests.conftest import JOBSET, TRAINER, sample_object, seed
 from tests.function.test_function import NAME, NS
 
@@ -93,22 +93,6 @@ def test_a_trainjob_its_author_suspended_keeps_its_jobset_suspended_for_trainer_
     assert js["metadata"]["annotations"]["kai-fn/skipped"] == "released-by-operator"
 
 
-def test_a_trainjob_the_earlier_policy_suspended_is_resumed_by_one_guarded_merge_patch(api, capsys):
-    seed(api, trainjob(notes=AUTO, suspend=True))
-    read_at = live(api)["metadata"]["resourceVersion"]
-    api.reset_calls()
-    code, out, _ = release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)
-    assert (code, out.strip()) == (0, f"released {NS}/{NAME} without a gang")
-    (patch,) = [c for c in api.writes() if c.resource in ("jobsets", "trainjobs")]
-    assert patch.resource == "trainjobs" and patch.body == {
-        "metadata": {"resourceVersion": read_at, "annotations": {"kai-fn/skipped": "released-by-operator",
-                                                                 "kai-fn/auto-suspended": None}},
-        "spec": {"suspend": False}}
-    tj = live(api)
-    assert tj["spec"]["suspend"] is False and tj["metadata"]["annotations"] == {"kai-fn/skipped": "released-by-operator"}
-    assert len(released_events(api)) == 1
-
-
 def test_the_event_names_the_user_the_api_server_authenticated(api, capsys, tmp_path):
     seed(api, *held())
     token = api.issue_token("ops", "oncall")
@@ -125,7 +109,6 @@ def test_the_event_names_the_user_the_api_server_authenticated(api, capsys, tmp_
 
 CHANGED = {  # what was read, and how the API server refuses the stale patch
     "held JobSet (a JSON Patch test fails: 422)": (held, "jobsets", 422),
-    "earlier policy's TrainJob (resourceVersion: 409)": (lambda: [trainjob(notes=AUTO, suspend=True)], "trainjobs", 409),
 }
 
 

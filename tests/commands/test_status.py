@@ -30,7 +30,7 @@ from tests.function.test_function import NAME, NS, PG, seed_llama
 from tests.function.test_gang_status import OVER_LIMIT, kai_says, released
 
 LEASE_API = "coordination.k8s.io/v1"
-AUTO = {"kai-fn/auto-suspended": "true"}  # the earlier (TrainJob) admission policy's mark, still read after an upgrade
+MARKED = {"kai-fn/schedule-timeout-seconds": "600"}  # its author's kai-fn/ mark: in kai_fn's scope
 
 # Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
 pytestmark = pytest.mark.usefixtures("forgetful")
@@ -109,11 +109,6 @@ def heartbeat(api, **delta) -> None:
 
 def _held_by_the_policy(api, url):
     seed_llama(api)
-    return NAME
-
-
-def _held_by_the_earlier_policy(api, url):
-    seed(api, trainjob(notes=AUTO, suspend=True))
     return NAME
 
 
@@ -200,8 +195,8 @@ def _too_late(api, url):
 
 
 def _ran_never_held(api, url):
-    """No policy held its JobSet (an earlier-policy TrainJob resumed by hand, say), and kai_fn has not seen it."""
-    tj = trainjob(notes=AUTO, suspend=False)
+    """No policy held its JobSet (the policy not installed yet, say), and kai_fn has not seen it."""
+    tj = trainjob(notes=MARKED, suspend=False)
     seed(api, tj, jobset_for(tj, sample_object("clustertrainingruntime-torch-kai"), suspend=False))
     return NAME
 
@@ -209,8 +204,6 @@ def _ran_never_held(api, url):
 STATES = {
     "its JobSet held by the policy, not yet decided": (_held_by_the_policy, "held",
                                                        r"held by the admission policy; kai_fn has not made its gang"),
-    "suspended by the earlier policy (upgrade)": (_held_by_the_earlier_policy, "held",
-                                                  r"suspended by the earlier admission policy"),
     "Trainer has not made its JobSet": (_no_jobset_yet, "held", r"Trainer has not made its JobSet yet"),
     "refused by the queue pre-check": (_blocked_by_the_queue, "blocked", r"^GangExceedsQueue: .*team-a-small"),
     "refused: no runtime": (_blocked_without_runtime, "blocked", r"^RuntimeNotFound: ClusterTrainingRuntime"),
@@ -243,8 +236,8 @@ def test_each_trainjob_gets_its_state_and_reason_and_nothing_is_written(api, fun
 
 
 def test_every_state_is_covered():
-    from kai_fn.commands.state import STATES as ALL
-    assert {state for _, state, _ in STATES.values()} == set(ALL)
+    from kai_fn.core.state import Phase
+    assert {state for _, state, _ in STATES.values()} == set(Phase)
 
 
 def test_a_released_gang_shows_its_queue_size_gpus_and_podgroup(api, function, capsys):
@@ -334,7 +327,7 @@ def test_namespace_narrows_the_lists_to_it(api, capsys):
     seed(api, *held(name="here"), *held(name="there", namespace="team-b"))
     api.reset_calls()
     assert set(lines(api, capsys, "-n", "team-b")) == {"there"}
-    assert {c.namespace for c in api.calls if c.resource != "leases"} == {"team-b"}
+    assert {c.namespace for c in api.calls if c.resource not in ("leases", "clustertrainingruntimes")} == {"team-b"}
 
 
 # -- the function looks absent ---------------------------------------------------------------------------------
@@ -377,8 +370,10 @@ def test_the_cost_is_a_few_lists_whatever_the_number_of_trainjobs(api, function,
     api.reset_calls()
     status(api, capsys=capsys)
     calls = sorted((c.verb, c.resource) for c in api.calls)
-    assert calls == [("get", "leases"), ("list", "events"), ("list", "events"), ("list", "events"),
-                     ("list", "jobsets"), ("list", "podgroups"), ("list", "pods"), ("list", "trainjobs")]
+    # one GET of the runtime they share: their gang as planned
+    assert calls == [("get", "clustertrainingruntimes"), ("get", "leases"), ("list", "events"), ("list", "events"),
+                     ("list", "events"), ("list", "jobsets"), ("list", "podgroups"), ("list", "pods"),
+                     ("list", "trainjobs")]
 
 
 # -- bad input, no cluster ---------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from kai_fn.core import decide, triage
-from kai_fn.core.decide import (Facts, Ignore, InvalidRuntime, InvalidTrainJob, LetGo, MakeGang, MarkTooLate, Refuse,
+from kai_fn.core import decide, state
+from kai_fn.core.decide import (Context, Ignore, InvalidRuntime, InvalidTrainJob, LetGo, MakeGang, MarkTooLate, Refuse,
                                 RuntimeMissing, SettleReservation, Skip, Wait)
 from kai_fn.core.plan import plan
 from kai_fn.core.scope import Problem
@@ -23,7 +23,7 @@ PLAN = plan(*typed(trainjob(), RT))
 def case(*, suspend: bool = False, held: bool = True, jobset: bool = True, running: bool = False,
          annotations: dict[str, str] | None = None, jobset_notes: dict[str, str] | None = None,
          labels: dict[str, str] | None = None, deleting: bool = False, watched: bool = True, resume: bool = True,
-         precheck: bool = False) -> tuple[triage.Marks, Facts]:
+         precheck: bool = False) -> tuple[state.Facts, Context]:
     """A TrainJob and its JobSet as read: the state the decision reads, and the facts beside it."""
     job = trainjob(suspend=suspend, annotations=annotations, labels=labels)
     if deleting:
@@ -34,13 +34,13 @@ def case(*, suspend: bool = False, held: bool = True, jobset: bool = True, runni
         js["metadata"]["resourceVersion"] = "7"
         if jobset_notes:
             js["metadata"]["annotations"] = dict(jobset_notes)
-    facts = Facts(job, js, NOW, watched=watched, resume=resume, precheck=precheck)
-    return triage.marks(job, js), facts
+    context = Context(job, js, NOW, watched=watched, resume=resume, precheck=precheck)
+    return state.facts(job, js), context
 
 
-def patched(facts: Facts, ops: tuple[dict[str, Any], ...]) -> dict[str, Any]:
-    assert facts.jobset is not None
-    return jsonpatch.apply_patch(facts.jobset, list(ops))
+def patched(context: Context, ops: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    assert context.jobset is not None
+    return jsonpatch.apply_patch(context.jobset, list(ops))
 
 
 @pytest.mark.parametrize("given, expected", [
@@ -57,10 +57,10 @@ def test_before_the_plan(given, expected):
 
 @pytest.mark.parametrize("suspend, resumed", [(False, True), (True, False)], ids=["running", "suspended"])
 def test_a_held_jobset_out_of_scope_is_let_go_marked_and_resumed_unless_its_trainjob_is_suspended(suspend, resumed):
-    state, facts = case(suspend=suspend, watched=False)
-    action = decide.before_plan(state, facts)
+    seen, context = case(suspend=suspend, watched=False)
+    action = decide.before_plan(seen, context)
     assert isinstance(action, LetGo) and action.held
-    after = patched(facts, action.ops)
+    after = patched(context, action.ops)
     assert after["metadata"]["annotations"] == {"kai-fn/skipped": "out-of-scope"}
     assert "kai-fn/held" not in after["metadata"].get("labels", {})
     assert after["spec"]["suspend"] is not resumed
@@ -89,17 +89,17 @@ def test_no_jobset_yet_waits_for_it():
 
 
 def test_a_running_undecided_jobset_is_marked_too_late():
-    state, facts = case(held=False, running=True)
-    action = decide.with_plan(state, facts, PLAN)
+    seen, context = case(held=False, running=True)
+    action = decide.with_plan(seen, context, PLAN)
     assert isinstance(action, MarkTooLate)
-    assert patched(facts, action.ops)["metadata"]["annotations"] == {"kai-fn/skipped": "running"}
+    assert patched(context, action.ops)["metadata"]["annotations"] == {"kai-fn/skipped": "running"}
 
 
 def test_a_jobset_without_the_runtimes_replicated_job_is_refused():
-    state, facts = case()
-    assert facts.jobset is not None
-    facts.jobset["spec"]["replicatedJobs"][0]["name"] = "other"
-    action = decide.with_plan(state, facts, PLAN)
+    seen, context = case()
+    assert context.jobset is not None
+    context.jobset["spec"]["replicatedJobs"][0]["name"] = "other"
+    action = decide.with_plan(seen, context, PLAN)
     assert isinstance(action, Refuse) and action.reason == "JobSetMismatch"
 
 
@@ -113,11 +113,11 @@ def test_a_jobset_without_the_runtimes_replicated_job_is_refused():
     (dict(resume=False, suspend=True), "KAI_FN_RESUME is false", True, False, True),
 ], ids=["released", "suspended", "kueue", "hold", "resume-off", "resume-off-suspended"])
 def test_a_held_jobset_gets_its_gang_and_a_decision_unless_told_to_wait(given, waits, decided, resumed, remember):
-    state, facts = case(**given)
-    action = decide.with_plan(state, facts, PLAN)
+    seen, context = case(**given)
+    action = decide.with_plan(seen, context, PLAN)
     assert isinstance(action, MakeGang)
     assert (action.waits, action.remember, action.plan) == (waits, remember, PLAN)
-    after = patched(facts, action.ops)
+    after = patched(context, action.ops)
     notes = after["metadata"].get("annotations", {})
     assert (notes.get("kai-fn/podgroup") == PLAN.podgroup_name) is decided
     assert ("kai-fn/held" in after["metadata"].get("labels", {})) is not decided
@@ -126,18 +126,18 @@ def test_a_held_jobset_gets_its_gang_and_a_decision_unless_told_to_wait(given, w
 
 
 def test_a_jobset_that_carries_the_gang_already_has_nothing_to_patch():
-    state, facts = case()
-    first = decide.with_plan(state, facts, PLAN)
+    seen, context = case()
+    first = decide.with_plan(seen, context, PLAN)
     assert isinstance(first, MakeGang)
-    done = dataclasses.replace(facts, jobset=patched(facts, first.ops))
-    assert decide.before_plan(triage.marks(facts.trainjob, done.jobset), done) == Skip("already gang-scheduled",
+    done = dataclasses.replace(context, jobset=patched(context, first.ops))
+    assert decide.before_plan(state.facts(context.trainjob, done.jobset), done) == Skip("already gang-scheduled",
                                                                                         PLAN.podgroup_name)
-    assert decide.gang(state, done, PLAN) == dataclasses.replace(first, ops=())  # a patch that found it so
+    assert decide.gang(seen, done, PLAN) == dataclasses.replace(first, ops=())  # a patch that found it so
 
 
 @pytest.mark.parametrize("precheck, queue, checked", [(True, "team-a", True), (True, None, False),
                                                       (False, "team-a", False)])
 def test_the_queue_is_checked_first_only_when_asked_and_the_plan_names_one(precheck, queue, checked):
-    state, facts = case(precheck=precheck)
-    action = decide.with_plan(state, facts, dataclasses.replace(PLAN, queue=queue))
+    seen, context = case(precheck=precheck)
+    action = decide.with_plan(seen, context, dataclasses.replace(PLAN, queue=queue))
     assert isinstance(action, MakeGang) and action.precheck is checked

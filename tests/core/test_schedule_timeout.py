@@ -1,4 +1,4 @@
-"""The schedule timeout's state, read by kai_fn/core/triage.py from the JobSet (when it started running) and the main
+"""The schedule timeout's state, read by kai_fn/core/state.py from the JobSet (when it started running) and the main
 PodGroup (bound, timed out): which waits run, which are overdue, and that a resume after a timeout starts a new one
 by itself."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from kai_fn.core import gang, keys
 from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, parse_seconds, placed, seconds_problem, stamp
-from kai_fn.core.triage import marks
+from kai_fn.core.state import facts as marks
 
 UID = "11111111-2222-4333-8444-555555555555"
 PG = f"pg-job-{UID}"
@@ -84,20 +84,6 @@ def due(job, js, pg, now):
         "jobset-suspended", "never-started", "released-at-on-the-jobset", "bad-time", "undecided", "other-podgroup",
         "no-jobset"])
 def test_which_waits_are_overdue(job, js, pg, now, expected):
-    wait = due(job, js, pg, now)
-    assert (wait.timeout if wait else None) == expected
-
-
-@pytest.mark.parametrize("job, js, pg, now, expected", [
-    # Decided before the gate moved: the gang, its release and its marks on the TrainJob.
-    (trainjob(**{keys.MARKER_PODGROUP: PG, RELEASED: stamp(T0)}), jobset(podgroup=None, resumed=None), podgroup(),
-     at(60), 60),
-    (trainjob(**{keys.MARKER_PODGROUP: PG, RELEASED: stamp(T0), BOUND: stamp(at(3))}),
-     jobset(podgroup=None, resumed=None), podgroup(), at(600), None),
-    (trainjob(**{keys.MARKER_PODGROUP: PG, RELEASED: stamp(T0), TIMED_OUT: stamp(at(60))}),
-     jobset(podgroup=None, resumed=None), podgroup(), at(600), None),
-], ids=["legacy-waiting", "legacy-bound", "legacy-timed-out"])
-def test_a_gang_decided_before_the_gate_moved_keeps_its_timeout(job, js, pg, now, expected):
     wait = due(job, js, pg, now)
     assert (wait.timeout if wait else None) == expected
 

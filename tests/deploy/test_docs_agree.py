@@ -6,6 +6,7 @@
   nothing no variant grants;
 - every ``kubectl kai-fn`` command line quoted in README.md, docs/, knative/README.md and testbed/README.md parses
   with the CLI's own parser and its rules across options (kai_fn.commands.cli.parse_command_line);
+- docs/commands.md's table of `status` states is the state model's phases, in their order (kai_fn/core/state.py);
 - measured figures in README.md say where they come from, and are there. The convention: a paragraph (with the table
   that follows it) that quotes figures cites its source as ``BENCHMARKS.md, "<heading>"`` or
   ``docs/develop.md, "<heading>"`` (the start of a heading of that file); every figure in it, a number followed by
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from kai_fn.commands import cli
+from kai_fn.core.state import PHASES
 from kai_fn.function import metrics
 from kai_fn.function.settings import Settings
 from tests.manifests import BASE, FUNCTION, VARIANTS, bound_triples, render
@@ -184,3 +186,10 @@ def test_every_figure_the_readme_quotes_is_in_the_section_it_cites():
 ])
 def test_the_figure_check_finds_a_figure_without_its_source(block, problems):
     assert figure_problems([block]) == problems
+
+
+def test_the_states_table_of_status_is_the_models_phases_in_their_order():
+    text = (REPO / "docs" / "commands.md").read_text()
+    table = text[text.index("| state | meaning |"):]
+    rows = re.findall(r"^\| `([a-z-]+)` \|", table.split("\n\n", 1)[0], re.M)
+    assert rows == [str(p) for p in PHASES]

@@ -267,11 +267,10 @@ def test_a_resume_whose_event_was_missed_needs_no_write_and_its_wait_is_timed_at
     assert live(api)["spec"]["suspend"] is True and len(events_of(api, "ScheduleTimeout")) == 2
 
 
-@pytest.mark.parametrize("where", ["podgroup", "trainjob"], ids=["on-its-podgroup", "on-the-trainjob-before-the-gate-moved"])
-def test_a_gang_known_to_be_bound_never_times_out(api, functions, where):
+def test_a_gang_known_to_be_bound_never_times_out(api, functions):
     fn = functions(KAI_FN_ON_TIMEOUT="suspend")
     released_llama(api, fn.url, runtime_timeout=60)
-    (pg_notes if where == "podgroup" else trainjob_notes)(api, **{keys.GANG_BOUND_ANNOTATION: ago(590)})
+    pg_notes(api, **{keys.GANG_BOUND_ANNOTATION: ago(590)})
     jobset_runs(api, 600)
     api.reset_calls()
     assert send(fn.url, ping()).status == 200

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kai_fn.core import keys, triage
+from kai_fn.core import keys, objects, state
 from kai_fn.function.cluster import Cluster, Stale
 from kai_fn.function.settings import load
 from kai_fn.local.process import REPO, FunctionProcess
@@ -180,7 +180,7 @@ def test_a_timed_out_gang_is_suspended_through_a_real_guarded_patch_and_a_resume
     (pg,) = podgroups(testbed, ns)
     assert keys.TIMED_OUT_ANNOTATION in pg["metadata"]["annotations"]
     as_trainer_follows(testbed, ns, suspend=True)
-    mark = triage.parse_time(pg["metadata"]["annotations"][keys.TIMED_OUT_ANNOTATION])
+    mark = objects.parse_time(pg["metadata"]["annotations"][keys.TIMED_OUT_ANNOTATION])
     # Marks have whole seconds: a resume within the timeout's own second cannot be told from the wait that ended.
     wait_for("a second past the timeout's mark", lambda: datetime.datetime.now(datetime.UTC) >= mark
              + datetime.timedelta(seconds=1))
@@ -191,7 +191,7 @@ def test_a_timed_out_gang_is_suspended_through_a_real_guarded_patch_and_a_resume
     resumed = objs.replace_namespaced_custom_object(*TRAINER, ns, "trainjobs", "llama", live)
     as_trainer_follows(testbed, ns, suspend=False)
     marks = wait_for("JobSet's controller records the resume (its Suspended condition turns False again)",
-                     lambda: (m := triage.marks(live_trainjob(testbed, ns), live_jobset(testbed, ns),
+                     lambda: (m := state.facts(live_trainjob(testbed, ns), live_jobset(testbed, ns),
                                                 podgroups(testbed, ns)[0])).wait_started and m)
     assert marks.wait_started > marks.timed_out, "a new wait, never mistaken for the one that timed out"
     assert send(fn.url, resource(resumed, "update")).status == 200  # and the event costs no write
