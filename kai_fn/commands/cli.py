@@ -21,7 +21,7 @@ from kai_fn.core import keys, segments
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
-from kai_fn.function import settings as settings_mod
+from kai_fn import settings as settings_mod
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
 
@@ -234,7 +234,7 @@ def _with_cluster(error: Exception, args: argparse.Namespace) -> str:
 
 
 def _server(args: argparse.Namespace) -> str:
-    from kai_fn.function.client import NoClusterConfig, api_client
+    from kai_fn.kube import NoClusterConfig, api_client
 
     try:
         return str(api_client(args.kubeconfig, args.context).configuration.host)

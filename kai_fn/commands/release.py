@@ -30,8 +30,8 @@ from kai_fn.commands.tables import table
 from kai_fn.core import keys, triage
 from kai_fn.core.patch import jobset_patch
 from kai_fn.function import report
-from kai_fn.function.cluster import Gone, GuardFailed, Session, Stale, Transient
-from kai_fn.function.settings import Settings
+from kai_fn.kube import Gone, GuardFailed, Session, Stale, Transient
+from kai_fn.settings import Settings
 
 EXIT_OK, EXIT_NOT_DONE, EXIT_INPUT = 0, 1, 2
 RELEASED_BY_OPERATOR = "ReleasedByOperator"

@@ -15,9 +15,9 @@ import re
 
 from kai_fn.commands import state, survey
 from kai_fn.commands.tables import table
-from kai_fn.function import heartbeat
-from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
-from kai_fn.function.settings import Settings
+from kai_fn.kube import lease as heartbeat
+from kai_fn.kube import Cluster, NoClusterConfig, Session, Transient
+from kai_fn.settings import Settings
 
 EXIT_OK, EXIT_HELD, EXIT_INPUT = 0, 1, 2
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")

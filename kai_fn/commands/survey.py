@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from kai_fn.commands import state
 from kai_fn.core import keys, triage
 from kai_fn.function import inventory
-from kai_fn.function.cluster import Session, Transient
+from kai_fn.kube import Session, Transient
 
 _WARNINGS = f"involvedObject.kind={keys.TRAINJOB_KIND},type=Warning,reportingComponent={keys.MANAGED_BY}"
 

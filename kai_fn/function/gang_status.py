@@ -16,12 +16,13 @@ from typing import Any
 from kai_fn.core import gang, keys, triage
 from kai_fn.core.stages import is_stage_of
 from kai_fn.function import metrics, report, reserve
-from kai_fn.function.cluster import Gone, Session, Transient
+from kai_fn.kube import Gone, Transient
+from kai_fn.function.cluster import Session
 from kai_fn.function.events import PodGroupEvent
 from kai_fn.function.inventory import Entry, creation_order
 from kai_fn.function.isolate import tally_of
 from kai_fn.function.report import Outcome
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
 
 
 def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outcome:

@@ -10,7 +10,7 @@ from typing import Any
 
 from kai_fn.core import keys, triage, turns
 from kai_fn.function.cluster import Session
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
 
 
 @dataclass(frozen=True)

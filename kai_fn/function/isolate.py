@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 from kai_fn.core import triage
 from kai_fn.function import metrics, report
-from kai_fn.function.cluster import Session, Transient
+from kai_fn.function.cluster import Session
+from kai_fn.kube import Transient
 
 log = logging.getLogger("kai_fn")
 T = TypeVar("T")

@@ -23,11 +23,12 @@ from kai_fn.core.queue_check import check
 from kai_fn.core.runtime import target
 from kai_fn.core.schedule_timeout import stamp
 from kai_fn.function import kai_cluster, metrics, report, reserve
-from kai_fn.function.cluster import Gone, GuardFailed, NotServed, Session, Transient
+from kai_fn.kube import Gone, GuardFailed, NotServed, Transient
+from kai_fn.function.cluster import Session
 from kai_fn.function.events import RESYNC, TrainJobEvent
 from kai_fn.function.isolate import apart
 from kai_fn.function.report import Outcome, Result
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
 
 _PATCH_ATTEMPTS = 3
 # Why a TrainJob waits (NotYet): short tokens, the label of kai_fn_waiting_events; the log line says the sentence.

@@ -13,12 +13,13 @@ import uuid
 from collections.abc import Callable
 
 from kai_fn.function import gang_status, heartbeat, inventory, timeouts
-from kai_fn.function.cluster import Session, Transient
+from kai_fn.function.cluster import Session
+from kai_fn.kube import Transient
 from kai_fn.function.events import RESYNC, TrainJobEvent
 from kai_fn.function.isolate import tally_of
 from kai_fn.function.reconcile import Reconciler, Retry, now
 from kai_fn.function.report import Outcome
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
 
 Offer = Callable[[TrainJobEvent], bool]
 

@@ -14,10 +14,11 @@ from typing import Any
 from kai_fn.core import gang, keys, triage
 from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, placed, stamp
 from kai_fn.function import metrics, report
-from kai_fn.function.cluster import Gone, Session, Stale, Transient
+from kai_fn.kube import Gone, Stale, Transient
+from kai_fn.function.cluster import Session
 from kai_fn.function.inventory import Entry
 from kai_fn.function.isolate import apart, tally_of
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
 
 
 def check(session: Session, settings: Settings, entries: list[Entry], now: datetime.datetime) -> str:

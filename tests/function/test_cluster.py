@@ -6,8 +6,9 @@ import threading
 import pytest
 
 from kai_fn.core.runtime import RuntimeTarget
-from kai_fn.function.cluster import Cluster, Gone, GuardFailed, Stale, Transient
-from kai_fn.function.settings import load
+from kai_fn.function.cluster import Cluster
+from kai_fn.kube import Gone, GuardFailed, Stale, Transient
+from kai_fn.settings import load
 from kai_fn.local.emulator import Fault
 from tests.conftest import sample_object, seed
 

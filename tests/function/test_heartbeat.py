@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kai_fn.function import heartbeat
+from kai_fn.kube import lease as heartbeat
 from kai_fn.local.emulator import Fault
 from tests.ce import ping, send
 from tests.conftest import seed
