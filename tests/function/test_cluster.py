@@ -4,7 +4,9 @@ from __future__ import annotations
 import threading
 
 from kai_fn.core.runtime import RuntimeTarget
+from kai_fn.function import metrics
 from kai_fn.function.cluster import Cluster
+from kai_fn.local.emulator import Fault
 from kai_fn.settings import load
 from tests.conftest import sample_object, seed
 
@@ -39,3 +41,15 @@ def test_a_missing_runtime_is_not_cached(api):
     assert shared.session().runtime(RT) is None
     seed(api, sample_object("clustertrainingruntime-torch-kai"))
     assert shared.session().runtime(RT)["metadata"]["name"] == RT.name
+
+
+def test_the_process_counts_its_calls_and_its_lost_events_in_its_metrics(api):
+    """The kube layer reports to the function's metrics through its observer (kai_fn.function.metrics.Meter)."""
+    lost = ("kai_fn_events_not_written_total", {"reason": "LostOne"})
+    calls = ("kai_fn_api_calls_total", {"verb": "create", "resource": "events", "code": "503"})
+    before = [metrics.REGISTRY.get_sample_value(*s) or 0 for s in (lost, calls)]
+    api.faults = lambda call: Fault(status=503)
+    body = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "x", "namespace": "team-a"},
+            "involvedObject": {"name": "x"}, "reason": "LostOne", "message": "m"}
+    assert cluster(api).session().create_event("team-a", body) is False
+    assert [metrics.REGISTRY.get_sample_value(*s) for s in (lost, calls)] == [before[0] + 1, before[1] + 1]
