@@ -1,7 +1,7 @@
 """``kubectl kai-fn status``: every TrainJob in kai_fn's scope, one line each, what needs attention first.
 
 Read-only, at the cost :mod:`kai_fn.commands.survey` states, plus one GET of the resync heartbeat (the Lease,
-:mod:`kai_fn.function.heartbeat`) when a TrainJob has been held longer than a resync period: held that long with the
+:mod:`kai_fn.kube.lease`) when a TrainJob has been held longer than a resync period: held that long with the
 function absent, nothing will release it, and the output says so plainly.
 
 Exit 0 when nothing is ``held`` longer than ``--held-for`` (default 2m), 1 when something is, 2 for bad input or a

@@ -12,7 +12,7 @@ For many TrainJobs (:func:`survey`), whatever their number:
 
 For one TrainJob (:func:`reading_of`): its JobSet, its PodGroups (one LIST by its uid label), its JobSet's pods when needed, and
 its refusals when needed (one LIST of Events by its uid). The heartbeat is read by the callers, only when something
-is held longer than a resync period (:mod:`kai_fn.function.heartbeat`).
+is held longer than a resync period (:mod:`kai_fn.kube.lease`).
 """
 from __future__ import annotations
 
