@@ -73,7 +73,7 @@ class ObservedApiClient(ApiClient):
 
 def request_shape(method: str, url: str) -> tuple[str, str]:
     """(verb, resource) of a Kubernetes API URL, as RBAC names them: ``("list", "pods")``, ``("get", "trainjobs")``."""
-    path = [p for p in urllib3.util.parse_url(url).path.split("/") if p] if url else []
+    path = [p for p in (urllib3.util.parse_url(url).path or "").split("/") if p] if url else []
     rest = path[2:] if path[:1] == ["api"] else path[3:] if path[:1] == ["apis"] else []
     if len(rest) >= 3 and rest[0] == "namespaces":
         rest = rest[2:]

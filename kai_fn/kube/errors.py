@@ -101,8 +101,8 @@ def kind_of(status: int | None, body: Any) -> type[ApiError]:
     found = status_body(body)
     causes = (found.get("details") or {}).get("causes") or []
     for cause in causes if isinstance(causes, list) else []:
-        if isinstance(cause, dict) and (status, cause.get("reason")) in _BY_CAUSE:
-            return _BY_CAUSE[status, cause.get("reason")]
+        if isinstance(cause, dict) and (status, str(cause.get("reason"))) in _BY_CAUSE:
+            return _BY_CAUSE[status, str(cause.get("reason"))]
     return _BY_REASON.get((status, str(found.get("reason") or "")), _BY_STATUS.get(status, Transient))
 
 
