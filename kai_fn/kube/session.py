@@ -24,6 +24,7 @@ from kai_fn.kube.errors import (
     AlreadyExists, ApiError, Conflict, Gone, GuardFailed, Invalid, NotFound, NotServed, Stale, Terminating, Transient,
     classify, unreachable,
 )
+from kai_fn.settings import Settings
 
 JSON = "application/json"
 JSON_PATCH = "application/json-patch+json"
@@ -50,7 +51,7 @@ class Cluster:
     observer: Observer | None = None
 
     @classmethod
-    def from_settings(cls, settings: Any, kubeconfig: str | None = None, context: str | None = None) -> Cluster:
+    def from_settings(cls, settings: Settings, kubeconfig: str | None = None, context: str | None = None) -> Cluster:
         return cls(api_client(kubeconfig, context), settings.api_timeout_seconds)
 
     def session(self) -> Session:

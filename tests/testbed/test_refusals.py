@@ -49,13 +49,13 @@ def terminating_namespace(testbed: LiveCluster) -> Iterator[str]:
 
 @pytest.mark.parametrize("provoke, raised, status", CASES.values(), ids=CASES.keys())
 def test_each_refusal_the_real_server_gives_is_its_exception(testbed, namespace, provoke, raised, status):
-    with pytest.raises(raised) as caught:
+    with pytest.raises(raised, match=f"^API {status} ") as caught:
         provoke(session(testbed), namespace)
     assert (type(caught.value), caught.value.status) == (raised, status)
 
 
 def test_a_create_in_a_namespace_being_deleted_is_terminating_by_its_cause(testbed, terminating_namespace):
-    with pytest.raises(Terminating) as caught:
+    with pytest.raises(Terminating, match="^API 403 Forbidden$") as caught:
         configmap(session(testbed), terminating_namespace, "late")
     real = status_body(caught.value.body)
     emulated = terminating(KINDS["v1", "ConfigMap"], "late", terminating_namespace).body()
@@ -73,7 +73,7 @@ def test_a_placeholder_in_a_namespace_being_deleted_is_gone(testbed, terminating
 
 def test_an_rbac_refusal_is_forbidden_and_not_terminating(testbed, namespace):
     token = testbed.sa_token(namespace, "nobody")
-    with pytest.raises(Forbidden) as caught:
+    with pytest.raises(Forbidden, match="^API 403 Forbidden$") as caught:
         session(testbed, testbed.client_for_token(token)).request(
             "GET", path("v1", "configmaps", namespace, "x"), namespace=namespace, name="x")
     assert type(caught.value) is Forbidden and caught.value.status == 403
