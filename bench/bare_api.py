@@ -1,5 +1,5 @@
 """The bare API baseline, run as its own process (as the function's API client is): the ``kubernetes`` client
-configured by :func:`kai_fn.function.cluster.api_client`, doing the calls kai_fn makes, from ``threads`` threads.
+configured by :func:`kai_fn.kube.api_client`, doing the calls kai_fn makes, from ``threads`` threads.
 
 ``python -m bench.bare_api SPEC.json`` prints one JSON object. SPEC: ``kubeconfig``, ``threads``, ``seconds``,
 ``mix`` (``write``: GET jobset, POST podgroup, PATCH jobset as JSON Patch, PATCH trainjob as merge patch, i.e. a
@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes.client.api.custom_objects_api import CustomObjectsApi
 
 from kai_fn.core import keys
-from kai_fn.function.cluster import JSON_PATCH, MERGE_PATCH, api_client
+from kai_fn.kube import JSON_PATCH, MERGE_PATCH, api_client
 
 JOBSET = keys.JOBSET_API.split("/")
 PODGROUP = keys.KAI_PODGROUP_API.split("/")

@@ -106,7 +106,7 @@ def import_times(env: dict[str, str], repeats: int) -> dict[str, Any]:
 
 
 _WATCH = ("functions_framework", "kubernetes", "kubernetes.config", "kubernetes.dynamic",
-          "kubernetes.client.api.custom_objects_api", "kubernetes_validate", "kai_fn.function.settings", "pydantic",
+          "kubernetes.client.api.custom_objects_api", "kubernetes_validate", "kai_fn.settings", "pydantic",
           "pydantic_settings", "kai_fn.core.models", "kai_fn.function.cluster", "kai_fn.function.handler", "main")
 
 

@@ -21,7 +21,7 @@ from kai_fn.core import keys, segments
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
-from kai_fn.function import settings as settings_mod
+from kai_fn import settings as settings_mod
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
 
@@ -145,7 +145,13 @@ def build_parser(extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> argp
     _cluster_access(parser, top=True, namespace="for status, explain and release (see their --help)",
                     everywhere="for status and release --held")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_status, _add_explain, _add_release, _add_plan, _add_invoke, *extra):
+        add(sub)
+    return parser
 
+
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    """`status`: every TrainJob in scope, one line each."""
     s = sub.add_parser("status", help="every TrainJob in kai_fn's scope, one line each: held, blocked, waiting, ...",
                        description="Every TrainJob in kai_fn's scope, one line each, what needs attention first. "
                                    "Exit 1 when one has been held longer than --held-for.")
@@ -158,6 +164,9 @@ def build_parser(extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> argp
                    help="the function's heartbeat Lease (default: KAI_FN_HEARTBEAT_LEASE or kai-fn/kai-fn-resync)")
     s.set_defaults(func=cmd_status)
 
+
+def _add_explain(sub: argparse._SubParsersAction) -> None:
+    """`explain NAMESPACE/NAME`: why one gang waits."""
     e = sub.add_parser("explain", help="why one TrainJob's gang waits, read-only from the live cluster",
                        description="Why one TrainJob's gang waits: its plan, what exists, what KAI says, what to do. "
                                    "Exit 0 bound or progressing, 1 blocked.")
@@ -167,6 +176,9 @@ def build_parser(extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> argp
     e.add_argument("-o", "--output", choices=["text", "json"], default="text")
     e.set_defaults(func=cmd_explain)
 
+
+def _add_release(sub: argparse._SubParsersAction) -> None:
+    """`release`: held TrainJobs let go without a gang, with who and why."""
     r = sub.add_parser("release", help="release held TrainJobs without a gang (an operator's way out; --yes to act)",
                        description="Release held TrainJobs without a gang, recording who and why in an Event on "
                                    "each. Without --yes, print what would be released and exit 1.")
@@ -178,6 +190,9 @@ def build_parser(extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> argp
     _flavor(r)
     r.set_defaults(func=cmd_release)
 
+
+def _add_plan(sub: argparse._SubParsersAction) -> None:
+    """`plan`: what kai_fn would write for a TrainJob, from files."""
     p = sub.add_parser("plan", help="print the PodGroup, pod-template changes and JobSet patch for a TrainJob, "
                                     "from files")
     p.add_argument("--trainjob", required=True, metavar="FILE")
@@ -189,14 +204,13 @@ def build_parser(extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> argp
     p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
     p.set_defaults(func=cmd_plan)
 
+
+def _add_invoke(sub: argparse._SubParsersAction) -> None:
+    """`invoke SAMPLE`: one sample event posted to a running function."""
     i = sub.add_parser("invoke", help="POST a sample event in binary mode to a running function")
     i.add_argument("sample", metavar="SAMPLE", help="a file from samples/events")
     i.add_argument("--url", default="http://127.0.0.1:8080", help="default: %(default)s")
     i.set_defaults(func=cmd_invoke)
-
-    for add in extra:
-        add(sub)
-    return parser
 
 
 def _cluster_access(p: argparse.ArgumentParser, top: bool = False, namespace: str | None = None,
@@ -234,7 +248,7 @@ def _with_cluster(error: Exception, args: argparse.Namespace) -> str:
 
 
 def _server(args: argparse.Namespace) -> str:
-    from kai_fn.function.client import NoClusterConfig, api_client
+    from kai_fn.kube import NoClusterConfig, api_client
 
     try:
         return str(api_client(args.kubeconfig, args.context).configuration.host)

@@ -27,9 +27,9 @@ from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
 from kai_fn.core.runtime import target
 from kai_fn.commands import plan_view, status as status_mod, survey
 from kai_fn.commands.status import Unreachable, Unusable
-from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
-from kai_fn.function.heartbeat import RESYNC_PERIOD_SECONDS
-from kai_fn.function.settings import Settings
+from kai_fn.kube import Cluster, NoClusterConfig, Session, Transient
+from kai_fn.kube.lease import RESYNC_PERIOD_SECONDS
+from kai_fn.settings import Settings
 from kai_fn.commands.tables import table
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2

@@ -30,9 +30,9 @@ from kai_fn.commands.tables import table
 from kai_fn.core import keys
 from kai_fn.core.patch import jobset_patch
 from kai_fn.core.state import Phase, Reading, facts
-from kai_fn.function import report
-from kai_fn.function.cluster import Gone, GuardFailed, Session, Stale, Transient
-from kai_fn.function.settings import Settings
+from kai_fn.kube import Gone, GuardFailed, Session, Stale, Transient
+from kai_fn.settings import Settings
+from kai_fn.kube.events import event_body
 
 EXIT_OK, EXIT_NOT_DONE, EXIT_INPUT = 0, 1, 2
 RELEASED_BY_OPERATOR = "ReleasedByOperator"
@@ -98,7 +98,7 @@ def release_one(session: Session, candidate: Candidate, user: str, reason: str) 
     message = (f"released without a gang by {user}: {reason}. kai_fn will make no gang for it "
                f"({keys.MARKER_SKIPPED}: {keys.SKIPPED_BY_OPERATOR}); it was {candidate.reading.phase}: "
                f"{candidate.reading.reason}")
-    body = report.event_body(candidate.trainjob, RELEASED_BY_OPERATOR, message, warning=False)
+    body = event_body(candidate.trainjob, RELEASED_BY_OPERATOR, message, warning=False)
     body |= {"source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
              "reportingInstance": socket.gethostname()[:128]}
     posted = session.create_event(namespace, body)

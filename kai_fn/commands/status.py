@@ -1,7 +1,7 @@
 """``kubectl kai-fn status``: every TrainJob in kai_fn's scope, one line each, what needs attention first.
 
 Read-only, at the cost :mod:`kai_fn.commands.survey` states, plus one GET of the resync heartbeat (the Lease,
-:mod:`kai_fn.function.heartbeat`) when a TrainJob has been held longer than a resync period: held that long with the
+:mod:`kai_fn.kube.lease`) when a TrainJob has been held longer than a resync period: held that long with the
 function absent, nothing will release it, and the output says so plainly.
 
 Exit 0 when nothing is ``held`` longer than ``--held-for`` (default 2m), 1 when something is, 2 for bad input or a
@@ -17,9 +17,9 @@ from typing import Any
 from kai_fn.commands import survey
 from kai_fn.commands.tables import table
 from kai_fn.core.state import Phase, Reading, order
-from kai_fn.function import heartbeat
-from kai_fn.function.cluster import Cluster, NoClusterConfig, Session, Transient
-from kai_fn.function.settings import Settings
+from kai_fn.kube import lease as heartbeat
+from kai_fn.kube import Cluster, NoClusterConfig, Session, Transient
+from kai_fn.settings import Settings
 
 EXIT_OK, EXIT_HELD, EXIT_INPUT = 0, 1, 2
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")

@@ -12,7 +12,7 @@ For many TrainJobs (:func:`survey`), whatever their number:
 
 For one TrainJob (:func:`reading_of`): its JobSet, its PodGroups (one LIST by its uid label), its JobSet's pods when needed, and
 its refusals when needed (one LIST of Events by its uid). The heartbeat is read by the callers, only when something
-is held longer than a resync period (:mod:`kai_fn.function.heartbeat`).
+is held longer than a resync period (:mod:`kai_fn.kube.lease`).
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.plan import Plan, plan
 from kai_fn.core.runtime import RuntimeTarget, target
 from kai_fn.core.state import Facts, Reading, podgroup_api
-from kai_fn.function.cluster import Session, Transient
-from kai_fn.function.settings import Settings
+from kai_fn.kube import Session, Transient
+from kai_fn.settings import Settings
 
 _WARNINGS = f"involvedObject.kind={keys.TRAINJOB_KIND},type=Warning,reportingComponent={keys.MANAGED_BY}"
 

@@ -13,9 +13,11 @@ from kai_fn.core import adopt, decide, objects
 from kai_fn.core.decide import Action, Ignore, LetGo, MakeGang, MarkTooLate, Refuse, SettleReservation, Skip, Wait
 from kai_fn.core.queue_check import check
 from kai_fn.function import metrics, report, reserve
-from kai_fn.function.cluster import GuardFailed, NotServed, Session
+from kai_fn.kube import GuardFailed, NotServed
+from kai_fn.function.cluster import Session
 from kai_fn.function.report import Outcome, Result
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
+from kai_fn.kube.events import event_body
 
 _WAITING = {decide.NOT_CREATED: "Trainer has not made its JobSet yet",
             decide.REPLACED: "the JobSet of that name belongs to an earlier TrainJob of that name (being replaced)"}
@@ -54,7 +56,7 @@ class Execution:
         return Outcome(result, reason, self.namespace, self.name, self.uid, podgroup)
 
     def warn(self, reason: str, message: str, result: Result = "blocked") -> Outcome:
-        self.session.create_event(self.namespace, report.event_body(self.obj, reason, message, warning=True))
+        self.session.create_event(self.namespace, event_body(self.obj, reason, message, warning=True))
         return self.outcome(result, f"{reason}: {message}")
 
     def carry_out(self, action: Action) -> Outcome:
@@ -117,7 +119,7 @@ class Execution:
         if action.remember:
             self.decided()
         message = report.gang_created(action.plan, self.created, action.waits)
-        self.session.create_event(self.namespace, report.event_body(self.obj, report.GANG_CREATED, message,
+        self.session.create_event(self.namespace, event_body(self.obj, report.GANG_CREATED, message,
                                                                    warning=False, key=action.plan.podgroup_name))
         return self.outcome("done", message, action.plan.podgroup_name)
 
@@ -161,7 +163,7 @@ class Execution:
             return None
         reason = report.GANG_EXCEEDS_QUEUE if refusal.kind == "over" else report.QUEUE_NOT_FOUND
         if self.settings.queue_check == "warn":
-            self.session.create_event(self.namespace, report.event_body(
+            self.session.create_event(self.namespace, event_body(
                 self.obj, reason, f"{refusal.message} (KAI_FN_QUEUE_CHECK=warn: released anyway)", warning=True))
             return None
         metrics.PRECHECK_REFUSALS.labels(reason).inc()

@@ -16,12 +16,14 @@ from typing import Any
 from kai_fn.core import gang, keys, objects
 from kai_fn.core.state import Entry, facts, reserving
 from kai_fn.function import metrics, report, reserve
-from kai_fn.function.cluster import Gone, Session, Transient
+from kai_fn.kube import Gone, Transient
+from kai_fn.function.cluster import Session
 from kai_fn.function.events import PodGroupEvent
 from kai_fn.function.inventory import creation_order
 from kai_fn.function.isolate import tally_of
 from kai_fn.function.report import Outcome
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
+from kai_fn.kube.events import event_body
 
 
 def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outcome:
@@ -109,7 +111,7 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
                        ns, name, uid, pg_name)
     if counted.bound:
         message = f"PodGroup {pg_name}: every pod of the gang is on a node ({counted.summary()})"
-        body = report.event_body(trainjob, report.GANG_BOUND, message, warning=False, key=pg_name)
+        body = event_body(trainjob, report.GANG_BOUND, message, warning=False, key=pg_name)
         if not session.create_event(ns, body):
             raise Transient("GangBound could not be posted; the mark waits for it")
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -126,7 +128,7 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
         return Outcome("skipped", waiting, ns, name, uid, pg_name)
     text = gang.describe(reasons)
     message = f"PodGroup {pg_name}: {text}"
-    body = report.event_body(trainjob, report.GANG_UNSCHEDULABLE, message, warning=True, key=f"{pg_name}|{text}")
+    body = event_body(trainjob, report.GANG_UNSCHEDULABLE, message, warning=True, key=f"{pg_name}|{text}")
     if not session.create_event(ns, body):
         raise Transient("GangUnschedulable could not be posted")  # the report is this delivery's whole work
     metrics.GANG_STATUS.labels(report.GANG_UNSCHEDULABLE).inc()

@@ -22,9 +22,10 @@ import flask
 
 from kai_fn.function import events, gang_status, inventory, metrics, reconcile, resync
 from kai_fn.function.auth import Authenticator, Denied
-from kai_fn.function.cluster import Cluster, Session, Transient
+from kai_fn.function.cluster import Cluster, Session
+from kai_fn.kube import Transient
 from kai_fn.function.report import Outcome, configure_logging, log
-from kai_fn.function.settings import Settings, load
+from kai_fn.settings import Settings, load
 from kai_fn.function.workqueue import Again, Item, WorkQueue
 
 RETRY_AFTER_SECONDS = 2

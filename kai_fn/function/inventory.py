@@ -8,7 +8,7 @@ from __future__ import annotations
 from kai_fn.core import turns
 from kai_fn.core.state import Entry, join, podgroup_api
 from kai_fn.function.cluster import Session
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
 
 
 def creation_order(entry: Entry) -> str:

@@ -14,7 +14,9 @@ from typing import Any, TypeVar
 
 from kai_fn.core import objects
 from kai_fn.function import metrics, report
-from kai_fn.function.cluster import Session, Transient
+from kai_fn.function.cluster import Session
+from kai_fn.kube import Transient
+from kai_fn.kube.events import event_body
 
 log = logging.getLogger("kai_fn")
 T = TypeVar("T")
@@ -58,7 +60,7 @@ def _warn(session: Session, trainjob: dict[str, Any] | None, stage: str, error: 
     message = (f"kai_fn could not process this TrainJob ({stage}): {why}. Its JobSet stays as it is; the resync "
                f"tries it again each minute. Check its annotations, labels and runtime, or report a bug.")
     try:
-        session.create_event(meta["namespace"], report.event_body(
+        session.create_event(meta["namespace"], event_body(
             trainjob or {}, report.UNPROCESSABLE, message, warning=True, key=f"{stage}|{type(error).__name__}"))
     except Exception:  # noqa: BLE001 - the Warning is best effort; the log line above says it all
         metrics.EVENTS_NOT_WRITTEN.labels(report.UNPROCESSABLE).inc()

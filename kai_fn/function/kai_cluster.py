@@ -9,13 +9,12 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from kubernetes.client.exceptions import ApiException
-
 from kai_fn.core import owner_metadata
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.owner_metadata import KaiCluster
-from kai_fn.function.cluster import Session, Transient
-from kai_fn.function.settings import Settings
+from kai_fn.function.cluster import Session
+from kai_fn.kube import ApiError, Forbidden, NotFound, Transient, Unauthorized
+from kai_fn.settings import Settings
 
 log = logging.getLogger(__name__)
 _CACHE = "_kai_cluster"  # on the process's Cluster: what -> (expiry, value)
@@ -54,7 +53,7 @@ def _cached(session: Session, what: str, read_it: Callable[[], T]) -> T:
 def _priority_classes(session: Session) -> frozenset[str] | None:
     try:
         listed = session.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")
-    except (ApiException, Transient) as error:
+    except ApiError as error:
         if not _refused(error):
             raise
         log.warning("cannot list PriorityClasses (%s): every PriorityClass named is taken to exist", error)
@@ -67,22 +66,19 @@ def _configmap_data(session: Session, where: str) -> dict[str, str] | None:
     try:
         found = session.request("GET", "/api/v1/namespaces/{namespace}/configmaps/{name}", namespace=namespace,
                                 name=name)
-    except (ApiException, Transient) as error:
+    except ApiError as error:
         if not _refused(error):
             raise
-        if not (isinstance(error, ApiException) and error.status == 404):
+        if not isinstance(error, NotFound):
             log.warning("cannot read KAI's defaults ConfigMap %s (%s): taken as absent", where, error)
         return None
     data = found.get("data") if isinstance(found, dict) else None
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def _refused(error: Exception) -> bool:
-    """Not found or not allowed (Session.request says 403 as Transient "API 403 ..."): an answer, not a fault to
-    retry; anything else is retried with the event."""
-    if isinstance(error, ApiException):
-        return True
-    return str(error).startswith(("API 401", "API 403"))
+def _refused(error: ApiError) -> bool:
+    """Not found or not allowed: an answer, not a fault to retry; anything Transient is retried with the event."""
+    return isinstance(error, (Forbidden, Unauthorized)) or not isinstance(error, Transient)
 
 
 def _items(listed: Any) -> list[dict[str, Any]]:

@@ -102,6 +102,16 @@ def event_kind(kind: object) -> str:
     return kind if kind in ("TrainJob", "JobSet", "PodGroup") else "other" if kind else "none"
 
 
+class Meter:
+    """The kube layer's observer (:class:`kai_fn.kube.Observer`): every API call, and every Event not written."""
+
+    def called(self, verb: str, resource: str, code: str) -> None:
+        API_CALLS.labels(verb, resource, code).inc()
+
+    def event_not_written(self, reason: str) -> None:
+        EVENTS_NOT_WRITTEN.labels(reason if reason.isalnum() and len(reason) <= 40 else "other").inc()
+
+
 def exposition() -> tuple[bytes, str]:
     """The body and content type of a scrape (text format 0.0.4, which every Prometheus reads)."""
     return generate_latest(REGISTRY), CONTENT_TYPE_PLAIN_0_0_4

@@ -15,12 +15,13 @@ from typing import Any
 from kai_fn.core import keys, objects
 from kai_fn.core.decide import Action, LetGo, MakeGang, SettleReservation, Skip
 from kai_fn.core.patch import jobset_patch
-from kai_fn.function.cluster import Gone, GuardFailed, Session, Transient
+from kai_fn.kube import Gone, GuardFailed, Transient
+from kai_fn.function.cluster import Session
 from kai_fn.function.execute import Retry
 from kai_fn.function.inventory import Entry, creation_order, podgroup_api
 from kai_fn.function.isolate import tally_of
 from kai_fn.function.report import Outcome
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
 
 AUTO_SUSPENDED_ANNOTATION = "kai-fn/auto-suspended"
 _DECISION = (keys.MARKER_PODGROUP, keys.MARKER_SKIPPED, keys.RELEASED_AT_ANNOTATION)  # onto the JobSet

@@ -21,12 +21,13 @@ from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.plan import Plan, plan
 from kai_fn.core.runtime import target
 from kai_fn.function import kai_cluster, migration
-from kai_fn.function.cluster import Gone, Session, Transient
+from kai_fn.kube import Gone, Transient
+from kai_fn.function.cluster import Session
 from kai_fn.function.events import TrainJobEvent, Via
 from kai_fn.function.execute import Changed, Execution, NotYet, Retry
 from kai_fn.function.isolate import apart
 from kai_fn.function.report import Outcome
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
 
 __all__ = ["Reconciler", "Retry", "NotYet", "answer_without_a_read", "reconcile", "now"]
 

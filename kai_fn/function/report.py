@@ -1,16 +1,12 @@
 """What kai_fn tells people: Kubernetes Events on the TrainJob, and one JSON log line per delivery."""
 from __future__ import annotations
 
-import datetime
-import hashlib
 import json
 import logging
-import socket
 import sys
 from dataclasses import dataclass
 from typing import Any
 
-from kai_fn.core import keys
 from kai_fn.core.plan import Plan
 from kai_fn.core.reasons import (  # noqa: F401  (re-exported: the shell's names for them)
     GANG_BOUND, GANG_CREATED, GANG_EXCEEDS_QUEUE, GANG_UNSCHEDULABLE, INVALID_RUNTIME, INVALID_TRAINJOB,
@@ -18,7 +14,6 @@ from kai_fn.core.reasons import (  # noqa: F401  (re-exported: the shell's names
     SCHEDULER_NOT_SERVED, TOO_LATE, UNPROCESSABLE, Result)
 
 log = logging.getLogger("kai_fn")
-_INSTANCE = socket.gethostname()
 
 
 @dataclass(frozen=True)
@@ -34,33 +29,6 @@ class Outcome:
     bound: bool = False  # the gang is on its nodes (GangBound posted now or before): later events of it cost nothing
 
 
-def event_body(trainjob: dict[str, Any], reason: str, message: str, warning: bool, key: str | None = None) -> dict[str, Any]:
-    """A core/v1 Event on the TrainJob. Its name is derived from ``key`` (default: the message), so a duplicate
-    or concurrent delivery that reports the same thing gets a 409 instead of writing a second Event."""
-    meta = trainjob["metadata"]
-    digest = hashlib.sha256(f"{meta.get('uid')}|{reason}|{message if key is None else key}".encode()).hexdigest()[:10]
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{meta['name'][:200]}.kai-fn.{digest}", "namespace": meta["namespace"]},
-        "involvedObject": {
-            "apiVersion": keys.TRAINER_API,
-            "kind": keys.TRAINJOB_KIND,
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "uid": meta.get("uid"),
-        },
-        "reason": reason,
-        "message": message[:1024],
-        "type": "Warning" if warning else "Normal",
-        "source": {"component": keys.MANAGED_BY},
-        "reportingComponent": keys.MANAGED_BY,
-        "reportingInstance": _INSTANCE,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
 
 
 class JsonFormatter(logging.Formatter):

@@ -20,8 +20,9 @@ from kai_fn.core.owner_metadata import KaiCluster
 from kai_fn.core.plan import plan
 from kai_fn.core.runtime import target
 from kai_fn.function import metrics
-from kai_fn.function.cluster import Gone, Session, Transient
-from kai_fn.function.settings import Settings
+from kai_fn.kube import Gone, Transient
+from kai_fn.function.cluster import Session
+from kai_fn.settings import Settings
 
 Planned = Callable[[], Sequence[dict[str, Any]]]  # the placeholders the plan makes (a runtime read: only when needed)
 

@@ -14,12 +14,13 @@ from collections.abc import Callable
 
 from kai_fn.core.state import Entry
 from kai_fn.function import gang_status, heartbeat, inventory, migration, timeouts
-from kai_fn.function.cluster import Session, Transient
+from kai_fn.function.cluster import Session
+from kai_fn.kube import Transient
 from kai_fn.function.events import TrainJobEvent, Via
 from kai_fn.function.isolate import tally_of
 from kai_fn.function.reconcile import Reconciler, Retry, now
 from kai_fn.function.report import Outcome
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
 
 Offer = Callable[[TrainJobEvent], bool]
 

@@ -15,9 +15,11 @@ from kai_fn.core import gang, keys, objects
 from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, placed, stamp
 from kai_fn.core.state import Entry
 from kai_fn.function import metrics, report
-from kai_fn.function.cluster import Gone, Session, Stale, Transient
+from kai_fn.kube import Gone, Stale, Transient
+from kai_fn.function.cluster import Session
 from kai_fn.function.isolate import apart, tally_of
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
+from kai_fn.kube.events import event_body
 
 
 def check(session: Session, settings: Settings, entries: list[Entry], now: datetime.datetime) -> str:
@@ -71,7 +73,7 @@ def time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now
     # The Event before the mark that ends the wait: a mark that fails leaves the wait to the next resync, whose
     # Event of the same wait is the same Event (its name comes from the wait's start); a suspended TrainJob has no
     # wait left to time out, so its Event is posted now or never.
-    session.create_event(wait.namespace, report.event_body(
+    session.create_event(wait.namespace, event_body(
         entry.trainjob, report.SCHEDULE_TIMEOUT, message, warning=True, key=f"{stamp(wait.started)}"))
     if not _mark(session, podgroup, keys.TIMED_OUT_ANNOTATION, now):
         return "changed"

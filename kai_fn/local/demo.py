@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from kai_fn.function.settings import load
+from kai_fn.settings import load
 from kai_fn.commands import explain, status
 from kai_fn.local.emulator import Call, Emulator
 from kai_fn.commands.invoke import load_sample, post

@@ -27,8 +27,8 @@ from kubernetes import client
 
 from kai_fn.commands import status as status_cmd
 from kai_fn.core import keys
-from kai_fn.function import heartbeat
-from kai_fn.function import settings as settings_mod
+from kai_fn.kube import lease as heartbeat
+from kai_fn import settings as settings_mod
 from kai_fn.local.chain import NAMESPACE, PODGROUP_APIS, TRAINER, Chain, for_scheduler, sample
 from kai_fn.local.process import REPO
 from tests.chain.conftest import REPORT, wait_for

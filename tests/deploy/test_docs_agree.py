@@ -26,7 +26,7 @@ import pytest
 from kai_fn.commands import cli
 from kai_fn.core.state import PHASES
 from kai_fn.function import metrics
-from kai_fn.function.settings import Settings
+from kai_fn.settings import Settings
 from tests.manifests import BASE, FUNCTION, VARIANTS, bound_triples, render
 
 REPO = Path(__file__).resolve().parents[2]

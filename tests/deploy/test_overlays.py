@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kai_fn.function.settings import SOURCE_SENDERS, load
+from kai_fn.settings import SOURCE_SENDERS, load
 from tests import kustomize
 from tests.manifests import (
     BASE, BROKER, FUNCTION, NAMESPACE, SCHEDULER_PLUGINS, bound_triples, container, crd_plurals, env_of,

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 import yaml
 
-from kai_fn.function import settings
+from kai_fn import settings
 from tests import kustomize
 from tests.manifests import (
     ADMISSION_KINDS, BASE, BROKER, FUNCTION, IMAGE, KNATIVE, NAMESPACE, RESERVED_ENV, SCHEDULER_PLUGINS, SETTINGS_DEFAULTS,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from kai_fn.core import keys
-from kai_fn.function import settings
+from kai_fn import settings
 from tests.manifests import (
     BASE, BROKER, FUNCTION, KNATIVE, NAMESPACE, SCHEDULER_PLUGINS, SOURCE_SA, VARIANTS, by_kind, crd_plurals, one,
     render,

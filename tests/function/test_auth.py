@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from kai_fn.function.auth import MAX_AGE_SECONDS, Authenticator, Denied, bearer, expiry
-from kai_fn.function.settings import SOURCE_SENDERS, SettingsError, load
+from kai_fn.settings import SOURCE_SENDERS, SettingsError, load
 
 AUDIENCE = "kai-fn"
 SOURCE = "system:serviceaccount:kai-fn:kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource"

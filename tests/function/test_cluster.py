@@ -1,14 +1,13 @@
-"""The API shell: status codes map to outcomes, and the runtime cache fetches once per expiry."""
+"""The process's runtime cache around the kube layer: it fetches once per expiry, and never keeps a miss."""
 from __future__ import annotations
 
 import threading
 
-import pytest
-
 from kai_fn.core.runtime import RuntimeTarget
-from kai_fn.function.cluster import Cluster, Gone, GuardFailed, Stale, Transient
-from kai_fn.function.settings import load
+from kai_fn.function import metrics
+from kai_fn.function.cluster import Cluster
 from kai_fn.local.emulator import Fault
+from kai_fn.settings import load
 from tests.conftest import sample_object, seed
 
 RT = RuntimeTarget("ClusterTrainingRuntime", "torch-distributed-kai", None)
@@ -44,56 +43,13 @@ def test_a_missing_runtime_is_not_cached(api):
     assert shared.session().runtime(RT)["metadata"]["name"] == RT.name
 
 
-@pytest.mark.parametrize("fault, raised, match", [
-    (Fault(status=500), Transient, "^API 500"), (Fault(status=503), Transient, "^API 503"),
-    (Fault(status=429), Transient, "^API 429"), (Fault(status=403), Transient, "^API 403"),
-    (Fault(hang=1.5), Transient, "^API unreachable or too slow: "), (Fault(status=422), GuardFailed, "422|nvalid"),
-])
-def test_jobset_patch_failures_map_by_status_code(api, fault, raised, match):
-    seed(api, sample_object("jobset-llama-finetune"))
-    api.faults = lambda call: fault
-    with pytest.raises(raised, match=match):
-        cluster(api, KAI_FN_API_TIMEOUT_SECONDS=1).session().patch_jobset(
-            "team-a", "llama-finetune", [{"op": "test", "path": "/spec/suspend", "value": True}])
-
-
-def test_writes_to_a_deleted_trainjob_are_gone_and_gets_are_none(api):
-    session = cluster(api).session()
-    assert session.trainjob("team-a", "nope") is None and session.jobset("team-a", "nope") is None
-    with pytest.raises(Gone, match="^TrainJob team-a/nope$"):
-        session.patch_trainjob("team-a", "nope", {"metadata": {"annotations": {"a": "b"}}})
-    assert session.calls == 3
-
-
-@pytest.mark.parametrize("fault, raised, match", [
-    (Fault(status=404), Gone, "^PodGroup team-a/pg$"), (Fault(status=409), Stale, "^PodGroup team-a/pg$"),
-    (Fault(status=500), Transient, "^API 500 "), (Fault(status=403), Transient, "^API 403 "),
-    (Fault(hang=1.5), Transient, "^API unreachable or too slow: "),
-])
-def test_podgroup_mark_patch_failures_map_by_status_code(api, fault, raised, match):
-    """The gang's marks (kai-fn/bound, kai-fn/timed-out) are merge patches of its main PodGroup."""
-    seed(api, {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
-               "metadata": {"name": "pg", "namespace": "team-a"}, "spec": {"minMember": 1, "queue": "team-a"}})
-    api.faults = lambda call: fault
-    with pytest.raises(raised, match=match):
-        cluster(api, KAI_FN_API_TIMEOUT_SECONDS=1).session().patch_podgroup(
-            "scheduling.run.ai/v2alpha2", "team-a", "pg", {"metadata": {"annotations": {"kai-fn/bound": "now"}}})
-
-
-def test_a_podgroup_mark_is_one_merge_patch(api):
-    seed(api, {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
-               "metadata": {"name": "pg", "namespace": "team-a"}, "spec": {"minMember": 1, "queue": "team-a"}})
-    cluster(api).session().patch_podgroup("scheduling.run.ai/v2alpha2", "team-a", "pg",
-                                          {"metadata": {"annotations": {"kai-fn/bound": "2026-01-01T00:00:00Z"}}})
-    (call,) = api.writes()
-    assert (call.verb, call.resource, call.content_type) == ("patch", "podgroups", "application/merge-patch+json")
-    pg = api.get("scheduling.run.ai/v2alpha2", "PodGroup", "team-a", "pg")
-    assert pg["metadata"]["annotations"] == {"kai-fn/bound": "2026-01-01T00:00:00Z"}
-
-
-def test_an_event_that_cannot_be_written_does_not_fail_the_work(api):
-    session = cluster(api).session()
+def test_the_process_counts_its_calls_and_its_lost_events_in_its_metrics(api):
+    """The kube layer reports to the function's metrics through its observer (kai_fn.function.metrics.Meter)."""
+    lost = ("kai_fn_events_not_written_total", {"reason": "LostOne"})
+    calls = ("kai_fn_api_calls_total", {"verb": "create", "resource": "events", "code": "503"})
+    before = [metrics.REGISTRY.get_sample_value(*s) or 0 for s in (lost, calls)]
     api.faults = lambda call: Fault(status=503)
     body = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "x", "namespace": "team-a"},
-            "involvedObject": {"kind": "TrainJob", "name": "x", "namespace": "team-a"}, "reason": "R", "message": "m"}
-    assert session.create_event("team-a", body) is False
+            "involvedObject": {"name": "x"}, "reason": "LostOne", "message": "m"}
+    assert cluster(api).session().create_event("team-a", body) is False
+    assert [metrics.REGISTRY.get_sample_value(*s) for s in (lost, calls)] == [before[0] + 1, before[1] + 1]

@@ -4,12 +4,11 @@ were, and a Lease that cannot be written never fails the resync."""
 from __future__ import annotations
 
 import datetime
-import re
 import time
 
 import pytest
 
-from kai_fn.function import heartbeat
+from kai_fn.kube.lease import LEASE_SECONDS
 from kai_fn.local.emulator import Fault
 from tests.ce import ping, send
 from tests.conftest import seed
@@ -22,7 +21,7 @@ GAUGE = ("kai_fn_last_resync_timestamp_seconds", frozenset())
 
 def lease(renewed: str | None = None) -> dict:
     """As knative/base ships it: no renewTime until the first resync."""
-    spec = {"leaseDurationSeconds": heartbeat.LEASE_SECONDS} | ({"renewTime": renewed} if renewed else {})
+    spec = {"leaseDurationSeconds": LEASE_SECONDS} | ({"renewTime": renewed} if renewed else {})
     return {"apiVersion": LEASE_API, "kind": "Lease", "metadata": {"name": NAME, "namespace": NS}, "spec": spec}
 
 
@@ -74,21 +73,3 @@ def test_without_a_heartbeat_lease_the_resync_writes_none_and_still_sets_the_gau
     assert [c for c in api.calls if c.resource == "leases"] == []
     assert scrape(fn.url)[GAUGE] >= before - 1
 
-
-NOW = datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC)
-SEEN = {
-    "renewed a minute ago: present": (heartbeat.Seen(lease="kai-fn/kai-fn-resync", renewed=NOW - datetime.timedelta(
-        seconds=60)), None),
-    "renewed 4 minutes ago, for 3: absent": (heartbeat.Seen(lease="kai-fn/kai-fn-resync", renewed=NOW - datetime
-                                             .timedelta(minutes=4)), r"no resync for 4m \(Lease kai-fn/kai-fn-resync "
-                                                                     r"last renewed 2026-05-01T11:56:00Z\)"),
-    "never renewed": (heartbeat.Seen(lease="kai-fn/kai-fn-resync"), r"never renewed"),
-    "unreadable": (heartbeat.Seen(lease="kai-fn/kai-fn-resync", problem="API 403 Forbidden"),
-                   r"no heartbeat readable \(Lease kai-fn/kai-fn-resync: API 403 Forbidden\)"),
-}
-
-
-@pytest.mark.parametrize("seen, absent", SEEN.values(), ids=list(SEEN))
-def test_the_function_looks_absent_when_its_lease_is_older_than_its_duration_or_unreadable(seen, absent):
-    said = seen.absent(NOW)
-    assert (said is None) if absent is None else re.search(absent, said), said

@@ -240,7 +240,7 @@ def test_an_unexpected_error_on_one_trainjob_is_its_own_the_resync_goes_on_and_r
     from kai_fn.function import metrics, resync
     from kai_fn.function.cluster import Cluster
     from kai_fn.function.reconcile import Reconciler
-    from kai_fn.function.settings import load
+    from kai_fn.settings import load
     seed_llama(api)
     other = owned_by(sample_object("trainjob-llama-finetune"), "7a7a7a7a-0000-4000-8000-000000000002")
     other["metadata"]["name"] = "broken"

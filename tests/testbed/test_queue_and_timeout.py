@@ -19,8 +19,9 @@ import yaml
 from kubernetes import client
 
 from kai_fn.core import keys, objects, state
-from kai_fn.function.cluster import Cluster, Stale
-from kai_fn.function.settings import load
+from kai_fn.function.cluster import Cluster
+from kai_fn.kube import Stale
+from kai_fn.settings import load
 from kai_fn.local.process import REPO, FunctionProcess
 from tests.ce import ping, resource, send
 from tests.manifests import BASE, FUNCTION, NAMESPACE, by_kind, render

@@ -77,3 +77,13 @@ def unsupported_media(info: KindInfo, content_type: str | None) -> ApiError:
         JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH]
     return ApiError(415, f"the body of the request was in an unknown format - accepted media types include: "
                          f"{', '.join(accepted)} (got {content_type!r})")
+
+
+def terminating(info: KindInfo, name: str, namespace: str) -> ApiError:
+    """403 on a create in a namespace being deleted, with the ``NamespaceTerminating`` cause kube-apiserver's
+    namespace lifecycle admission gives (the cause, not the message, is what a client reads)."""
+    return ApiError(403, f'{info.resource} "{name}" is forbidden: unable to create new content in namespace '
+                         f"{namespace} because it is being terminated",
+                    details={"name": name, "group": info.group, "kind": info.plural, "causes": [
+                        {"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated",
+                         "field": "metadata.namespace"}]})
