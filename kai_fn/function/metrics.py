@@ -46,6 +46,10 @@ CATCH_UP = Counter(
     "queued), 'retry' (the API was not reachable: the first ping does it), 'off' (no work queue: the resync does it).",
     ["outcome"], registry=REGISTRY,
 )
+RESYNC_JOINS = Counter(
+    "kai_fn_resync_joins", "Pings that arrived while a resync ran and joined it instead of starting another.",
+    registry=REGISTRY,
+)
 GANGS_CREATED = Counter("kai_fn_gangs_created", "PodGroups kai_fn created.", registry=REGISTRY)
 GANG_STATUS = Counter(
     "kai_fn_gang_status_events", "Gang status reports on TrainJobs (GangUnschedulable, GangBound); a report "

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 
 from kai_fn.core.state import Entry
-from kai_fn.function import gang_status, heartbeat, inventory, migration, timeouts
+from kai_fn.function import gang_status, heartbeat, inventory, metrics, migration, timeouts
 from kai_fn.function.cluster import Session
 from kai_fn.kube import Transient
 from kai_fn.function.events import TrainJobEvent, Via
@@ -39,6 +39,7 @@ class OneAtATime:
             if joined is None:
                 self._running = mine = (threading.Event(), [])
         if joined is not None:
+            metrics.RESYNC_JOINS.inc()
             done, result = joined
             done.wait()
             if isinstance(result[0], BaseException):

@@ -18,6 +18,8 @@ from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
 from tests.function.test_function import NAME, NS, PG, events_of, llama_jobset, seed_llama, verbs
 from tests.function.test_gang_status import pod, released
 from tests.function.test_heartbeat import lease
+from tests.function.test_metrics import key, scrape
+from tests.function.test_workqueue import until
 from tests.function.test_timeout_on_resync import jobset_runs, released_llama, write
 
 pytestmark = pytest.mark.usefixtures("forgetful")
@@ -268,31 +270,41 @@ def test_an_unexpected_error_on_one_trainjob_is_its_own_the_resync_goes_on_and_r
 # -- 2/5. cheap to overload no more -----------------------------------------------------------------------------------
 
 def test_pings_that_arrive_while_a_resync_runs_join_it(api, functions):
-    """Five pings at once, the first resync's LIST held for 3 s: one resync, four answers that joined it."""
-    fn = functions(KAI_FN_API_TIMEOUT_SECONDS="10")
+    """Five pings at once, the first resync's LIST held until the other four have joined it: one resync, five 200s."""
+    fn = functions(KAI_FN_API_TIMEOUT_SECONDS="60")
     seed_llama(api)
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
-    def slow_first_list(call):
+    def held_first_list(call):
         if call.verb == "list" and call.resource == "trainjobs" and not started.is_set():
             started.set()
-            return Fault(hang=3.0)
+            return Fault(until=release)
         return None
 
-    api.faults = slow_first_list
+    api.faults = held_first_list
     api.reset_calls()
+    joins = joined(fn.url)
     answers: list = []
     first = threading.Thread(target=lambda: answers.append(send(fn.url, ping())))
     first.start()
-    assert started.wait(10)
+    assert started.wait(30)
     others = [threading.Thread(target=lambda: answers.append(send(fn.url, ping()))) for _ in range(4)]
     for t in others:
         t.start()
+    try:
+        until(lambda: joined(fn.url) - joins == 4, 60)  # the four later pings joined the resync under way
+    finally:
+        release.set()
     for t in [first, *others]:
-        t.join(30)
+        t.join(60)
     api.faults = None
     assert [a.status for a in answers] == [200] * 5
     assert verbs(api).count(("list", "trainjobs")) == 1
+
+
+def joined(url: str) -> float:
+    """``kai_fn_resync_joins_total`` as the function's /metrics gives it now."""
+    return scrape(url)[key("kai_fn_resync_joins_total")]
 
 
 # -- 6. malformed bodies of any shape are 400 ------------------------------------------------------------------------
