@@ -18,7 +18,7 @@ from typing import Any
 
 from kai_fn.core import gang, keys, segments
 from kai_fn.core.objects import labels, meta, notes
-from kai_fn.core.schedule_timeout import stamp
+from kai_fn.core.objects import stamp
 from kai_fn.core.state import Facts, Reading, facts, reasons, reservation
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch

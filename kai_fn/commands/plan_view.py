@@ -6,7 +6,7 @@ from typing import Any
 
 from kai_fn.core import keys, objects, reserve
 from kai_fn.core.plan import Plan
-from kai_fn.core.schedule_timeout import stamp
+from kai_fn.core.objects import stamp
 
 
 def summary(plan: Plan) -> dict[str, Any]:

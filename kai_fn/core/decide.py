@@ -15,7 +15,7 @@ from kai_fn.core import keys, objects, reasons
 from kai_fn.core.patch import MissingReplicatedJob, Op, jobset_patch
 from kai_fn.core.plan import Plan
 from kai_fn.core.reasons import Result
-from kai_fn.core.schedule_timeout import stamp
+from kai_fn.core.objects import stamp
 from kai_fn.core.state import Facts as State
 
 # Why a TrainJob waits: short tokens, the label of kai_fn_waiting_events.

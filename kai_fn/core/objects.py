@@ -67,3 +67,7 @@ def resumed_at(jobset: dict[str, Any] | None) -> datetime.datetime | None:
             if (moment := parse_time(condition.get("lastTransitionTime"))) is not None:
                 return moment
     return parse_time(notes(jobset).get(keys.RELEASED_AT_ANNOTATION))
+
+def stamp(moment: datetime.datetime) -> str:
+    """RFC 3339 in UTC to the second, as Kubernetes writes times."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -9,36 +9,17 @@ PodGroup (the runtime's ``podGroupPolicy.kai.scheduleTimeoutSeconds`` or the set
 from __future__ import annotations
 
 import datetime
-import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kai_fn.core import keys
 from kai_fn.core.gang import GangCount, members
 from kai_fn.core.objects import meta as _meta, notes as _notes, parse_time
-
-if TYPE_CHECKING:  # the state model formats its times with stamp() below
-    from kai_fn.core.state import Facts
-
-_SECONDS = re.compile(r"^[0-9]{1,9}$")
+from kai_fn.core.scope import parse_seconds
+from kai_fn.core.state import Facts
 
 
-def stamp(moment: datetime.datetime) -> str:
-    """RFC 3339 in UTC to the second, as Kubernetes writes times."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-
-def parse_seconds(text: str | None) -> int | None:
-    """A whole number of seconds, or None when absent or not one."""
-    return int(text) if text is not None and _SECONDS.fullmatch(text) else None
-
-
-def seconds_problem(notes: dict[str, str]) -> str | None:
-    """What is wrong with a TrainJob's timeout annotation, for the plan to report."""
-    value = notes.get(keys.SCHEDULE_TIMEOUT_ANNOTATION)
-    if value is None or parse_seconds(value) is not None:
-        return None
-    return f"{value!r} is not a whole number of seconds (0 means no timeout)"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Whether a TrainJob is KAI's to gang-schedule, and the gang's queue, priority, preemptibility and topology."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from kai_fn.core import keys, owner_metadata
@@ -9,9 +10,24 @@ from kai_fn.core.owner_metadata import KaiCluster, OwnerMetadata, Topology
 from kai_fn.core.podsets import PodSet
 from kai_fn.core.stages import main_stage, stages
 from kai_fn.core.runtime import replicated_jobs
-from kai_fn.core.schedule_timeout import seconds_problem
 
 DEFAULT_SCHEDULE_TIMEOUT_SECONDS = 60
+
+
+_SECONDS = re.compile(r"^[0-9]{1,9}$")
+
+
+def parse_seconds(text: str | None) -> int | None:
+    """A whole number of seconds, or None when absent or not one."""
+    return int(text) if text is not None and _SECONDS.fullmatch(text) else None
+
+
+def seconds_problem(notes: dict[str, str]) -> str | None:
+    """What is wrong with a TrainJob's timeout annotation, for the plan to report."""
+    value = notes.get(keys.SCHEDULE_TIMEOUT_ANNOTATION)
+    if value is None or parse_seconds(value) is not None:
+        return None
+    return f"{value!r} is not a whole number of seconds (0 means no timeout)"
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from kai_fn.core.plan import Plan
 from kai_fn.core.reasons import Refusal
 from kai_fn.core.objects import (controlled_by, deleting, hold_reason, labels, meta, notes, parse_time,
                                  queued_by_kueue, resumed_at, suspended)
-from kai_fn.core.schedule_timeout import stamp
+from kai_fn.core.objects import stamp
 from kai_fn.core.stages import is_stage_of
 
 

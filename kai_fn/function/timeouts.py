@@ -12,7 +12,8 @@ import datetime
 from typing import Any
 
 from kai_fn.core import gang, keys, objects
-from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, placed, stamp
+from kai_fn.core.objects import stamp
+from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, placed
 from kai_fn.core.state import Entry
 from kai_fn.function import metrics, report
 from kai_fn.kube import Gone, Stale, Transient

@@ -8,7 +8,9 @@ import datetime
 import pytest
 
 from kai_fn.core import gang, keys
-from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, parse_seconds, placed, seconds_problem, stamp
+from kai_fn.core.objects import stamp
+from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, placed
+from kai_fn.core.scope import parse_seconds, seconds_problem
 from kai_fn.core.state import facts as marks
 
 UID = "11111111-2222-4333-8444-555555555555"

@@ -11,7 +11,7 @@ import pytest
 
 from kai_fn.core import keys, objects, state
 from kai_fn.core.reasons import Refusal
-from kai_fn.core.schedule_timeout import stamp
+from kai_fn.core.objects import stamp
 
 UID = "11111111-2222-4333-8444-555555555555"
 PG = f"pg-job-{UID}"
