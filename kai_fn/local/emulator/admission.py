@@ -93,7 +93,7 @@ def metadata_problems(obj: dict[str, Any], old: dict[str, Any] | None) -> list[s
 
 
 def event_problems(obj: dict[str, Any]) -> list[str]:
-    """core/v1 Event legacy validation: the involved object must live in the event's namespace."""
+    """core/v1 Event validation: the involved object must live in the event's namespace."""
     namespace = (obj.get("metadata") or {}).get("namespace") or ""
     involved = (obj.get("involvedObject") or {}).get("namespace") or ""
     if (involved and involved != namespace) or (not involved and namespace not in ("", "default")):
