@@ -57,6 +57,12 @@ def kill_and_restart_kai_scheduler(chain: Chain, ns: str) -> None:
     faults.start_chain_components()
 
 
+def unbound(seen: list) -> str:
+    """What a failed wait for every gang saw: how many bound, and each pod not on a node or gone."""
+    odd = [(p.name, p.phase, "gone" if p.gone_at else "") for p in seen if not p.node or p.gone_at]
+    return f"{sum(1 for p in seen if p.node)}/{BURST * PODS} pods bound, {len(seen)} seen; not on a node or gone: {odd}"
+
+
 def released(chain: Chain, ns: str) -> set[str]:
     """TrainJobs kai_fn finished: their JobSet decided with its PodGroup and resumed."""
     items = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(*JOBSET, ns, "jobsets")["items"]
@@ -82,7 +88,7 @@ def test_a_fault_in_the_middle_of_a_burst_loses_no_trainjob_and_no_pod_names_a_m
                  explain=lambda: f"not released: {sorted(set(names) - released(chain, ns))}")
         wait_for("every gang bound", lambda: (seen := pods.snapshot()) and len(seen) == BURST * PODS
                  and all(p.node for p in seen), 120,
-                 explain=lambda: f"{sum(1 for p in pods.snapshot() if p.node)}/{BURST * PODS} pods bound")
+                 explain=lambda: unbound(pods.snapshot()))
     assert pods.violations == []
     seen = pods.snapshot()
     assert {p.jobset for p in seen} == set(names)  # every TrainJob made its pods, so the check covered each
