@@ -16,6 +16,8 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Self
 
+import psutil
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -58,6 +60,7 @@ class FunctionProcess(Started):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "THREADS": str(threads), "PYTHONUNBUFFERED": "1", **env}
+        self.command_target = (source, target)
         self.command = functions_framework_command(self.port, source, target)
         self.log = log
         self.serves_kai_fn = source == REPO / "main.py" and target == "handle"
@@ -66,7 +69,19 @@ class FunctionProcess(Started):
 
     def start(self, ready_timeout: float = 60.0) -> Self:
         """Until it answers its readiness probe and, serving kai_fn, its catch-up pass has ended: what that pass
-        queued is then in ``kai_fn_work_queue``, and what a caller seeds after this is not seen by it."""
+        queued is then in ``kai_fn_work_queue``, and what a caller seeds after this is not seen by it. A port another
+        process took between :func:`free_port` and the bind is given up for a new one."""
+        for _ in range(3):
+            if self._started(ready_timeout):
+                return self
+            self.stop()
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.command = functions_framework_command(self.port, *self.command_target)
+        raise RuntimeError("the function's port was taken by another process three times")
+
+    def _started(self, ready_timeout: float) -> bool:
+        """True once ready; False when the port answers for another process."""
         self.started_at = time.perf_counter()
         self.proc = subprocess.Popen(self.command, env=self.env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -80,13 +95,25 @@ class FunctionProcess(Started):
             try:
                 with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:
                     answered = response.status == 200
+                if answered and not self.listening():
+                    return False
                 if answered and (not self.serves_kai_fn or self.caught_up()):
-                    return self
+                    return True
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"the function did not answer on {self.url} within {ready_timeout}s")
+
+    def listening(self) -> bool:
+        """Whether this process (gunicorn's master or a worker) listens on the port, not another that bound it."""
+        try:
+            main = psutil.Process(self.proc.pid if self.proc else -1)
+            group = [main, *main.children(recursive=True)]
+            return any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port
+                       for p in group for c in p.net_connections("tcp"))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+            return False
 
     def caught_up(self) -> bool:
         """Whether ``kai_fn_catch_up_total`` counts the catch-up's end (``off`` without a work queue)."""
