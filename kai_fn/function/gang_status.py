@@ -114,7 +114,7 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
         body = event_body(trainjob, report.GANG_BOUND, message, warning=False, key=pg_name)
         if not session.create_event(ns, body):
             raise Transient("GangBound could not be posted; the mark waits for it")
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = objects.stamp(datetime.datetime.now(datetime.UTC))
         try:
             session.patch_podgroup(podgroup["apiVersion"], ns, pg_name,
                                    {"metadata": {"annotations": {keys.GANG_BOUND_ANNOTATION: stamp}}})

@@ -7,6 +7,7 @@ import socket
 from typing import Any
 
 from kai_fn.core import keys
+from kai_fn.core.objects import stamp
 
 _INSTANCE = socket.gethostname()
 
@@ -15,7 +16,7 @@ def event_body(trainjob: dict[str, Any], reason: str, message: str, warning: boo
     or concurrent delivery that reports the same thing gets a 409 instead of writing a second Event."""
     meta = trainjob["metadata"]
     digest = hashlib.sha256(f"{meta.get('uid')}|{reason}|{message if key is None else key}".encode()).hexdigest()[:10]
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = stamp(datetime.datetime.now(datetime.UTC))
     return {
         "apiVersion": "v1",
         "kind": "Event",
