@@ -6,6 +6,8 @@ on the same port and etcd), (c) KAI's scheduler killed (SIGKILL) and started aga
 longer runs). Each time the resync releases every TrainJob, every gang binds whole, and no pod ever names a PodGroup
 that did not exist when the pod was made (a pod watcher checks each pod as it is first seen). KAI writes a gang's
 BindRequests one by one, so (c) also checks that each gang's BindRequests all came from one scheduler process.
+A pod made and deleted without ever being bound is no part of a gang: when (b) loses a pod create's answer, the Job
+controller makes the pod of that index again and deletes the extra (as `Record.made_again` in faultburst.py says).
 
 Then the faults together, at scale (kai_fn/local/faultburst.py): ``KAI_FN_FAULT_BURST`` TrainJobs (20 unless told)
 over two namespaces, some of them ones kai_fn must refuse, while the function is killed every 10 s, the API server
@@ -86,16 +88,18 @@ def test_a_fault_in_the_middle_of_a_burst_loses_no_trainjob_and_no_pod_names_a_m
             submit(chain.api, ns, trainjob(name, "chain", nodes=PODS, gpus=1, kind="TrainingRuntime"))
         wait_for("the resync releases every TrainJob", lambda: released(chain, ns) == set(names), 180,
                  explain=lambda: f"not released: {sorted(set(names) - released(chain, ns))}")
-        wait_for("every gang bound", lambda: (seen := pods.snapshot()) and len(seen) == BURST * PODS
-                 and all(p.node for p in seen), 120,
+        wait_for("every gang bound", lambda: len(live := [p for p in pods.snapshot() if not p.gone_at])
+                 == BURST * PODS and all(p.node for p in live), 120,
                  explain=lambda: unbound(pods.snapshot()))
     assert pods.violations == []
     seen = pods.snapshot()
     assert {p.jobset for p in seen} == set(names)  # every TrainJob made its pods, so the check covered each
     assert [p.name for p in seen if not p.group] == []
-    assert [p.name for p in seen if p.gone_at] == []  # no bound pod went: each gang went from none bound to all
+    assert [p.name for p in seen if p.gone_at and p.node] == []  # each gang went from none bound to all
+    if made_again := [p.name for p in seen if p.gone_at]:  # never bound: no part of a gang (see made_again's docstring)
+        REPORT.append(f"faults ({fault.__name__}): pods the Job controller made again and deleted unbound: {made_again}")
     if "kai-scheduler" in RESTARTS:
-        gang_of = {p.name: p.jobset for p in seen}
+        gang_of = {p.name: p.jobset for p in seen if p.node}
         assert set(binds.seen) >= set(gang_of), "a bound pod without a BindRequest: not bound by KAI"
         # KAI makes a gang's BindRequests one by one: a kill between two of them leaves the rest to the restarted
         # scheduler (KAI's behaviour, not kai_fn's). Such a gang must be completed by it at once, not left half bound.
