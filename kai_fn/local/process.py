@@ -58,14 +58,20 @@ class FunctionProcess(Started):
     def __init__(self, env: dict[str, str], *, log: IO[bytes] | int | None = subprocess.DEVNULL,
                  source: Path = REPO / "main.py", target: str = "handle", threads: int = 8) -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "THREADS": str(threads), "PYTHONUNBUFFERED": "1", **env}
-        self.command_target = (source, target)
-        self.command = functions_framework_command(self.port, source, target)
+        self.source, self.target = source, target
         self.log = log
         self.serves_kai_fn = source == REPO / "main.py" and target == "handle"
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def command(self) -> list[str]:
+        return functions_framework_command(self.port, self.source, self.target)
 
     def start(self, ready_timeout: float = 60.0) -> Self:
         """Until it answers its readiness probe and, serving kai_fn, its catch-up pass has ended: what that pass
@@ -76,8 +82,6 @@ class FunctionProcess(Started):
                 return self
             self.stop()
             self.port = free_port()
-            self.url = f"http://127.0.0.1:{self.port}"
-            self.command = functions_framework_command(self.port, *self.command_target)
         raise RuntimeError("the function's port was taken by another process three times")
 
     def _started(self, ready_timeout: float) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kai_fn.local.process import FunctionProcess, free_port, functions_framework_command
+from kai_fn.local.process import FunctionProcess, free_port
 
 
 class _Healthy(http.server.BaseHTTPRequestHandler):
@@ -32,8 +32,7 @@ def squatter() -> Iterator[int]:
 
 def test_a_port_taken_before_the_bind_is_given_up_for_another_and_the_function_answers_there(api, squatter):
     fn = FunctionProcess({"KUBECONFIG": api.kubeconfig, "KAI_FN_BACKGROUND_WORKERS": "0"})
-    fn.port, fn.url = squatter, f"http://127.0.0.1:{squatter}"
-    fn.command = functions_framework_command(squatter, *fn.command_target)
+    fn.port = squatter
     with fn:
         assert fn.port != squatter
         assert fn.listening()
