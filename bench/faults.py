@@ -26,7 +26,7 @@ POOL = "bfaults"
 def checks(record: Record) -> dict[str, list[str]]:
     return {"faults that failed": record.fault_errors, "unsettled": record.unsettled(),
             "bound outside a whole gang": record.partly_bound(), "PodGroups per wave": record.podgroups_per_wave(),
-            "pods naming a missing PodGroup": record.missing_podgroups}
+            "pods bound before their PodGroup": record.missing_podgroups}
 
 
 def report(record: Record, args: argparse.Namespace, elapsed: float, load: tuple[float, float, float]) -> str:

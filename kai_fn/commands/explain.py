@@ -19,8 +19,9 @@ from typing import Any
 from kai_fn.core import gang, keys, segments
 from kai_fn.core.objects import labels, meta, notes
 from kai_fn.core.objects import stamp
-from kai_fn.core.state import Facts, Reading, facts, reasons, reservation
+from kai_fn.core.state import Facts, Reading, facts, main_of, reasons, reservation
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
+from kai_fn.core.decide import name_differences
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
 from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
@@ -80,7 +81,8 @@ class _Look:
 
     @property
     def marks(self) -> Facts:
-        return facts(self.obj, self.jobset)
+        mine = [p for p in self.podgroups if labels(p).get(keys.TRAINJOB_UID_LABEL) == meta(self.obj).get("uid")]
+        return facts(self.obj, self.jobset, main_of(self.obj, self.jobset, mine))
 
     @property
     def released(self) -> bool:
@@ -178,9 +180,9 @@ def _unreleased(session: Session, settings: Settings, look: _Look, marks: Facts,
     if marks.timed_out is not None:
         return "blocked", (f"it timed out waiting for the scheduler ({stamp(marks.timed_out)}) and was suspended: "
                            "fix what KAI reported, then set spec.suspend: false")
-    if marks.podgroup is None and marks.has_jobset and not marks.jobset_suspended:
-        return "blocked", ("its JobSet runs and was never held, so its pods cannot join a gang: install kai_fn's "
-                           "admission policy, then resubmit it")
+    if marks.podgroup is None and marks.has_jobset and not marks.jobset_suspended and not marks.named:
+        return "blocked", ("its JobSet runs and was never named at admission, so its pods cannot join a gang: "
+                           "install kai_fn's admission policy, then resubmit it")
     if queue_problem:
         return "blocked", queue_problem
     if look.reading.held_longer(look.now, RESYNC_PERIOD_SECONDS):
@@ -228,7 +230,9 @@ def _why_in_scope(job: TrainJob, runtime: Runtime) -> str:
         return f"{runtime.kind} {runtime.metadata.name} has podGroupPolicy.kai"
     if keys.KAI_QUEUE_LABEL in job.metadata.labels:
         return f"the TrainJob carries {keys.KAI_QUEUE_LABEL}={job.metadata.labels[keys.KAI_QUEUE_LABEL]}"
-    return f"{runtime.kind} {runtime.metadata.name} carries {keys.KAI_QUEUE_LABEL}"
+    if keys.KAI_QUEUE_LABEL in runtime.metadata.labels:
+        return f"{runtime.kind} {runtime.metadata.name} carries {keys.KAI_QUEUE_LABEL}"
+    return f"its pods ask for {keys.KAI_SCHEDULER_NAME}"
 
 
 def _plan_view(result: Plan) -> dict[str, Any]:
@@ -250,11 +254,14 @@ def _podgroup(podgroups: list[dict[str, Any]], result: Plan, marked: str | None)
 def _jobset_state(result: Plan, jobset: dict[str, Any] | None) -> str:
     if jobset is None:
         return "missing"
+    running = (jobset.get("spec") or {}).get("suspend") is not True
+    if labels(jobset).get(keys.NAMED_LABEL) == "true":
+        named = "names the plan's PodGroups" if not name_differences(result, jobset) else "names other PodGroups"
+        return f"named at admission, {named}" + (", running" if running else ", suspended")
     try:
         carries = not jobset_patch(result, jobset)
     except MissingReplicatedJob as missing:
         return f"lacks replicatedJob {missing.args[0]!r}"
-    running = (jobset.get("spec") or {}).get("suspend") is not True
     return ("carries the plan" if carries else "lacks the plan") + (", running" if running else ", suspended")
 
 

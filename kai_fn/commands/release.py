@@ -1,12 +1,14 @@
-"""``kubectl kai-fn release``: take TrainJobs kai_fn holds out of its hands, without a gang, for an operator who
-must unblock work now (the function is down, or a refusal cannot be fixed in time).
+"""``kubectl kai-fn release``: the operator's way out when kai_fn owes a TrainJob its gang and work must start now
+(the function is down, or a refusal cannot be fixed in time).
 
-Each held JobSet is patched once, guarded by the resourceVersion it was read at: ``kai-fn/skipped:
-released-by-operator`` (so kai_fn, back, leaves it alone and never makes it a gang after its pods started), the
-hold's label removed and ``spec.suspend: false`` (unless its TrainJob is suspended: Trainer resumes it with the
-TrainJob); its pods are scheduled as its runtime says, with no gang of kai_fn's. Then a Normal Event
-``ReleasedByOperator`` on the TrainJob names who (the kubeconfig's user, by a SelfSubjectReview) and why
-(``--reason``).
+A TrainJob whose JobSet was named at admission (or is not made yet) gets **its gang**: the PodGroups of kai_fn's pure
+plan (:func:`kai_fn.core.plan.plan`, read with the operator's own credentials), made as kai_fn would make them, so its
+pods, waiting unbound for them, bind whole; kai_fn, back, finds them its own and makes no second gang. No queue
+pre-check: the operator decides, KAI's own limits still apply. A JobSet the previous version's policy held is let go
+without a gang, as before: patched once, guarded by the resourceVersion it was read at, with ``kai-fn/skipped:
+released-by-operator`` (so kai_fn, back, leaves it alone), the hold's label removed and ``spec.suspend: false``
+(unless its TrainJob is suspended). Either way a Normal Event ``ReleasedByOperator`` on the TrainJob names who (the
+kubeconfig's user, by a SelfSubjectReview), why (``--reason``) and what was done.
 
 By name it releases a ``held`` or ``blocked`` TrainJob and refuses any other in one line; ``--held`` (with ``-n`` or
 ``-A``) releases every ``held`` one, never a ``blocked`` one (kai_fn refused those for a reason: name them).
@@ -27,8 +29,11 @@ from kubernetes.client.exceptions import ApiException
 from kai_fn.commands import survey
 from kai_fn.commands.status import Unreachable, Unusable, age, connect
 from kai_fn.commands.tables import table
-from kai_fn.core import keys
+from kai_fn.core import keys, objects
+from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import jobset_patch
+from kai_fn.core.plan import plan
+from kai_fn.core.runtime import target
 from kai_fn.core.state import Phase, Reading, facts
 from kai_fn.kube import Gone, GuardFailed, Session, Stale, Transient
 from kai_fn.settings import Settings
@@ -79,10 +84,13 @@ def held(session: Session, settings: Settings, namespace: str | None) -> list[Ca
     return [Candidate(obj, r) for obj, r in survey.entries(session, settings, namespace) if r.phase is Phase.HELD]
 
 
-def release_one(session: Session, candidate: Candidate, user: str, reason: str) -> str:
-    """One guarded patch of the JobSet, then the Event; one line saying what happened."""
+def release_one(session: Session, settings: Settings, candidate: Candidate, user: str, reason: str) -> str:
+    """The gang made (a JobSet named at admission, or none yet), or one guarded patch of a held JobSet; then the
+    Event; one line saying what happened."""
     meta = candidate.trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
+    if _gets_its_gang(session, candidate):
+        return _with_gang(session, settings, candidate, user, reason)
     jobset = survey.jobset_of(session, candidate.trainjob)
     marks = facts(candidate.trainjob, jobset)
     try:
@@ -98,11 +106,53 @@ def release_one(session: Session, candidate: Candidate, user: str, reason: str) 
     message = (f"released without a gang by {user}: {reason}. kai_fn will make no gang for it "
                f"({keys.MARKER_SKIPPED}: {keys.SKIPPED_BY_OPERATOR}); it was {candidate.reading.phase}: "
                f"{candidate.reading.reason}")
+    posted = _post(session, candidate, message)
+    return f"released {namespace}/{name} without a gang" + ("" if posted else " (its Event could not be posted)")
+
+
+def _with_gang(session: Session, settings: Settings, candidate: Candidate, user: str, reason: str) -> str:
+    """The PodGroups (and placeholders) of kai_fn's plan, made with the operator's credentials, then the Event."""
+    meta = candidate.trainjob["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    try:
+        job = parse(TrainJob, candidate.trainjob)
+        raw = session.runtime(target(job))
+        if raw is None:
+            return f"{namespace}/{name}: its runtime does not exist; no gang can be planned, nothing released"
+        planned = plan(job, parse(Runtime, raw), **settings.planning())
+    except InputError as error:
+        return f"{namespace}/{name}: cannot be planned ({error}); nothing released"
+    if not planned.actionable:
+        why = planned.ignored or "; ".join(str(p) for p in planned.problems if p.blocking)
+        return f"{namespace}/{name}: kai_fn would make no gang ({why}); nothing released"
+    made = [pg["metadata"]["name"] for pg in planned.podgroups if session.create_podgroup(pg)]
+    for pod in () if objects.suspended(candidate.trainjob) else planned.placeholders:
+        session.create_pod(pod)
+    message = (f"released with its gang by {user}: {reason}. The PodGroups of kai_fn's plan were made "
+               f"({', '.join(made) or 'all existed already'}); it was {candidate.reading.phase}: "
+               f"{candidate.reading.reason}")
+    posted = _post(session, candidate, message)
+    return f"released {namespace}/{name} with its gang" + ("" if posted else " (its Event could not be posted)")
+
+
+def _gets_its_gang(session: Session, candidate: Candidate) -> bool:
+    jobset = survey.jobset_of(session, candidate.trainjob)
+    marks = facts(candidate.trainjob, jobset)
+    return not marks.held and (jobset is None or marks.named)
+
+
+def _would(session: Session, candidates: list[Candidate]) -> str:
+    with_gang = [_gets_its_gang(session, c) for c in candidates]
+    if all(with_gang):
+        return "would release, with its gang made from kai_fn's plan:"
+    return "would release, without a gang:" if not any(with_gang) else "would release (with its gang where named):"
+
+
+def _post(session: Session, candidate: Candidate, message: str) -> bool:
     body = event_body(candidate.trainjob, RELEASED_BY_OPERATOR, message, warning=False)
     body |= {"source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
              "reportingInstance": socket.gethostname()[:128]}
-    posted = session.create_event(namespace, body)
-    return f"released {namespace}/{name} without a gang" + ("" if posted else " (its Event could not be posted)")
+    return session.create_event(candidate.trainjob["metadata"]["namespace"], body)
 
 
 def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool, yes: bool, reason: str | None,
@@ -131,10 +181,10 @@ def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool
             lines = refused or ["nothing held" + (f" in namespace {namespace}" if namespace else "")]
             return (EXIT_NOT_DONE if refused else EXIT_OK), "\n".join(lines)
         if not yes:
-            return EXIT_NOT_DONE, "\n".join([*refused, "would release, without a gang:", listing,
+            return EXIT_NOT_DONE, "\n".join([*refused, _would(session, candidates), listing,
                                              "nothing released: add --yes --reason TEXT to release them"])
         user = who(session)
-        done = [release_one(session, c, user, reason or "") for c in candidates]
+        done = [release_one(session, settings, c, user, reason or "") for c in candidates]
     except Transient as error:
         raise Unreachable(f"cannot read or write the cluster: {error}") from None
     failed = refused or [line for line in done if not line.startswith("released ")]

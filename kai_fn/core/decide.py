@@ -21,6 +21,8 @@ from kai_fn.core.state import Facts as State
 # Why a TrainJob waits: short tokens, the label of kai_fn_waiting_events.
 NOT_CREATED = "no_jobset"
 REPLACED = "jobset_replaced"
+HELD_BY_ITS_AUTHOR = "kai_fn_hold"
+RESUME_OFF = "resume_off"
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class SettleReservation:
     """Decided with places held for a later wave: bring the placeholders to where they should be."""
 
     podgroup: str
+    reserves: str = ""  # the places held (`launcher=1`), as the decision or the main PodGroup says
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ class Wait:
 
 @dataclass(frozen=True)
 class Refuse:
-    """A Warning on the TrainJob; its JobSet (if held) stays held."""
+    """A Warning on the TrainJob, and no gang: its pods wait unbound (a held JobSet stays held)."""
 
     reason: str
     message: str
@@ -125,7 +128,8 @@ class MakeGang:
 Action = Ignore | Skip | SettleReservation | Wait | Refuse | LetGo | MarkTooLate | MakeGang
 
 TOO_LATE_MESSAGE = ("its JobSet is already running, so its pods cannot join a gang (pod templates are immutable once "
-                    "resumed); install kai_fn's admission policy, which holds the JobSets of TrainJobs that ask for KAI")
+                    "resumed); install kai_fn's admission policy, which names the gang of every JobSet whose pods ask for KAI "
+                    "when Trainer creates it")
 
 
 def before_plan(state: State, context: Context) -> Action | None:
@@ -134,7 +138,7 @@ def before_plan(state: State, context: Context) -> Action | None:
         return Ignore("the TrainJob is being deleted")
     if state.podgroup is not None:
         if state.reserves:  # places held for a later wave: never "nothing left to do"
-            return SettleReservation(state.podgroup)
+            return SettleReservation(state.podgroup, state.reserves)
         return Skip("already gang-scheduled", state.podgroup)
     if state.skipped is not None:
         return Skip(f"skipped earlier ({state.skipped})")
@@ -157,9 +161,45 @@ def with_plan(state: State, context: Context, planned: Planned) -> Action:
         return let_go(state, context, planned.ignored)
     if planned.blocked:
         return Refuse(reasons.PLAN_BLOCKED, "; ".join(str(p) for p in planned.problems))
-    if context.jobset is None:
-        return Wait(NOT_CREATED)
+    if context.jobset is None or state.named:
+        return named(state, context, planned)
     return gang(state, context, planned)
+
+
+def named(state: State, context: Context, plan: Plan) -> Action:
+    """A JobSet named at admission, or one Trainer has not made yet (made, the policy names it): the gang is made
+    and nothing else is written. Its pods wait unbound on KAI until its PodGroups exist, so making them is the
+    release; told to wait (kai-fn/hold, KAI_FN_RESUME=false), kai_fn makes none yet. A JobSet whose pods name other
+    PodGroups than the plan's gets none: they would wait for ever, or bind under a gang that is not theirs."""
+    if objects.hold_reason(context.trainjob) is not None:
+        return Wait(HELD_BY_ITS_AUTHOR)
+    if not context.resume:
+        return Wait(RESUME_OFF)
+    if context.jobset is not None and (differences := name_differences(plan, context.jobset)):
+        name = objects.meta(context.jobset).get("name")
+        return Refuse(reasons.JOBSET_MISMATCH, f"JobSet {name}: {'; '.join(differences)}: its pods name other "
+                                               "PodGroups than kai_fn plans, so it makes none")
+    return MakeGang(plan, (), None, precheck=context.precheck and plan.queue is not None,
+                    placeholders=() if state.suspended else plan.placeholders,
+                    remember=not plan.reserves)
+
+
+def name_differences(plan: Plan, jobset: dict[str, Any]) -> list[str]:
+    """Where the pod templates of a named JobSet differ from the plan's PodGroup names, in words."""
+    written = {rj.get("name"): (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("metadata")
+               or {} for rj in (jobset.get("spec") or {}).get("replicatedJobs") or []}
+    found = []
+    for change in plan.pod_templates:
+        if change.replicated_job not in written:
+            found.append(f"no replicatedJob {change.replicated_job!r}, which the runtime has")
+            continue
+        pod = written[change.replicated_job]
+        for where, key, want in (("annotations", keys.KAI_POD_GROUP_ANNOTATION,
+                                  change.annotations.get(keys.KAI_POD_GROUP_ANNOTATION)),
+                                 ("labels", keys.SP_POD_GROUP_LABEL, change.labels.get(keys.SP_POD_GROUP_LABEL))):
+            if want is not None and (got := (pod.get(where) or {}).get(key)) != want:
+                found.append(f"replicatedJob {change.replicated_job!r} names PodGroup {got!r}, not {want!r}")
+    return found
 
 
 def let_go(state: State, context: Context, why: str) -> Action:

@@ -69,6 +69,11 @@ TIMED_OUT_ANNOTATION = "kai-fn/timed-out"  # when the schedule timeout ended the
 # with the decision (kai-fn/podgroup or kai-fn/skipped on the JobSet). The JobSet source selects by it.
 HELD_LABEL = "kai-fn/held"
 POLICY_NAME = "kai-fn-hold-jobsets"
+# On a JobSet the admission policy named at its CREATE (knative/components/admission-policy): each pod template names its
+# PodGroup (pod-group-name) and KAI's podgrouper skips it. Nothing is held: kai_fn's PodGroups, once made, are its
+# decision. The JobSet source selects by it.
+NAMED_LABEL = "kai-fn/named"
+NAMING_POLICY_NAME = "kai-fn-name-gangs"
 FIELD_MANAGER = "kai-fn"
 MIN_RESOURCES_ANNOTATION = "kai-fn/min-resources"
 STAGE_ANNOTATION = "kai-fn/replicated-jobs"  # a staged gang's PodGroup: the replicatedJobs of its wave

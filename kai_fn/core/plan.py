@@ -22,7 +22,7 @@ from kai_fn.core.podsets import PodSet, pod_sets, total_requests
 from kai_fn.core.queue_check import Gang, gangs
 from kai_fn.core.runtime import check_matches
 from kai_fn.core.scope import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, GangPolicy, Problem, gang_policy, out_of_scope
-from kai_fn.core.stages import Stage, main_stage, stages
+from kai_fn.core.stages import MAX_CHAIN, Stage, chain_depth, main_stage, stages
 
 Flavor = Literal["kai", "scheduler-plugins"]  # which PodGroup API the gang is written to
 Layout = Literal["flat", "staged"]  # staged: more than one start wave (dependsOn), so more than one PodGroup
@@ -107,6 +107,7 @@ class Plan:
 
 
 def kai_podgroup_name(job: TrainJob) -> str:
+    """KAI's podgrouper's convention, ``pg-<top owner>-<uid>``, as the admission policy names it too."""
     return f"pg-{job.metadata.name}-{job.metadata.uid}"
 
 
@@ -198,7 +199,12 @@ def _kai_problems(job: TrainJob, waves: tuple[Stage, ...], names: dict[int, str]
     problems = [Problem(f"PodGroup metadata.name {names[stage.wave]!r}", why)
                 for stage in waves if (why := validation.dns_subdomain(names[stage.wave]))]
     problems += _identity_label_problems(job)
-    for ps in (ps for stage in waves for ps in stage.pod_sets):
+    sets = [ps for stage in waves for ps in stage.pod_sets]
+    if (depth := chain_depth(sets)) > MAX_CHAIN:
+        problems.append(Problem("runtime spec.template.spec.replicatedJobs[].dependsOn",
+                                f"a chain of {depth} dependsOn, one after another: the admission policy names the "
+                                f"PodGroups of chains up to {MAX_CHAIN} deep"))
+    for ps in sets:
         if ps.pod_spec.scheduler_name != keys.KAI_SCHEDULER_NAME:
             problems.append(Problem(
                 f"replicatedJob {ps.name!r} spec.template.spec.schedulerName",

@@ -55,7 +55,10 @@ class GangPolicy:
 
 
 def out_of_scope(job: TrainJob, runtime: Runtime) -> str | None:
-    """The reason a TrainJob is not ours, or None. Another gang plugin or controller always wins over a label."""
+    """The reason a TrainJob is not ours, or None. Another gang plugin or controller always wins. Any other TrainJob
+    whose pods ask for KAI (``schedulerName``) is ganged, as KAI's podgrouper would group it, labelled or not; one
+    that asks for KAI by a label or ``podGroupPolicy.kai`` is planned too, so that pods sent to another scheduler
+    are named as the problem they are."""
     if job.spec.managed_by not in (None, keys.TRAINER_MANAGER):
         return f"managed by {job.spec.managed_by}, not by Trainer in this cluster"
     policy = runtime.spec.pod_group_policy
@@ -67,8 +70,11 @@ def out_of_scope(job: TrainJob, runtime: Runtime) -> str | None:
         return None
     if keys.KAI_QUEUE_LABEL in job.metadata.labels or keys.KAI_QUEUE_LABEL in runtime.metadata.labels:
         return None
-    return (f"neither the TrainJob nor {runtime.kind} {runtime.metadata.name} asks for KAI "
-            f"({keys.KAI_QUEUE_LABEL} label or podGroupPolicy.kai)")
+    if any(rj.template.spec.template.spec.scheduler_name == keys.KAI_SCHEDULER_NAME
+           for rj in replicated_jobs(job, runtime)):
+        return None
+    return (f"its pods do not ask for {keys.KAI_SCHEDULER_NAME} (schedulerName), and neither the TrainJob nor "
+            f"{runtime.kind} {runtime.metadata.name} asks for KAI ({keys.KAI_QUEUE_LABEL} label or podGroupPolicy.kai)")
 
 
 def _kai_policy(runtime: Runtime) -> KaiPolicy | None:

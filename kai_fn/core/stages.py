@@ -36,22 +36,42 @@ class Stage:
         return main_name if self.main else f"{main_name}-stage-{self.wave}"
 
 
+# How deep a dependsOn chain the admission policy names (knative/components/admission-policy: eight rounds of
+# relaxation); the plan refuses a deeper one.
+MAX_CHAIN = 8
+
+
 def waves(sets: Sequence[PodSet], reserve: bool = False) -> dict[str, int]:
     """The wave of each pod set: 0 without ``dependsOn``, else one after the latest it depends on; with ``reserve``,
     a set that waits only for ``Ready`` ones is in the latest of their waves. A name that is not a pod set (JobSet's
-    webhook refuses it) is ignored; a cycle (refused too) cannot loop."""
+    webhook refuses it) or the set itself (a job that waits for itself never starts) is ignored; a cycle (refused
+    too) cannot loop."""
     by_name = {ps.name: ps for ps in sets}
     found: dict[str, int] = {}
 
     def wave_of(name: str, seen: frozenset[str]) -> int:
         if name in found:
             return found[name]
-        deps = [d for d in by_name[name].depends_on if d in by_name and d not in seen]
+        deps = [d for d in by_name[name].depends_on if d in by_name and d != name and d not in seen]
         step = 0 if reserve and by_name[name].after_ready and deps else 1
         found[name] = step + max((wave_of(d, seen | {name}) for d in deps), default=-1)
         return found[name]
 
     return {ps.name: wave_of(ps.name, frozenset()) for ps in sets}
+
+
+def chain_depth(sets: Sequence[PodSet]) -> int:
+    """The most ``dependsOn`` links one after another, whatever their status: 0 without any."""
+    by_name = {ps.name: ps for ps in sets}
+    found: dict[str, int] = {}
+
+    def depth_of(name: str, seen: frozenset[str]) -> int:
+        if name not in found:
+            deps = [d for d in by_name[name].depends_on if d in by_name and d != name and d not in seen]
+            found[name] = max((1 + depth_of(d, seen | {name}) for d in deps), default=0)
+        return found[name]
+
+    return max((depth_of(ps.name, frozenset()) for ps in sets), default=0)
 
 
 def stages(sets: Sequence[PodSet], reserve: bool = False) -> tuple[Stage, ...]:
@@ -60,7 +80,7 @@ def stages(sets: Sequence[PodSet], reserve: bool = False) -> tuple[Stage, ...]:
         return ()
     wave = waves(sets, reserve)
     names = {ps.name for ps in sets}
-    later = {ps.name for ps in sets if reserve and ps.after_ready and names.intersection(ps.depends_on)}
+    later = {ps.name for ps in sets if reserve and ps.after_ready and names.intersection(ps.depends_on) - {ps.name}}
     numbers = sorted(set(wave.values()))
     main_wave = _main_wave(sets, wave)
     return tuple(Stage(n, tuple(ps for ps in sets if wave[ps.name] == n), n == main_wave,

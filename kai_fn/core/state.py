@@ -6,9 +6,10 @@ In: the TrainJob, the JobSet it controls, kai_fn's PodGroups, the JobSet's pods 
 JobSet, the gang's marks on its main PodGroup) and a :class:`Reading` (a :class:`Phase`, its reason and since when,
 and the :class:`Gang`). The phases, in the order an operator should look at them:
 
-- ``held``: the admission policy holds its JobSet and kai_fn has not decided it yet; no refusal on record;
-- ``blocked``: kai_fn refused to release it (queue pre-check, missing runtime, blocked plan, ...): held, with a
-  Warning Event naming why;
+- ``held``: kai_fn owes it its gang and has not made it yet: its JobSet was named at admission and its pods wait
+  unbound for their PodGroup (or an earlier version's policy holds its JobSet); no refusal on record;
+- ``blocked``: kai_fn refused to make its gang (queue pre-check, missing runtime, blocked plan, ...): its pods wait
+  unbound, with a Warning Event naming why;
 - ``timed-out``: its gang was not bound within its schedule timeout (``kai-fn/timed-out`` for the current wait);
 - ``waiting``: released with its gang, not every pod of the gang bound; KAI's reasons when KAI gave some;
 - ``suspended``: kept suspended on purpose (``kai-fn/hold``, Kueue, ``KAI_FN_RESUME=false``, or its user);
@@ -66,6 +67,7 @@ class Facts:
     podgroup: str | None = None  # the main gang kai_fn made
     skipped: str | None = None  # released without a gang, and why
     held: bool = False  # the policy holds its JobSet and kai_fn has not decided it
+    named: bool = False  # the JobSet was named at admission: its pods name their PodGroups, nothing is held
     has_jobset: bool = False
     jobset_suspended: bool = False
     suspended: bool = False  # the TrainJob's own spec.suspend
@@ -109,11 +111,11 @@ class Facts:
         return self.owes_release or ((self.jobset_suspended or not self.has_jobset) and not self.decided)
 
     def owes_pass(self, watched: bool) -> bool:
-        """A pass is owed: the policy holds its JobSet, or its JobSet waits suspended and undecided in a namespace
-        kai_fn serves (``watched``)."""
+        """A pass is owed: the policy holds its JobSet, or named it and kai_fn has not made its gang, or its JobSet
+        waits suspended and undecided in a namespace kai_fn serves (``watched``)."""
         if self.deleting or self.decided:
             return False
-        return self.held or (self.has_jobset and self.jobset_suspended and watched)
+        return self.held or self.named or (self.has_jobset and self.jobset_suspended and watched)
 
     def settled(self, podgroup_name: str | None = None) -> str | None:
         """Why there is nothing to report on the gang (of ``podgroup_name``, the main one's or a stage's), or None
@@ -133,25 +135,47 @@ class Facts:
 def facts(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None,
           podgroup: dict[str, Any] | None = None) -> Facts:
     """The marks of ``trainjob``: the decision on its JobSet (``jobset`` must be the one it controls), the gang's
-    marks on its main PodGroup, the author's wishes on the TrainJob."""
+    marks on its main PodGroup, the author's wishes on the TrainJob. A JobSet named at admission carries no decision:
+    there the main PodGroup (``podgroup``), made by kai_fn for this TrainJob, is the decision, as it is before Trainer
+    has made the JobSet."""
     set_notes, pg_notes = notes(jobset), notes(podgroup)
     held_label = jobset is not None and labels(jobset).get(keys.HELD_LABEL) == "true"
-    podgroup_name = set_notes.get(keys.MARKER_PODGROUP)
+    named = jobset is not None and labels(jobset).get(keys.NAMED_LABEL) == "true" and not held_label
+    made = made_by_kai_fn(podgroup, meta(trainjob).get("uid")) and (jobset is None or named)
+    marked = set_notes.get(keys.MARKER_PODGROUP)
+    podgroup_name = marked or (meta(podgroup).get("name") if made else None)
     return Facts(
         podgroup=podgroup_name,
         skipped=None if podgroup_name else set_notes.get(keys.MARKER_SKIPPED),
         held=held_label and keys.MARKER_PODGROUP not in set_notes and keys.MARKER_SKIPPED not in set_notes,
+        named=named,
         has_jobset=jobset is not None,
         jobset_suspended=suspended(jobset),
         suspended=suspended(trainjob),
         deleting=deleting(trainjob),
         bound=parse_time(pg_notes.get(keys.GANG_BOUND_ANNOTATION)),
         timed_out=parse_time(pg_notes.get(keys.TIMED_OUT_ANNOTATION)),
-        resumed=resumed_at(jobset),
-        reserves=set_notes.get(keys.RESERVES_ANNOTATION) if podgroup_name else None,
+        resumed=_started(jobset, podgroup) if made and not marked else resumed_at(jobset),
+        reserves=(set_notes if marked else pg_notes).get(keys.RESERVES_ANNOTATION) if podgroup_name else None,
         hold=hold_reason(trainjob),
         kueue=queued_by_kueue(trainjob),
     )
+
+
+def made_by_kai_fn(podgroup: dict[str, Any] | None, uid: str | None) -> bool:
+    """A PodGroup kai_fn made for the TrainJob of ``uid`` (its identity labels, which the marks policy keeps)."""
+    return (podgroup is not None and labels(podgroup).get(keys.TRAINJOB_UID_LABEL) == uid
+            and labels(podgroup).get(keys.MANAGED_BY_LABEL) == keys.MANAGED_BY)
+
+
+def _started(jobset: dict[str, Any] | None, podgroup: dict[str, Any] | None) -> datetime.datetime | None:
+    """When a gang named at admission could first start: its JobSet running (resumed, else created) and its PodGroup
+    made, whichever came later."""
+    if jobset is None:
+        return None
+    moments = [m for m in (resumed_at(jobset) or parse_time(meta(jobset).get("creationTimestamp")),
+                           parse_time(meta(podgroup).get("creationTimestamp"))) if m is not None]
+    return max(moments, default=None)
 
 
 def reservation_ended(podgroup: dict[str, Any] | None) -> bool:
@@ -250,7 +274,7 @@ def read(trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroups: Seq
     refusals of it, oldest first; ``plan``: what kai_fn would make, for the gang before it is made."""
     uid = meta(trainjob).get("uid") or ""
     mine = [p for p in podgroups if labels(p).get(keys.TRAINJOB_UID_LABEL) == uid]
-    main = main_podgroup(facts(trainjob, jobset), mine)
+    main = main_of(trainjob, jobset, mine)
     marks = facts(trainjob, jobset, main)
     if marks.skipped is not None:
         placed: _Placed = (Phase.RUNNING_WITHOUT_GANG,
@@ -269,14 +293,27 @@ def main_podgroup(marks: Facts, podgroups: Iterable[dict[str, Any]]) -> dict[str
     return next((p for p in podgroups if marks.podgroup and meta(p).get("name") == marks.podgroup), None)
 
 
+def main_of(trainjob: dict[str, Any], jobset: dict[str, Any] | None,
+            podgroups: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The gang's main PodGroup among ``podgroups`` (the TrainJob's own): the one the JobSet's decision names, or,
+    where the JobSet was named at admission (or is not made yet), the one of the gang's name."""
+    unmade = facts(trainjob, jobset)
+    main = main_podgroup(unmade, podgroups)
+    if main is None and unmade.podgroup is None and (jobset is None or unmade.named):
+        main = next((p for p in podgroups if meta(p).get("name") in gang_names(trainjob)), None)
+    return main
+
+
 def _undecided(marks: Facts, refused: Sequence[Refusal]) -> _Placed:
-    if marks.held and marks.hold is not None:
+    if (marks.held or marks.named) and marks.hold is not None:
         return Phase.SUSPENDED, marks.hold, None
-    if refused and (marks.held or not marks.has_jobset or marks.jobset_suspended):
+    if refused and (marks.held or marks.named or not marks.has_jobset or marks.jobset_suspended):
         last = refused[-1]
         return Phase.BLOCKED, f"{last.reason}: {last.message}", refused[0].at
     if marks.held:
-        return Phase.HELD, "its JobSet is held by the admission policy; kai_fn has not made its gang yet", None
+        return Phase.HELD, "its JobSet is held by an earlier version's admission policy; kai_fn has not made its gang yet", None
+    if marks.named:
+        return Phase.HELD, "its pods wait unbound for their PodGroup, which kai_fn has not made yet", None
     if not marks.has_jobset:
         return Phase.HELD, "Trainer has not made its JobSet yet", None
     if marks.jobset_suspended:
@@ -295,6 +332,8 @@ def _decided(marks: Facts, mine: Sequence[dict[str, Any]], main: dict[str, Any] 
         then = "suspended again: set spec.suspend: false to wait again" if marks.suspended else "still waiting"
         return (Phase.TIMED_OUT, f"not bound within its schedule timeout; {then}" + (f"; KAI: {kai}" if kai else ""),
                 marks.timed_out)
+    if not marks.has_jobset and not marks.suspended:
+        return Phase.WAITING, "gang made; Trainer has not made its JobSet yet", None
     if not marks.running:
         why = marks.kueue or marks.hold or "KAI_FN_RESUME=false, or suspended by its user"
         return Phase.SUSPENDED, f"gang made, left suspended: {why}", None
@@ -345,6 +384,18 @@ class Entry:
                 and not reservation_ended(self.podgroup))
 
 
+def gang_names(trainjob: dict[str, Any]) -> tuple[str, str]:
+    """The names its main PodGroup has: KAI's flavor (``pg-<name>-<uid>``, as the admission policy names it), then
+    scheduler-plugins' (the TrainJob's own)."""
+    name, uid = meta(trainjob).get("name", ""), meta(trainjob).get("uid", "")
+    return f"pg-{name}-{uid}", name
+
+
+def gang_name(trainjob: dict[str, Any], flavor: str) -> str:
+    kai, scheduler_plugins = gang_names(trainjob)
+    return scheduler_plugins if flavor == "scheduler-plugins" else kai
+
+
 def podgroup_api(flavor: str) -> str:
     """The apiVersion of kai_fn's PodGroups for the flavor."""
     return keys.SP_PODGROUP_API if flavor == "scheduler-plugins" else keys.KAI_PODGROUP_API
@@ -363,6 +414,8 @@ def join(trainjobs: list[dict[str, Any]], jobsets: list[dict[str, Any]], podgrou
             jobset = None
         marks = facts(trainjob, jobset)
         podgroup = groups.get((where, marks.podgroup)) if marks.podgroup else None
+        if podgroup is None and marks.podgroup is None and (jobset is None or marks.named):
+            podgroup = next((groups[(where, n)] for n in gang_names(trainjob) if (where, n) in groups), None)
         if podgroup is not None and labels(podgroup).get(keys.TRAINJOB_UID_LABEL) != uid:
             podgroup = None
         entries.append(Entry(trainjob, jobset, podgroup, facts(trainjob, jobset, podgroup)))

@@ -20,7 +20,9 @@ from kai_fn.settings import Settings
 from kai_fn.kube.events import event_body
 
 _WAITING = {decide.NOT_CREATED: "Trainer has not made its JobSet yet",
-            decide.REPLACED: "the JobSet of that name belongs to an earlier TrainJob of that name (being replaced)"}
+            decide.REPLACED: "the JobSet of that name belongs to an earlier TrainJob of that name (being replaced)",
+            decide.HELD_BY_ITS_AUTHOR: "kai-fn/hold is true: its pods wait unbound until it is lifted",
+            decide.RESUME_OFF: "KAI_FN_RESUME is false: its pods wait unbound"}
 
 
 class Retry(Exception):
@@ -65,9 +67,10 @@ class Execution:
             case Skip(why, podgroup):
                 self.decided()
                 return self.outcome("skipped", why, podgroup)
-            case SettleReservation(podgroup):
+            case SettleReservation(podgroup, reserves):
                 done, changed = reserve.settle(self.session, self.obj, self.jobset, podgroup,
-                                               lambda: reserve.planned(self.session, self.settings, self.obj))
+                                               lambda: reserve.planned(self.session, self.settings, self.obj),
+                                               reserves=reserves)
                 return self.outcome("done" if changed else "skipped", done, podgroup)
             case Wait(token):
                 metrics.WAITING.labels(token).inc()
@@ -108,10 +111,11 @@ class Execution:
         return self.warn(report.TOO_LATE, decide.TOO_LATE_MESSAGE, result="skipped")
 
     def make_gang(self, action: MakeGang) -> Outcome:
-        """The gang, then the JobSet's patch; :class:`Changed` when the patch's guards failed."""
+        """The gang, then the JobSet's patch (none for a JobSet named at admission); :class:`Changed` when the patch's
+        guards failed."""
+        if (refused := self.build(action)) is not None:
+            return refused
         if action.ops:
-            if (refused := self.build(action)) is not None:
-                return refused
             try:
                 self.session.patch_jobset(self.namespace, self.name, list(action.ops))
             except GuardFailed:
@@ -141,12 +145,12 @@ class Execution:
             flavor = self.settings.flavor
             return self.warn(report.SCHEDULER_NOT_SERVED,
                              f"{missing}: is {'KAI Scheduler' if flavor == 'kai' else 'scheduler-plugins'} installed "
-                             f"(KAI_PODGROUP_FLAVOR={flavor})? Its JobSet stays held and is tried again on its next "
-                             f"change and at every resync")
+                             f"(KAI_PODGROUP_FLAVOR={flavor})? No PodGroup is made (its pods wait unbound), and it "
+                             f"is tried again on its next change and at every resync")
         return None
 
     def not_adopted(self, taken: adopt.NotAdopted) -> Outcome:
-        return self.warn(report.NOT_ADOPTED, f"{taken}. Its JobSet stays held: delete that {taken.kind} (kai_fn "
+        return self.warn(report.NOT_ADOPTED, f"{taken}. Its gang is not taken: delete that {taken.kind} (kai_fn "
                                              f"then makes its own on the next pass or resync) or ask who made it")
 
     def queue_precheck(self, action: MakeGang) -> Outcome | None:
@@ -167,8 +171,8 @@ class Execution:
                 self.obj, reason, f"{refusal.message} (KAI_FN_QUEUE_CHECK=warn: released anyway)", warning=True))
             return None
         metrics.PRECHECK_REFUSALS.labels(reason).inc()
-        return self.warn(reason, f"{refusal.message}; its JobSet stays held, and is checked again on its next "
-                                 f"change and at every resync")
+        return self.warn(reason, f"{refusal.message}; no PodGroup is made (its pods wait unbound, holding nothing), "
+                                 f"and it is checked again on its next change and at every resync")
 
     def adopt(self, planned: dict[str, Any]) -> None:
         """A PodGroup of the gang's name exists: it is the gang only when it is the one kai_fn plans."""

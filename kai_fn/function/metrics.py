@@ -73,7 +73,7 @@ OBJECT_ERRORS = Counter(
 )
 REFUSED_ADOPTIONS = Counter(
     "kai_fn_refused_adoptions", "Objects of the name kai_fn would give a gang's PodGroup or placeholder that kai_fn "
-    "did not make (or that differ from the plan): never taken as the gang; the JobSet stays held.", ["kind"],
+    "did not make (or that differ from the plan): never taken as the gang.", ["kind"],
     registry=REGISTRY,
 )
 EVENTS_NOT_WRITTEN = Counter(

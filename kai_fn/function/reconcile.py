@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import adopt, decide, objects, segments, state
+from kai_fn.core import adopt, decide, keys, objects, segments, state
 from kai_fn.core.decide import Action, Context, MakeGang
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.plan import Plan, plan
@@ -96,12 +96,13 @@ class Reconciler(Execution):
     def decide_and_do(self) -> tuple[Action, Outcome]:
         """Decide, then carry it out; a gang's patch that found the JobSet changed is decided again on it, read
         now, up to three times."""
-        action = decide.before_plan(state.facts(self.obj, self.jobset), self.context())
+        made = self.made_gang()
+        action = decide.before_plan(state.facts(self.obj, self.jobset, made), self.context())
         if action is not None:
             return action, self.carry_out(action)
         planned = self.planned()
         for _ in range(_PATCH_ATTEMPTS):
-            action = decide.with_plan(state.facts(self.obj, self.jobset), self.context(), planned)
+            action = decide.with_plan(state.facts(self.obj, self.jobset, made), self.context(), planned)
             if not isinstance(action, MakeGang):
                 return action, self.carry_out(action)
             try:
@@ -109,7 +110,8 @@ class Reconciler(Execution):
             except Changed:
                 self.jobset = self.live_jobset()  # resumed, replaced or changed meanwhile: decide again
                 if self.jobset is None:
-                    raise Gone() from None
+                    raise Gone("the JobSet was deleted under the patch") from None
+                made = self.made_gang()
         raise Retry("the JobSet kept changing under the patch")
 
     def planned(self) -> decide.Planned:
@@ -133,6 +135,14 @@ class Reconciler(Execution):
             return decide.InvalidRuntime(str(where), str(error))
         return result
 
+    def made_gang(self) -> dict[str, Any] | None:
+        """The main PodGroup, read where it is the decision: the JobSet was named at admission. (Before Trainer has
+        made the JobSet, the plan comes first: a gang made already is found by its create, 409, and adopted.)"""
+        if self.jobset is None or objects.labels(self.jobset).get(keys.NAMED_LABEL) != "true":
+            return None
+        flavor = self.settings.flavor
+        return self.session.podgroup(state.podgroup_api(flavor), self.namespace, state.gang_name(self.obj, flavor))
+
     def live_jobset(self) -> dict[str, Any] | None:
         """The TrainJob's JobSet, or None while Trainer has not made it."""
         jobset = self.session.jobset(self.namespace, self.name)
@@ -140,5 +150,5 @@ class Reconciler(Execution):
             return jobset
         fresh = self.session.trainjob(self.namespace, self.name)
         if fresh is None or fresh.get("metadata", {}).get("uid") != self.uid:
-            raise Gone()
+            raise Gone("the TrainJob was deleted or replaced")
         raise NotYet(decide.REPLACED)

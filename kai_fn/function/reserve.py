@@ -60,15 +60,18 @@ def planned(session: Session, settings: Settings, trainjob: dict[str, Any]) -> t
 
 def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroup: str,
            planned: Planned | None, pods: list[dict[str, Any]] | None = None, *,
-           unmarked: bool = False) -> tuple[str, bool]:
+           unmarked: bool = False, reserves: str | None = None) -> tuple[str, bool]:
     """Bring the TrainJob's placeholders to what :func:`kai_fn.core.reserve.step` wants: what was done, in words,
     and whether any placeholder was made or deleted.
     ``planned`` None: make none (the PodGroup source only hands places over; the TrainJob's pass makes them).
     ``unmarked``: the gang is known to lack ``kai-fn/reservation-ended``: mark it even if another delivery deleted
-    the placeholders (and then stopped), so that the gang's later events cost nothing."""
+    the placeholders (and then stopped), so that the gang's later events cost nothing.
+    ``reserves``: the places held, as the state read them (the decision on a held JobSet, the main PodGroup of one
+    named at admission); None: the JobSet's decision."""
     meta = objects.meta(trainjob)
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
-    reserves = reserve.parse_reserves(objects.notes(jobset).get(keys.RESERVES_ANNOTATION))
+    held_places = reserves if reserves is not None else objects.notes(jobset).get(keys.RESERVES_ANNOTATION)
+    reserves_by_job = reserve.parse_reserves(held_places)
     marks = state.facts(trainjob, jobset)
 
     running = marks.running and not marks.deleting and not objects.deleting(jobset)
@@ -76,7 +79,7 @@ def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | 
     def now_step(listed: list[dict[str, Any]] | None) -> tuple[reserve.Step, list[dict[str, Any]]]:
         held = [p for p in session.placeholders(ns, uid) if adopt.owned_by(p, uid)]
         found = listed if listed is not None else (session.jobset_pods(ns, name) if running else [])
-        return reserve.step(trainjob=name, reserves=reserves, running=running, finished=reserve.finished(jobset),
+        return reserve.step(trainjob=name, reserves=reserves_by_job, running=running, finished=reserve.finished(jobset),
                             pods=found, held=held), held
 
     step, held = now_step(pods)

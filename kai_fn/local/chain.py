@@ -33,7 +33,7 @@ from kai_fn.local.adapter import RealApiServerSource, source_spec
 from kai_fn.local.ping import RealPingSource
 from kai_fn.local.process import REPO, FunctionProcess
 from kai_fn.local.queue_proxy import QueueProxy, service_settings
-from kai_fn.local.source import HELD_JOBSETS, PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
+from kai_fn.local.source import NAMED_JOBSETS, PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
 from kai_fn.local.spread import Spreader
 
 MANIFESTS = {"kai": REPO / "knative" / "base", "scheduler-plugins": REPO / "knative" / "overlays" / "scheduler-plugins"}
@@ -44,7 +44,7 @@ NAMESPACE = "kai-fn"
 FUNCTION_SA = "kai-fn"
 ENABLED = {"kai-fn.io/enabled": "true"}
 POOL_LABEL = "kai-fn.testbed/pool"
-POLICY = "kai-fn-hold-jobsets"
+POLICY = keys.NAMING_POLICY_NAME  # knative/components/admission-policy
 SEGMENT_POLICY = keys.SEGMENT_POLICY_NAME  # knative/components/segment-policy
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 # The identities Knative gives each source when authentication-oidc is on (see knative/base).
@@ -245,7 +245,7 @@ def wait_for_policy(api: client.ApiClient, namespace: str, scheduler: str, timeo
             if e.status != 503:
                 raise
             made = {"metadata": {}}
-        if (made["metadata"].get("labels") or {}).get("kai-fn/held") == "true":
+        if (made["metadata"].get("labels") or {}).get(keys.NAMED_LABEL) == "true":
             return
         if time.monotonic() > deadline:
             raise RuntimeError(f"the admission policy {POLICY} did not take effect within {timeout:.0f}s")
@@ -299,10 +299,10 @@ def knative_event_sources(api: client.ApiClient, objs: list[dict[str, Any]], sin
 def event_sources(api: client.ApiClient, flavor: str, sink: str, tokens: dict[str, Callable[[], str] | None],
                   ping_seconds: float) -> list[ApiServerSource | PingSource]:
     """The stand-ins of :mod:`kai_fn.local.source` for the sources knative/base declares, as context managers, not
-    started: the TrainJob, held JobSet and PodGroup ApiServerSources and the resync PingSource; ``tokens`` per source (keys of
+    started: the TrainJob, named JobSet and PodGroup ApiServerSources and the resync PingSource; ``tokens`` per source (keys of
     ``SOURCE_SAS``) when delivery is authenticated."""
     return [ApiServerSource(api, TRAINJOBS, sink, token=tokens["trainjobs"]),
-            ApiServerSource(api, HELD_JOBSETS, sink, token=tokens["jobsets"]),
+            ApiServerSource(api, NAMED_JOBSETS, sink, token=tokens["jobsets"]),
             ApiServerSource(api, PODGROUPS[flavor], sink, token=tokens["podgroups"]),
             PingSource(sink, ping_seconds, token=tokens["ping"])]
 

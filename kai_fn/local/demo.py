@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes.client import CustomObjectsApi
 
 from kai_fn.settings import load
 from kai_fn.commands import explain, status
 from kai_fn.local.emulator import Call, Emulator
+from kai_fn.local.emulator.naming import ENABLED_LABEL as ENABLED
 from kai_fn.commands.invoke import load_sample, post
 from kai_fn.local.process import REPO, FunctionProcess
 from kai_fn.commands.tables import table
@@ -64,12 +66,12 @@ def pods(podgroup: str, bound: bool) -> list[dict[str, Any]]:
 
 Step = tuple[str, str, Callable[[Emulator], str] | None]
 STEPS: list[Step] = [
-    ("jobset-held", "Trainer made a TrainJob's JobSet; the admission policy holds it", None),
+    ("jobset-held", "Trainer made a TrainJob's JobSet; the admission policy named its gang, nothing held", None),
     ("resource-add", "the TrainJob's own add event, after the work is done", None),
     ("resource-update", "a status update of it", None),
     ("ref-add", "reference mode: a TrainJob whose runtime has initializers", None),
     ("out-of-scope", "a TrainJob that does not ask for KAI", None),
-    ("running", "a TrainJob whose JobSet was never held (no admission policy)", None),
+    ("running", "a TrainJob whose JobSet was made before the admission policy: never named", None),
     ("exceeds-queue", "a gang of 8 GPUs in queue team-a-small, whose GPU limit is 4", None),
     ("podgroup-unschedulable", "the PodGroup source: KAI says why llama-finetune's gang waits", kai_reports),
     ("podgroup-unschedulable", "the same update again: its Event, named by content, exists already (409)", None),
@@ -82,9 +84,24 @@ STEPS: list[Step] = [
 ]
 
 
+# Made before the admission policy was installed: never named, it runs without a gang.
+UNNAMED = {"jobset-whisper-asr"}
+
+
 def seed(api: Emulator) -> None:
+    """The samples, as Trainer and KAI made them. Trainer's JobSets are created through the API, so the admission
+    policy's twin names them (:mod:`kai_fn.local.emulator.naming`); whisper-asr's was made before the policy."""
+    api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": {ENABLED: "true"}}})
+    objs = CustomObjectsApi(api.client())
     for name in SEED:
-        api.put(yaml.safe_load((SAMPLES / "cluster" / f"{name}.yaml").read_text()))
+        obj = yaml.safe_load((SAMPLES / "cluster" / f"{name}.yaml").read_text())
+        if obj["kind"] != "JobSet" or name in UNNAMED:
+            api.put(obj)
+            continue
+        obj["metadata"].pop("labels", None)  # the sample shows the previous version's hold: as Trainer makes it
+        obj["spec"]["suspend"] = False
+        meta = obj["metadata"]
+        objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", meta["namespace"], "jobsets", obj)
 
 
 def describe(call: Call) -> list[str]:
@@ -113,15 +130,14 @@ def show_cluster(api: Emulator) -> None:
             rows.append([js["metadata"]["name"], rj["name"], keys.get("pod-group-name"), keys.get("kai.scheduler/queue"),
                          skip])
     print(table(rows, ["JOBSET", "REPLICATED JOB", "pod-group-name", "QUEUE", "SKIP-PODGROUPER"]))
-    print("\nJobSets: kai_fn's decision (the TrainJobs themselves are never suspended nor written)")
+    print("\nJobSets: named at admission, never held nor written by kai_fn (nor their TrainJobs)")
     rows = []
     for js in api.list("jobset.x-k8s.io/v1alpha2", "JobSet"):
         meta = js["metadata"]
         marks = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
-        shown = ", ".join(f"{k}={v}" for k, v in sorted(marks.items()) if k in ("kai-fn/held", "kai-fn/podgroup",
-                                                                                  "kai-fn/skipped"))
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(marks.items()) if k.startswith("kai-fn/"))
         rows.append([meta["name"], js["spec"].get("suspend"), shown or "-"])
-    print(table(rows, ["JOBSET", "SUSPEND", "HOLD / DECISION"]))
+    print(table(rows, ["JOBSET", "SUSPEND", "KAI_FN'S MARKS"]))
     print("\nEvents")
     rows = [[ev["involvedObject"]["name"], ev["type"], ev["reason"], ev["message"]]
             for ev in sorted(api.list("v1", "Event"), key=lambda e: e["metadata"].get("creationTimestamp") or "")]
@@ -129,7 +145,7 @@ def show_cluster(api: Emulator) -> None:
 
 
 def run() -> int:
-    with Emulator() as api, tempfile.TemporaryDirectory() as tmp:
+    with Emulator(name_gangs=True) as api, tempfile.TemporaryDirectory() as tmp:
         seed(api)
         log_path = Path(tmp) / "function.log"
         # Every event's work before its answer, so that each step shows the calls it caused.
@@ -171,7 +187,7 @@ def run() -> int:
         print(text)
         print(f"(exit {code}: nothing held longer than 2m)")
     print("\nOn a cluster (pip install . puts the kubectl plugin on your PATH):"
-          "\n  kubectl kai-fn status -A                  exit 1 when a JobSet is held longer than --held-for"
+          "\n  kubectl kai-fn status -A                  exit 1 when a gang is owed longer than --held-for"
           "\n  kubectl kai-fn explain NAMESPACE/NAME     why one TrainJob's gang waits, and the next step"
           "\n  kubectl kai-fn release --held -A          let held JobSets go without a gang when the function is down")
     return 0

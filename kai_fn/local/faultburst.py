@@ -24,6 +24,7 @@ from typing import Any
 from kubernetes import client
 
 from kai_fn.core import keys
+from kai_fn.core.state import gang_names
 from kai_fn.local import faults
 from kai_fn.local.chain import TRAINER, Chain
 from kai_fn.local.objwatch import BIND_REQUESTS, KAI_PODGROUPS, ObjectWatch
@@ -87,7 +88,7 @@ class Record:
     pods: dict[str, list[PodSeen]] = field(default_factory=dict)  # job key -> its pods as watched
     binds: set[str] = field(default_factory=set)  # namespace/pod with a BindRequest
     podgroups: dict[str, dict[str, Any]] = field(default_factory=dict)  # namespace/name -> as last seen
-    missing_podgroups: list[str] = field(default_factory=list)  # pods naming a PodGroup that did not exist
+    missing_podgroups: list[str] = field(default_factory=list)  # pods bound while their PodGroup did not exist
     log: list[dict[str, Any]] = field(default_factory=list)  # the function's JSON lines during the burst
     dropped: dict[str, int] = field(default_factory=dict)  # events each adapter gave up on ("failed to send")
     unheard: set[str] = field(default_factory=set)  # job keys made while the TrainJob and JobSet adapters were down
@@ -99,8 +100,8 @@ class Record:
 
     # -- the checks -------------------------------------------------------------------------------------------
     def unsettled(self) -> list[str]:
-        """Every TrainJob ends bound whole (its JobSet decided and running, every pod on a node) or blocked (its JobSet
-        held, undecided, with kai_fn's Warning saying why); the TrainJob itself is never suspended."""
+        """Every TrainJob ends bound whole (its gang made, its JobSet running, every pod on a node) or blocked (no
+        PodGroup, with kai_fn's Warning saying why); neither the TrainJob nor its JobSet is ever suspended."""
         return [f"{job.key}: {why}" for job in self.jobs if (why := self._unsettled(job))]
 
     def _unsettled(self, job: Job) -> str | None:
@@ -110,13 +111,14 @@ class Record:
         if tj["spec"].get("suspend") is True:
             return "the TrainJob was suspended"
         js = self.jobsets.get(job.key) or {"metadata": {}, "spec": {}}
-        notes, suspended = js["metadata"].get("annotations") or {}, js["spec"].get("suspend") is not False
+        if js["spec"].get("suspend") is True:
+            return "its JobSet was suspended"
         if job.refusal:
-            if not suspended or keys.MARKER_PODGROUP in notes:
-                return f"released, though it must be refused with {job.refusal}"
+            if job.key in self._released():
+                return f"its gang was made, though it must be refused with {job.refusal}"
             return None if job.refusal in self.warnings.get(job.key, ()) else f"no {job.refusal} Warning"
-        if suspended or keys.MARKER_PODGROUP not in notes:
-            return f"not released (Warnings: {sorted(self.warnings.get(job.key, ()))})"
+        if job.key not in self._released():
+            return f"no gang made (Warnings: {sorted(self.warnings.get(job.key, ()))})"
         live = [p for p in self.pods.get(job.key, []) if p.gone_at is None]
         bound = sum(1 for p in live if p.node)
         return None if len(live) == self.burst.pods and bound == len(live) else f"{bound}/{len(live)} pods bound"
@@ -124,14 +126,14 @@ class Record:
     def partly_bound(self) -> list[str]:
         """No pod is bound outside a whole gang: a gang's bound count only goes from 0 to all of it (no bound pod
         gone, every pod there bound, as many as the gang), every bound pod was bound by KAI (a BindRequest) and names
-        a PodGroup whose minMember is the whole gang; a refused TrainJob has no pod at all. A pod made and gone
+        a PodGroup whose minMember is the whole gang; a refused TrainJob has no pod bound. A pod made and gone
         without ever being bound is no part of the gang (the Job controller makes one again when an API server
         restart loses its create's answer, then deletes the extra: :meth:`made_again`)."""
         out = []
         for job in self.jobs:
             seen = self.pods.get(job.key, [])
-            if job.refusal and seen:
-                out.append(f"{job.key}: refused, yet {len(seen)} pods exist")
+            if job.refusal and (placed := [p.name for p in seen if p.node]):
+                out.append(f"{job.key}: refused, yet {len(placed)} pods bound")
             bound = [p for p in seen if p.node]
             if job.refusal or not bound:
                 continue
@@ -177,8 +179,9 @@ class Record:
         return {j.key for j in self.jobs if not j.refusal}
 
     def _released(self) -> set[str]:
-        return {key for key, js in self.jobsets.items() if keys.MARKER_PODGROUP in (js["metadata"].get("annotations")
-                                                                                     or {})}
+        """TrainJobs whose main gang kai_fn made (the decision, for a JobSet named at admission)."""
+        return {job.key for job in self.jobs if (tj := self.trainjobs.get(job.key)) is not None
+                and f"{job.namespace}/{gang_names(tj)[0]}" in self.podgroups}
 
     def _released_by_event(self) -> set[str]:
         """TrainJobs whose release the function logged as the outcome of one of their events."""

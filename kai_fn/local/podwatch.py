@@ -115,21 +115,20 @@ class PodWatch:
             seen = self.pods.get(name)
             if seen is None:
                 seen = self.pods[name] = PodSeen(name, labels.get(JOBSET_LABEL), group, now)
-                new_group = seen.group
-            else:
-                new_group = None
-            if spec.get("nodeName") and seen.bound_at is None:
+            newly_bound = bool(spec.get("nodeName")) and seen.bound_at is None
+            if newly_bound:
                 seen.node, seen.bound_at = spec["nodeName"], now
             seen.phase = (pod.get("status") or {}).get("phase") or seen.phase
             if gone and seen.gone_at is None:
                 seen.gone_at = now
-        if self.check_groups and new_group and not self._group_exists(PODGROUP_APIS[key], new_group,
-                                                                      meta.get("creationTimestamp")):
-            self.violations.append(f"pod {name} names PodGroup {new_group}, which did not exist when the pod was made")
+        # A pod may exist before its PodGroup (KAI leaves it unbound); bound before it, it escaped its gang.
+        if self.check_groups and newly_bound and seen.group and not self._group_exists(
+                PODGROUP_APIS[key], seen.group, _scheduled(pod) or meta.get("creationTimestamp")):
+            self.violations.append(f"pod {name} was bound while its PodGroup {seen.group} did not exist")
 
     def _group_exists(self, api: tuple[str, str, str], name: str, pod_created: str | None) -> bool:
-        """The PodGroup exists now and was not made after the pod (timestamps are whole seconds: a later second
-        is proof, the same second is not)."""
+        """The PodGroup exists now and was not made after ``pod_created`` (the pod's binding; timestamps are whole
+        seconds: a later second is proof, the same second is not)."""
         if name in self._groups_seen:
             return True
         objs = client.CustomObjectsApi(self.api)
@@ -149,3 +148,11 @@ class PodWatch:
             time.sleep(0.5)
         self.errors += 1
         return True  # unknown, not a proven violation
+
+
+def _scheduled(pod: dict[str, Any]) -> str | None:
+    """When the pod was bound (its PodScheduled condition turned True), as the API server wrote it."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            return condition.get("lastTransitionTime")
+    return None

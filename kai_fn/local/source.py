@@ -51,8 +51,8 @@ class Resource:
 
 
 TRAINJOBS = Resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
-# The JobSets the admission policy holds (knative/base/apiserversource-jobsets.yaml)
-HELD_JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", "kai-fn/held=true")
+# The JobSets the admission policy named (knative/base/apiserversource-jobsets.yaml)
+NAMED_JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", "kai-fn/named=true")
 PODGROUPS = {  # kai_fn's own PodGroups, by its managed-by label (knative/base/apiserversource-podgroups.yaml)
     "kai": Resource("scheduling.run.ai", "v2alpha2", "PodGroup", "podgroups", "app.kubernetes.io/managed-by=kai-fn"),
     "scheduler-plugins": Resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups",

@@ -7,6 +7,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kai_fn.core import keys
+from kai_fn.core.state import gang_name as gang_name_of
 from kai_fn.local.chain import PODGROUP_APIS, TRAINER, Chain
 
 JOB = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -70,16 +71,42 @@ def decision(chain: Chain, ns: str, trainjob: str) -> dict[str, str]:
     return {k: v for k, v in marks.items() if k.startswith("kai-fn/")}
 
 
-def podgroup(chain: Chain, ns: str, trainjob: str) -> dict | None:
-    """The PodGroup kai_fn made for the TrainJob (named on its JobSet once decided), in the chain's flavor."""
-    name = decision(chain, ns, trainjob).get(keys.MARKER_PODGROUP)
+def gang_name(chain: Chain, ns: str, trainjob: str) -> str | None:
+    """The main PodGroup's name: the one the admission policy named on the pod templates (``pg-<name>-<uid>``, or
+    the TrainJob's own name in the scheduler-plugins flavor), or a decision's on a JobSet kai_fn named itself."""
+    if (marked := decision(chain, ns, trainjob).get(keys.MARKER_PODGROUP)) is not None:
+        return marked
     try:
-        return name and client.CustomObjectsApi(chain.api).get_namespaced_custom_object(
-            *PODGROUP_APIS[chain.flavor], ns, "podgroups", name)
+        obj = client.CustomObjectsApi(chain.api).get_namespaced_custom_object(*TRAINER, ns, "trainjobs", trainjob)
     except ApiException as e:
         if e.status == 404:
             return None
         raise
+    return gang_name_of(obj, chain.flavor)
+
+
+def podgroup(chain: Chain, ns: str, trainjob: str) -> dict | None:
+    """The PodGroup kai_fn made for the TrainJob, in the chain's flavor, or None while it has not."""
+    name = gang_name(chain, ns, trainjob)
+    try:
+        found = name and client.CustomObjectsApi(chain.api).get_namespaced_custom_object(
+            *PODGROUP_APIS[chain.flavor], ns, "podgroups", name)
+        return found if found and (found["metadata"].get("labels") or {}).get(keys.MANAGED_BY_LABEL) == \
+            keys.MANAGED_BY else None
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def made(chain: Chain, ns: str) -> set[str]:
+    """TrainJobs of ``ns`` whose main gang kai_fn made (the decision on a JobSet named at admission): by its
+    PodGroups, as each TrainJob's uid names its own."""
+    groups = {p["metadata"]["name"] for p in client.CustomObjectsApi(chain.api).list_namespaced_custom_object(
+        *PODGROUP_APIS[chain.flavor], ns, "podgroups",
+        label_selector=f"{keys.MANAGED_BY_LABEL}={keys.MANAGED_BY}")["items"]}
+    trainjobs = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(*TRAINER, ns, "trainjobs")["items"]
+    return {t["metadata"]["name"] for t in trainjobs if gang_name_of(t, chain.flavor) in groups}
 
 
 def podgroup_annotations(chain: Chain, ns: str, trainjob: str) -> dict[str, str]:

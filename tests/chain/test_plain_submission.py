@@ -1,8 +1,8 @@
 """On the chain (Trainer, JobSet and KAI as installed, kai_fn deployed with its admission policy and Knative's own
 adapters): a TrainJob submitted the ordinary way is never suspended, from its create to its gang bound. Trainer makes
-its JobSet, the policy holds it (``spec.suspend: true``, ``kai-fn/held``) while Trainer's re-applies are turned back
-without a write, kai_fn makes the PodGroup and decides the JobSet in one patch, and every pod exists after its
-PodGroup and binds whole. Nothing is TooLate, and kai_fn writes no TrainJob on the way."""
+its JobSet, the policy names its gang at the create (``pod-group-name``, ``kai-fn/named``), nothing is held or
+suspended, kai_fn makes the PodGroup, and no pod is bound before it exists: the gang binds whole. Nothing is TooLate,
+and kai_fn writes neither the TrainJob nor the JobSet on the way."""
 from __future__ import annotations
 
 import threading
@@ -82,16 +82,26 @@ def test_a_plainly_submitted_trainjob_is_never_suspended_and_binds_whole(chain: 
     assert keys.FIELD_MANAGER not in writers, f"kai_fn wrote the TrainJob: managers {sorted(writers)}"
     assert not any(k.startswith("kai-fn/") for k in versions[-1]["metadata"].get("annotations") or {})
 
-    held = [v for v in jobsets.of("plain") if (v["metadata"].get("labels") or {}).get(keys.HELD_LABEL) == "true"]
-    assert held and all(v["spec"]["suspend"] is True for v in held), "the JobSet was held, suspended, until decided"
-    assert held[0] is jobsets.of("plain")[0], "the JobSet was held from its create"
-    decided = decision(chain, ns, "plain")
+    seen = jobsets.of("plain")
+    assert seen and all(not v["spec"].get("suspend") for v in seen), "the JobSet was suspended on its way"
+    assert all(keys.HELD_LABEL not in (v["metadata"].get("labels") or {}) for v in seen), "the JobSet was held"
+    assert all((v["metadata"].get("labels") or {}).get(keys.NAMED_LABEL) == "true" for v in seen), \
+        "the JobSet was named from its create"
     group = podgroup(chain, ns, "plain")
-    assert group is not None and decided == {keys.MARKER_PODGROUP: group["metadata"]["name"],
-                                             keys.RELEASED_AT_ANNOTATION: decided[keys.RELEASED_AT_ANNOTATION]}
-    assert watched.violations == [], "a pod existed before its PodGroup"
+    assert group is not None
+    assert {name for v in seen for name in names_on(v).values()} == {group["metadata"]["name"]}, \
+        "every version of every pod template named the gang"
+    writers = {entry["manager"] for v in seen for entry in v["metadata"].get("managedFields") or []}
+    assert keys.FIELD_MANAGER not in writers, f"kai_fn wrote the JobSet: managers {sorted(writers)}"
+    assert decision(chain, ns, "plain") == {keys.NAMED_LABEL: "true"}, "kai_fn's only mark is the policy's"
+    assert watched.violations == [], "a pod was bound before its PodGroup existed"
     assert len(watched.snapshot()) == NODES and all(p.group == group["metadata"]["name"] for p in watched.snapshot())
     assert {p.metadata.annotations["pod-group-name"] for p in trainers} == {group["metadata"]["name"]}
     assert "TooLate" not in trainjob_events(chain, ns, "plain")
-    REPORT.append(f"plain submission: the JobSet went through {len({v['metadata']['resourceVersion'] for v in held})}"
-                  f" resourceVersions while held, the TrainJob through {len(versions)} (Trainer's status writes)")
+    REPORT.append(f"plain submission: the JobSet went through {len({v['metadata']['resourceVersion'] for v in seen})}"
+                  f" resourceVersions, never held, the TrainJob through {len(versions)} (Trainer's status writes)")
+
+
+def names_on(jobset: dict) -> dict[str, str | None]:
+    return {rj["name"]: ((rj["template"]["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(
+        keys.KAI_POD_GROUP_ANNOTATION) for rj in jobset["spec"]["replicatedJobs"]}

@@ -33,17 +33,15 @@ from kai_fn.local.ping import RealPingSource
 from kai_fn.local.queue_proxy import ScaleDown, request_lines, scale_down
 from kai_fn.local.realchain import submit, trainjob
 from tests.chain.conftest import REPORT, wait_for
+from tests.chain.gangs import made
 
 SCALEDOWN_BURST = int(os.environ.get("KAI_FN_SCALEDOWN_BURST", "20"))
 OVERLOAD_NAMESPACES = int(os.environ.get("KAI_FN_OVERLOAD_NAMESPACES", "12"))
 
 
 def released(chain: Chain, ns: str) -> set[str]:
-    """TrainJobs whose JobSet kai_fn decided with a gang and resumed."""
-    items = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(
-        "jobset.x-k8s.io", "v1alpha2", ns, "jobsets")["items"]
-    return {j["metadata"]["name"] for j in items
-            if not j["spec"].get("suspend") and "kai-fn/podgroup" in (j["metadata"].get("annotations") or {})}
+    """TrainJobs whose gang kai_fn made (their pods, named at admission, may bind)."""
+    return made(chain, ns)
 
 
 def _served(metrics: dict[str, float]) -> float:

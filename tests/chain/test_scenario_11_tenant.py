@@ -1,9 +1,9 @@
 """Scenario 11, a tenant against the gate (docs/security.md): while another team's burst of TrainJobs runs, a tenant
 allowed everything on TrainJobs, JobSets and PodGroups in its own namespace tries kai_fn's marks (a runtimePatch that
-Trainer would copy onto the JobSet, a decision written on its held JobSet) and a PodGroup of its gang's name made
-before kai_fn's (its queue missing, so the hold stays open as long as the tenant likes). Each write of a mark is
-refused by the API server, the pre-made PodGroup is never taken as the gang (a Warning on the TrainJob names it), and
-the other team's gangs bind whole."""
+Trainer would copy onto the JobSet, a decision written on its named JobSet, the naming label removed) and a PodGroup
+of its gang's name made before kai_fn's (its queue missing, so kai_fn makes none as long as the tenant likes). Each
+write of a mark is refused by the API server, the pre-made PodGroup is never taken as kai_fn's gang (a Warning on the
+TrainJob names it), and the other team's gangs bind whole."""
 from __future__ import annotations
 
 import time
@@ -76,7 +76,7 @@ def test_a_tenants_marks_and_premade_podgroup_change_no_gang_while_another_teams
     said = _refused(lambda: objs.create_namespaced_custom_object(*TRAINER, mine, "trainjobs", patched))
     assert "Trainer copies this template metadata onto the JobSet" in said
 
-    # Its own TrainJob, in a queue that does not exist: kai_fn refuses the gang and keeps the JobSet held.
+    # Its own TrainJob, in a queue that does not exist: kai_fn refuses the gang and makes no PodGroup.
     job = objs.create_namespaced_custom_object(*TRAINER, mine, "trainjobs", {
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "mine", "labels": {keys.KAI_QUEUE_LABEL: "tenant-queue-missing"}},
@@ -85,10 +85,12 @@ def test_a_tenants_marks_and_premade_podgroup_change_no_gang_while_another_teams
     wait_for("kai_fn refuses the gang of a missing queue (QueueNotFound)",
              lambda: trainjob_warnings(chain, mine, "mine", "QueueNotFound"), explain=lambda: table(chain, mine))
     said = _refused(lambda: objs.patch_namespaced_custom_object(*JOBSETS, mine, "jobsets", "mine", [
-        {"op": "add", "path": "/metadata/annotations", "value": {keys.MARKER_SKIPPED: "out-of-scope"}},
-        {"op": "remove", "path": "/metadata/labels/kai-fn~1held"},
-        {"op": "replace", "path": "/spec/suspend", "value": False}], _content_type="application/json-patch+json"))
-    assert keys.MARKER_SKIPPED in said
+        {"op": "add", "path": "/metadata/annotations/kai-fn~1podgroup", "value": "pg-forged"}],
+        _content_type="application/json-patch+json"))
+    assert keys.MARKER_PODGROUP in said
+    said = _refused(lambda: objs.patch_namespaced_custom_object(*JOBSETS, mine, "jobsets", "mine", [
+        {"op": "remove", "path": "/metadata/labels/kai-fn~1named"}], _content_type="application/json-patch+json"))
+    assert keys.NAMED_LABEL in said
 
     # The PodGroup of its gang's name, made by the tenant; the queue label moved to one that exists, so kai_fn's next
     # pass gets as far as the gang.
@@ -106,8 +108,10 @@ def test_a_tenants_marks_and_premade_podgroup_change_no_gang_while_another_teams
     wait_for(f"the other team's {BURST} gangs bind whole",
              lambda: all(len(bound(pods(chain, other, f"tj-{i}"))) == 1 for i in range(BURST)),
              deadline_s=180, explain=lambda: table(chain, other))
-    held = jobset(chain, mine, "mine")
-    assert held["spec"]["suspend"] is True and keys.MARKER_PODGROUP not in (held["metadata"].get("annotations") or {})
-    assert pods(chain, mine, "mine") == [], "no pod of the tenant's gang exists while its JobSet is held"
+    named = jobset(chain, mine, "mine")
+    assert not named["spec"].get("suspend") and keys.MARKER_PODGROUP not in (named["metadata"].get("annotations") or {})
+    groups = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(*KAI_PG, mine, "podgroups")["items"]
+    assert [(g["metadata"]["name"], g["metadata"].get("labels")) for g in groups] == [(name, None)], \
+        "kai_fn made no gang for the tenant, nor took the tenant's PodGroup for one"
     REPORT.append(f"tenant: marks refused by {MARKS_POLICY}; pre-made PodGroup refused ({refused[0][:80]}...); "
                   f"the other team's {BURST} gangs bound whole")

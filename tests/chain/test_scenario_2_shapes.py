@@ -20,12 +20,11 @@ import time
 import pytest
 from kubernetes import client
 
-from kai_fn.core import keys
 from kai_fn.local.chain import TRAINER
 from kai_fn.local.shapes import (COMPLETE_AFTER, INITIALIZERS, JOBSET_LABEL, SHAPES, Shape, initializer, node,
                                  submit, trainer_pods, watch_fare)
 from tests.chain.conftest import REPORT, Pool, wait_for
-from tests.chain.gangs import decision, kai_reasons, table
+from tests.chain.gangs import gang_name, kai_reasons, table
 
 DEADLINE_S = 90.0
 
@@ -36,8 +35,8 @@ def podgroups(chain, ns: str) -> list[dict]:
 
 
 def main_podgroup(chain, ns: str, trainjob: str) -> dict | None:
-    """The gang kai_fn named on the TrainJob's JobSet when it decided it."""
-    name = decision(chain, ns, trainjob).get(keys.MARKER_PODGROUP)
+    """The TrainJob's main gang, as kai_fn made it."""
+    name = gang_name(chain, ns, trainjob)
     return next((pg for pg in podgroups(chain, ns) if pg["metadata"]["name"] == name), None)
 
 

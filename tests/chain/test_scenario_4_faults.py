@@ -31,7 +31,7 @@ from kai_fn.local.objwatch import BIND_REQUESTS, ObjectWatch, split_gangs
 from kai_fn.local.podwatch import PodWatch
 from kai_fn.local.realchain import submit, trainjob
 from tests.chain.conftest import REPORT, wait_for
-from tests.chain.gangs import JOBSET
+from tests.chain.gangs import made
 
 BURST, PODS = 20, 2
 FAULT_BURST = int(os.environ.get("KAI_FN_FAULT_BURST", "20"))
@@ -66,10 +66,8 @@ def unbound(seen: list) -> str:
 
 
 def released(chain: Chain, ns: str) -> set[str]:
-    """TrainJobs kai_fn finished: their JobSet decided with its PodGroup and resumed."""
-    items = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(*JOBSET, ns, "jobsets")["items"]
-    return {j["metadata"]["name"] for j in items
-            if not j["spec"].get("suspend") and "kai-fn/podgroup" in (j["metadata"].get("annotations") or {})}
+    """TrainJobs whose gang kai_fn made (their pods, named at admission, may bind)."""
+    return made(chain, ns)
 
 
 @pytest.mark.parametrize("fault", [kill_and_restart_function, restart_api_server, kill_and_restart_kai_scheduler],
@@ -130,14 +128,17 @@ def test_a_burst_with_faults_at_scale_ends_with_every_trainjob_bound_whole_or_bl
     assert record.released_by()["resync"] > 0, "no event was missed: the burst did not test the resync"
 
 
-def test_the_pod_watcher_reports_a_pod_that_names_a_podgroup_that_does_not_exist(chain: Chain, namespaces):
+def test_the_pod_watcher_reports_a_pod_bound_while_its_podgroup_does_not_exist(chain: Chain, namespaces):
+    """Waiting unbound for its PodGroup is no violation (KAI holds such a pod); bound without it is one."""
     ns = namespaces("faults-watch", enabled=False)
-    pod = client.V1Pod(
-        metadata=client.V1ObjectMeta(name="orphan", labels={"scheduling.x-k8s.io/pod-group": "never-made"}),
-        spec=client.V1PodSpec(scheduler_name="scheduler-plugins-scheduler",
+    waiting, placed = (client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels={"scheduling.x-k8s.io/pod-group": "never-made"}),
+        spec=client.V1PodSpec(scheduler_name="scheduler-plugins-scheduler", node_name=node,
                               node_selector={"kai-fn.testbed/pool": "nowhere"},
                               containers=[client.V1Container(name="c", image="none")]))
+        for name, node in (("waiting", None), ("orphan", "nowhere-node")))
     with PodWatch(chain.api, ns, check_groups=True) as pods:
-        client.CoreV1Api(chain.api).create_namespaced_pod(ns, pod)
+        client.CoreV1Api(chain.api).create_namespaced_pod(ns, waiting)
+        client.CoreV1Api(chain.api).create_namespaced_pod(ns, placed)
         wait_for("the watcher's report", lambda: pods.violations, 30)
-    assert pods.violations == ["pod orphan names PodGroup never-made, which did not exist when the pod was made"]
+    assert pods.violations == ["pod orphan was bound while its PodGroup never-made did not exist"]

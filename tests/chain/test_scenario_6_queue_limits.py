@@ -1,8 +1,8 @@
 """Scenario 6, queue limits on KAI: a leaf Queue with a limit of 16 GPUs on a pool of 32. A gang of 2 x 8 GPUs binds
 and holds the queue's 16; a second one, over what the queue has left though the nodes have room, waits whole with
 KAI's reason ``OverLimit``, told to its TrainJob once (Event ``GangUnschedulable``); it binds whole when the holder
-is deleted. A gang that can never fit the queue (3 x 8 > 16) is refused by kai_fn's pre-check, ``GangExceedsQueue``,
-before any PodGroup or pod exists: its JobSet stays held (the TrainJob itself is never suspended)."""
+is deleted. A gang that can never fit the queue (3 x 8 > 16) is refused by kai_fn's pre-check, ``GangExceedsQueue``:
+no PodGroup is made, so its pods, named at admission, wait unbound and hold no GPU (nothing is suspended)."""
 from __future__ import annotations
 
 from kubernetes import client
@@ -49,7 +49,7 @@ def test_a_gang_over_what_its_queue_has_left_waits_with_overlimit_then_binds_whe
              lambda: "GangBound" in trainjob_events(chain, ns, "waiter"), deadline_s=60)
 
 
-def test_a_gang_that_can_never_fit_its_queue_is_refused_before_any_pod_exists(chain, pool, queues, namespaces):
+def test_a_gang_that_can_never_fit_its_queue_is_refused_and_its_pods_hold_nothing(chain, pool, queues, namespaces):
     pool("qnever").ensure("4x8")
     ns = namespaces("qnever")
     parent = queues(queue(f"{ns}-parent"))
@@ -62,9 +62,11 @@ def test_a_gang_that_can_never_fit_its_queue_is_refused_before_any_pod_exists(ch
                        explain=lambda: str(trainjob_events(chain, ns, "too-big")))
     assert leaf in refused[0] and "24" in refused[0] and "16" in refused[0], refused
     assert trainjob(chain, ns, "too-big")["spec"].get("suspend") is False, "the TrainJob is never suspended"
-    assert decision(chain, ns, "too-big") == {keys.HELD_LABEL: "true"}, "its JobSet stays held"
-    assert pods(chain, ns, "too-big") == [] and podgroup(chain, ns, "too-big") is None
+    assert decision(chain, ns, "too-big") == {keys.NAMED_LABEL: "true"}, "its JobSet named, never held"
+    waiting = wait_for("its pods exist, named, unbound", lambda: len(ps := pods(chain, ns, "too-big")) == 3 and ps)
+    assert bound(waiting) == [] and podgroup(chain, ns, "too-big") is None
     kai_groups = client.CustomObjectsApi(chain.api).list_namespaced_custom_object(
         "scheduling.run.ai", "v2alpha2", ns, "podgroups")["items"]
     assert kai_groups == []
-    REPORT.append(f"queue limits: refused before any pod: {refused[0][:160]}")
+    assert bound(pods(chain, ns, "too-big")) == [], "no pod of the refused gang was bound meanwhile"
+    REPORT.append(f"queue limits: refused, its pods unbound: {refused[0][:160]}")

@@ -4,10 +4,10 @@ kubeconfig), against what kai_fn and KAI really did.
 1. Every state the chain can produce, one TrainJob each: ``blocked`` (the queue pre-check), ``timed-out`` (the
    schedule timeout, suspended again), ``waiting`` (with KAI's own reason), ``suspended`` (``kai-fn/hold``),
    ``bound``, in that order; ``held`` in 2. A TrainJob whose pods never ask for KAI is neither held nor listed.
-2. An outage: the function killed (SIGKILL, as a crash); the JobSets of TrainJobs submitted plainly meanwhile are
-   held by the admission policy; ``status --held-for 10s`` exits 1 naming them once they are held that long; ``release --held``
-   frees them without a gang; the function restarted does its work again (a new TrainJob gets its gang) and makes no
-   gang for the released ones.
+2. An outage: the function killed (SIGKILL, as a crash); the pods of TrainJobs submitted plainly meanwhile are named
+   at admission and wait unbound (none binds without a gang); ``status --held-for 10s`` exits 1 naming them once
+   they are held that long; ``release`` of two makes their gang from kai_fn's plan with the operator's credentials
+   and they bind whole; the function restarted makes the third one's gang, and none twice.
 
 The heartbeat: ``status`` calls the function absent only when something is held longer than a resync period (60 s)
 and the Lease is older than its ``leaseDurationSeconds`` (180 s, as the function writes it). Waiting that out would
@@ -101,10 +101,11 @@ def test_status_reads_every_state_kai_fn_and_kai_leave_a_trainjob_in(chain, pool
              "ScheduleTimeout") and trainjob(chain, ns, "late")["spec"]["suspend"], deadline_s=90)
     wait_for("the pre-check refuses the gang its queue can never hold",
              lambda: trainjob_warnings(chain, ns, "too-big", "GangExceedsQueue"))
-    wait_for("the kept gang is made, its JobSet kept held", lambda: kai_fn_podgroups(chain, ns, "kept")
-             and decision(chain, ns, "kept") == {keys.HELD_LABEL: "true"})
+    kept = wait_for("the kept TrainJob's pods exist, named, and wait", lambda: pods(chain, ns, "kept"))
+    assert bound(kept) == [] and kai_fn_podgroups(chain, ns, "kept") == [], "no gang made while kai-fn/hold is true"
+    assert decision(chain, ns, "kept") == {keys.NAMED_LABEL: "true"}
     plain = wait_for("the out-of-scope TrainJob's JobSet", lambda: jobset(chain, ns, "plain"))
-    assert plain["spec"]["suspend"] is False and decision(chain, ns, "plain") == {}, "never held, never touched"
+    assert plain["spec"]["suspend"] is False and decision(chain, ns, "plain") == {}, "never named, never touched"
 
     code, items = states(chain, ns)
     assert code == 0  # nothing held
@@ -124,7 +125,7 @@ def test_status_reads_every_state_kai_fn_and_kai_leave_a_trainjob_in(chain, pool
     REPORT.append("status on the chain: " + ", ".join(f"{i['name']} {i['state']}" for i in items))
 
 
-def test_with_the_function_down_status_names_the_held_release_frees_them_and_a_restart_makes_no_second_gang(
+def test_with_the_function_down_pods_wait_unbound_release_makes_their_gang_and_a_restart_makes_the_rest(
         chain, pool, namespaces):
     nodes = pool("outage")
     nodes.ensure("3x8")
@@ -132,22 +133,25 @@ def test_with_the_function_down_status_names_the_held_release_frees_them_and_a_r
     chain.runtime(ns, pool=nodes.name)
     seen = lambda: table(chain, ns)  # noqa: E731
     wait_for("the resync renews the heartbeat Lease", lambda: renewed(chain))
-    held = ["during-1", "during-2"]
+    held, waits = ["during-1", "during-2"], "during-3"
     function = chain.function
     try:
         function.kill()
-        for name in held:
+        for name in [*held, waits]:
             chain.trainjob(ns, name, num_nodes=1)
+        wait_for("their pods exist, named at admission", lambda: all(pods(chain, ns, n) for n in [*held, waits]),
+                 explain=seen)
         _, items = states(chain, ns)
-        assert [(i["name"], i["state"]) for i in items] == [(name, "held") for name in held]
+        assert [(i["name"], i["state"]) for i in items] == [(name, "held") for name in [*held, waits]]
 
         late = wait_for("status exits 1 once they are held longer than --held-for",
                         lambda: (done := kai_fn(chain, "status", "-n", ns, "--held-for", "10s")).returncode == 1
                         and done, deadline_s=60)
         rows = {line.split()[1]: line.split()[2] for line in late.stdout.splitlines()[1:] if line.startswith(ns)}
-        assert rows == dict.fromkeys(held, "held")
-        assert "2 TrainJob(s) held longer than 10s" in late.stdout
+        assert rows == dict.fromkeys([*held, waits], "held")
+        assert "3 TrainJob(s) held longer than 10s" in late.stdout
         assert "looks absent" not in late.stdout  # within the heartbeat's window: not yet
+        assert all(bound(pods(chain, ns, n)) == [] for n in [*held, waits]), "a pod bound with kai_fn down"
 
         # The same cluster, read as status reads it once the heartbeat's window (180 s) has passed.
         later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=heartbeat.LEASE_SECONDS + 60)
@@ -158,39 +162,37 @@ def test_with_the_function_down_status_names_the_held_release_frees_them_and_a_r
         assert all(re.search(rf"^{ns} +{name} +held .*kai_fn looks absent; ", text, re.M) for name in held), text
         assert f"python -m kai_fn release --held -n {ns} --yes --reason" in text
 
-        dry = kai_fn(chain, "release", "--held", "-n", ns)
-        assert dry.returncode == 1 and "would release, without a gang:" in dry.stdout
-        assert all(name in dry.stdout for name in held)
-        assert all(decision(chain, ns, name) == {keys.HELD_LABEL: "true"} for name in held), \
-            "nothing written without --yes"
-        done = kai_fn(chain, "release", "--held", "-n", ns, "--yes", "--reason", "kai-fn down, chain test")
+        dry = kai_fn(chain, "release", *(f"{ns}/{name}" for name in held))
+        assert dry.returncode == 1 and "would release, with its gang made from kai_fn's plan:" in dry.stdout
+        assert kai_fn_podgroups(chain, ns) == [], "nothing written without --yes"
+        done = kai_fn(chain, "release", *(f"{ns}/{name}" for name in held), "--yes", "--reason",
+                      "kai-fn down, chain test")
         assert done.returncode == 0, done.stdout + done.stderr
-        assert sorted(done.stdout.splitlines()) == [f"released {ns}/{name} without a gang" for name in held]
+        assert sorted(done.stdout.splitlines()) == [f"released {ns}/{name} with its gang" for name in held]
+        wait_for("the released gangs bind whole", lambda: all(len(bound(pods(chain, ns, n))) == 1 for n in held),
+                 explain=seen)
         for name in held:
             assert trainjob(chain, ns, name)["spec"].get("suspend") is False, "the TrainJob is never suspended"
-            assert jobset(chain, ns, name)["spec"]["suspend"] is False
-            assert decision(chain, ns, name) == {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}
+            assert jobset(chain, ns, name)["spec"].get("suspend") is not True
             (event,) = [e for e in client.CoreV1Api(chain.api).list_namespaced_event(
                 ns, field_selector=f"involvedObject.name={name}").items if e.reason == "ReleasedByOperator"]
-            assert event.type == "Normal" and "released without a gang by admin: kai-fn down, chain test" in event.message
-        code, items = states(chain, ns)
-        assert code == 0 and {i["name"]: i["state"] for i in items} == dict.fromkeys(held, "running-without-gang")
+            assert event.type == "Normal" and "released with its gang by admin: kai-fn down, chain test" in event.message
+        assert bound(pods(chain, ns, waits)) == [], "the one not released still waits for kai_fn"
 
         restarted = datetime.datetime.now(datetime.UTC)
         function.start()
-        chain.trainjob(ns, "after", num_nodes=1)
-        wait_for("the restarted function gives a new TrainJob its gang, and it binds",
-                 lambda: podgroup(chain, ns, "after") and len(bound(pods(chain, ns, "after"))) == 1, explain=seen)
+        wait_for("the restarted function makes the gang it owes, and it binds whole",
+                 lambda: podgroup(chain, ns, waits) and len(bound(pods(chain, ns, waits))) == 1, explain=seen)
         wait_for("a resync ran since the restart", lambda: renewed(chain) > restarted, deadline_s=60)
     finally:
         if function.proc is None or function.proc.poll() is not None:
             function.start()  # the next scenario needs it
 
-    assert kai_fn_podgroups(chain, ns) == [podgroup(chain, ns, "after")["metadata"]["name"]], "a gang for a released one"
-    for name in held:
-        assert decision(chain, ns, name) == {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}
+    names = [*held, waits]
+    assert sorted(kai_fn_podgroups(chain, ns)) == sorted(podgroup(chain, ns, n)["metadata"]["name"] for n in names), \
+        "one gang each: none made twice"
     code, items = states(chain, ns)
     assert code == 0
-    assert {i["name"]: i["state"] for i in items} == {**dict.fromkeys(held, "running-without-gang"), "after": "bound"}
-    REPORT.append(f"outage: status exit 1 naming {held}; released by the operator; after the restart only 'after' "
-                  "has a gang of kai_fn's")
+    assert {i["name"]: i["state"] for i in items} == dict.fromkeys(names, "bound")
+    REPORT.append(f"outage: pods waited unbound; status exit 1 naming {names}; {held} released with their gang by "
+                  f"the operator; after the restart {waits} got its gang; one gang each")

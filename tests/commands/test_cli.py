@@ -60,7 +60,7 @@ def test_blocked_plan_exits_1_and_names_the_problem(tmp_path):
 
 def test_out_of_scope_is_a_plan_not_an_error(tmp_path):
     job = write(tmp_path, "job.yaml", yaml.safe_dump(trainjob()))
-    rt = write(tmp_path, "rt.yaml", yaml.safe_dump(runtime(labels={})))
+    rt = write(tmp_path, "rt.yaml", yaml.safe_dump(runtime(rjob(scheduler=None), labels={})))
     out = run("plan", "--trainjob", job, "--runtime", rt)
     assert out.returncode == 0
     assert "ignored" in yaml.safe_load(out.stdout)["plan"]

@@ -83,7 +83,7 @@ def test_the_context_reaches_explain_and_release(api, tmp_path, capsys, two_name
     assert f"{NS}/{NAME}" in capsys.readouterr().out
     code = cli.main(["release", "--held", "-n", NS, "--kubeconfig", kubeconfig, "--context", "emulator"])
     out = capsys.readouterr().out
-    assert code == 1 and "would release, without a gang:" in out and "other" not in out
+    assert code == 1 and "would release, with its gang made from kai_fn's plan:" in out and "other" not in out
 
 
 def test_explain_takes_name_with_n_as_kubectl_does(api, capsys, two_namespaces):

@@ -14,7 +14,9 @@ from kai_fn.commands import cli
 from kai_fn.local.emulator import Fault
 from tests.ce import ping, resource, send
 from tests.commands.test_status import _blocked_by_the_queue, _waiting_kai_silent, held, trainjob
-from tests.conftest import JOBSET, TRAINER, sample_object, seed
+from kai_fn.core.plan import plan
+from tests.builders import named_jobset_for, typed
+from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
 from tests.function.test_function import NAME, NS
 
 # Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
@@ -190,3 +192,37 @@ def test_bad_input_is_exit_2_with_one_line(api, capsys, args, message):
     code, out, err = release(api, *args, capsys=capsys)
     assert code == 2 and out == "" and err.startswith(message) and len(err.splitlines()) == 1
     assert api.writes() == []
+
+
+# -- a JobSet named at admission: the way out makes the gang --------------------------------------------------------
+
+def named_llama(api) -> dict:
+    """llama-finetune submitted while the function is down: its JobSet named at admission, its pods waiting."""
+    tj = sample_object("trainjob-llama-finetune")
+    runtime = sample_object("clustertrainingruntime-torch-kai")
+    seed(api, sample_object("queue-team-a"), runtime, tj, named_jobset_for(tj, runtime))
+    return live(api)
+
+
+def test_a_named_trainjob_is_released_with_the_gang_of_kai_fns_plan_and_an_event_says_so(api, capsys):
+    tj = named_llama(api)
+    code, out, _ = release(api, f"{NS}/{NAME}", capsys=capsys)
+    assert code == 1 and "would release, with its gang made from kai_fn's plan:" in out and api.writes() == []
+    code, out, _ = release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)
+    assert (code, out.strip()) == (0, f"released {NS}/{NAME} with its gang")
+    (pg,) = api.list(KAI_PG, "PodGroup", NS)
+    planned = plan(*typed(tj, sample_object("clustertrainingruntime-torch-kai")))
+    assert pg["spec"] == planned.podgroup["spec"] and pg["metadata"]["name"] == planned.podgroup_name
+    assert pg["metadata"]["labels"] == planned.podgroup["metadata"]["labels"]  # kai_fn's, so kai_fn takes it back
+    assert not [c for c in api.writes() if c.resource in ("jobsets", "trainjobs")]
+    (event,) = released_events(api)
+    assert event["message"].startswith(f"released with its gang by emulator-admin: {REASON}.")
+
+
+def test_kai_fn_back_takes_the_gang_the_operator_made_and_makes_no_second_one(api, functions, capsys):
+    tj = named_llama(api)
+    release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)
+    api.reset_calls()
+    answer = send(functions().url, resource(tj, "update"))
+    assert answer.headers.get("X-Kai-Fn-Outcome") == "skipped" and api.writes() == []
+    assert len(api.list(KAI_PG, "PodGroup", NS)) == 1

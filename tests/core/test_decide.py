@@ -46,7 +46,7 @@ def patched(context: Context, ops: tuple[dict[str, Any], ...]) -> dict[str, Any]
 @pytest.mark.parametrize("given, expected", [
     (dict(deleting=True), Ignore("the TrainJob is being deleted")),
     (dict(jobset_notes={"kai-fn/podgroup": "pg"}), Skip("already gang-scheduled", "pg")),
-    (dict(jobset_notes={"kai-fn/podgroup": "pg", "kai-fn/reserves": "launcher=1"}), SettleReservation("pg")),
+    (dict(jobset_notes={"kai-fn/podgroup": "pg", "kai-fn/reserves": "launcher=1"}), SettleReservation("pg", "launcher=1")),
     (dict(jobset_notes={"kai-fn/skipped": "running"}), Skip("skipped earlier (running)")),
     (dict(held=False, watched=False), LetGo("namespace not in KAI_FN_NAMESPACES", held=False)),
     (dict(), None),
@@ -84,8 +84,58 @@ def test_a_plan_that_ignores_the_trainjob_lets_its_jobset_go():
     assert isinstance(action, LetGo) and action.why == "not KAI's" and action.held
 
 
-def test_no_jobset_yet_waits_for_it():
-    assert decide.with_plan(*case(jobset=False), PLAN) == Wait(decide.NOT_CREATED)
+def named(job: dict[str, Any], *, names: dict[str, str] | None = None, running: bool = True) -> dict[str, Any]:
+    """The JobSet as the admission policy names it at CREATE (knative/components/admission-policy)."""
+    js = jobset_for(job, RT, suspend=not running, held=False)
+    js["metadata"]["labels"] = {**(js["metadata"].get("labels") or {}), "kai-fn/named": "true"}
+    for rj in js["spec"]["replicatedJobs"]:
+        pod = rj["template"]["spec"]["template"]
+        want = (names or {}).get(rj["name"], PLAN.podgroup_name)
+        pod.setdefault("metadata", {}).setdefault("annotations", {})["pod-group-name"] = want
+    return js
+
+
+def named_case(*, jobset: bool = True, names: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+               suspend: bool = False, resume: bool = True) -> tuple[state.Facts, Context]:
+    job = trainjob(annotations=annotations, suspend=suspend)
+    js = named(job, names=names, running=not suspend) if jobset else None
+    return state.facts(job, js), Context(job, js, NOW, watched=True, resume=resume)
+
+
+NAMED = {
+    "named at admission: the gang is made, nothing written": (named_case(), "make"),
+    "not made by Trainer yet: the gang is made first": (named_case(jobset=False), "make"),
+    "suspended (Kueue, its user): made, ready for the resume": (named_case(suspend=True), "make"),
+    "kai-fn/hold: none made yet": (named_case(annotations={"kai-fn/hold": "true"}), Wait(decide.HELD_BY_ITS_AUTHOR)),
+    "KAI_FN_RESUME=false: none made yet": (named_case(resume=False), Wait(decide.RESUME_OFF)),
+    "named otherwise than planned: none made": (named_case(names={"node": "pg-someone-else"}), "JobSetMismatch"),
+}
+
+
+@pytest.mark.parametrize("seen,expected", NAMED.values(), ids=NAMED.keys())
+def test_a_gang_named_at_admission_is_made_and_its_jobset_never_written(seen, expected):
+    action = decide.with_plan(*seen, PLAN)
+    if expected == "make":
+        assert isinstance(action, MakeGang) and action.ops == () and action.plan is PLAN
+    elif isinstance(expected, str):
+        assert isinstance(action, Refuse) and action.reason == expected and "pg-someone-else" in action.message
+    else:
+        assert action == expected
+
+
+def test_a_named_jobset_whose_gang_kai_fn_made_is_decided():
+    job = trainjob()
+    js = named(job)
+    made = PLAN.podgroup
+    assert state.facts(job, js, made).podgroup == PLAN.podgroup_name
+    assert decide.before_plan(state.facts(job, js, made), Context(job, js, NOW, watched=True)) == Skip(
+        "already gang-scheduled", PLAN.podgroup_name)
+
+
+def test_a_podgroup_of_that_name_kai_fn_did_not_make_decides_nothing():
+    job = trainjob()
+    forged = {**PLAN.podgroup, "metadata": {**PLAN.podgroup["metadata"], "labels": {}}}
+    assert state.facts(job, named(job), forged).podgroup is None
 
 
 def test_a_running_undecided_jobset_is_marked_too_late():

@@ -7,6 +7,7 @@ from kai_fn.commands import plan_view
 from kai_fn.function import report
 from kai_fn.core.models import InputError
 from kai_fn.core.owner_metadata import top_owner_metadata
+from kai_fn.core.stages import MAX_CHAIN
 from kai_fn.core.plan import plan
 from tests import crds
 from tests.builders import UID, container, rjob, runtime, trainjob, typed
@@ -22,7 +23,10 @@ SCOPE = [
     pytest.param(trainjob(), runtime(labels={}, pod_group_policy=KAI_RUNTIME_POLICY), None, id="runtime-kai-policy"),
     pytest.param(trainjob(labels={"kai.scheduler/queue": "q"}), runtime(labels={}), None, id="trainjob-queue-label"),
     pytest.param(trainjob(), runtime(labels={"kai.scheduler/queue": "q"}), None, id="runtime-queue-label"),
-    pytest.param(trainjob(), runtime(labels={}), "asks for KAI", id="nothing-asks-for-kai"),
+    pytest.param(trainjob(), runtime(labels={}), None, id="only-its-pods-ask-for-kai"),
+    pytest.param(trainjob(labels={"project": "vision"}), runtime(labels={}), None, id="only-a-project-label"),
+    pytest.param(trainjob(), runtime(rjob(scheduler=None), labels={}), "do not ask for kai-scheduler",
+                 id="nothing-asks-for-kai"),
     pytest.param(trainjob(labels={"kai.scheduler/queue": "q"}),
                  runtime(pod_group_policy={"coscheduling": {"scheduleTimeoutSeconds": 30}}),
                  "coscheduling", id="coscheduling-runtime-wins-over-label"),
@@ -246,6 +250,15 @@ def test_invalid_values_block_the_plan_with_a_named_problem(job, rt, kw, needle)
     assert any(needle in str(p) for p in result.problems), [str(p) for p in result.problems]
 
 
+@pytest.mark.parametrize("links,blocked", [(MAX_CHAIN, False), (MAX_CHAIN + 1, True)])
+def test_a_dependson_chain_deeper_than_admission_names_blocks_the_plan(links, blocked):
+    jobs = [rjob("s0", ancestor=None)]
+    jobs += [rjob(f"s{i}", ancestor=None, depends_on=[f"s{i - 1}"]) for i in range(1, links)]
+    result = make(trainjob(), runtime(*jobs, rjob("node", depends_on=[f"s{links - 1}"])))
+    assert result.blocked is blocked
+    assert any("dependsOn" in str(p) and "deep" in str(p) for p in result.problems) is blocked
+
+
 def test_empty_runtime_blocks():
     rt = runtime()
     rt["spec"]["template"]["spec"]["replicatedJobs"] = []
@@ -350,3 +363,19 @@ def test_every_trainer_release_shape_parses_and_plans(job):
 def test_name_and_label_syntax(check, value, valid):
     from kai_fn.core import validation
     assert (getattr(validation, check)(value) is None) is valid
+
+
+UNLABELLED_QUEUE = [
+    pytest.param({"project": "vision"}, {}, "vision", id="project-label-as-kais-podgrouper"),
+    pytest.param({"project": "vision"}, {"kai.scheduler/node-pool": "a100"}, "vision-a100", id="project-in-a-node-pool"),
+    pytest.param({}, {}, "from-settings", id="no-label-the-default-queue"),
+]
+
+
+@pytest.mark.parametrize("job_labels, pod_labels, queue", UNLABELLED_QUEUE)
+def test_a_trainjob_whose_pods_ask_for_kai_is_ganged_in_the_queue_kais_podgrouper_picks(job_labels, pod_labels,
+                                                                                       queue):
+    job = rjob()
+    job["template"]["spec"]["template"]["metadata"] = {"labels": pod_labels}
+    result = make(trainjob(labels=job_labels), runtime(job, labels={}), default_queue="from-settings")
+    assert result.actionable and result.podgroup["spec"]["queue"] == queue

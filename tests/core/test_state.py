@@ -51,6 +51,22 @@ def podgroup(**notes: str) -> dict[str, Any]:
                          "annotations": dict(notes)}}
 
 
+def named(created: int = 0, *, suspend: bool = False) -> dict[str, Any]:
+    """The JobSet as the admission policy named it, created ``created`` seconds after T0: nothing held."""
+    out = jobset(suspend=suspend)
+    out["metadata"]["labels"] = {keys.NAMED_LABEL: "true"}
+    out["metadata"]["creationTimestamp"] = stamp(at(created))
+    return out
+
+
+def made(created: int = 0, **notes: str) -> dict[str, Any]:
+    """The main PodGroup as kai_fn makes it (its identity labels), made ``created`` seconds after T0."""
+    out = podgroup(**notes)
+    out["metadata"]["labels"][keys.MANAGED_BY_LABEL] = keys.MANAGED_BY
+    out["metadata"]["creationTimestamp"] = stamp(at(created))
+    return out
+
+
 PODGROUP = {keys.MARKER_PODGROUP: PG}
 SKIPPED = {keys.MARKER_SKIPPED: "out-of-scope"}
 BOUND, TIMED_OUT, RELEASED = keys.GANG_BOUND_ANNOTATION, keys.TIMED_OUT_ANNOTATION, keys.RELEASED_AT_ANNOTATION
@@ -217,7 +233,21 @@ OPERATOR = {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}
 
 PHASES = {
     # name: (trainjob, jobset, main PodGroup or None, refusals, expected phase, reason pattern, since)
-    "held by the policy": (trainjob(), jobset(held=True), None, [], "held", "held by the admission policy", None),
+    "held by the policy": (trainjob(), jobset(held=True), None, [], "held", "held by an earlier version's", None),
+    "named, its gang not made: its pods wait": (trainjob(), named(), None, [], "held", "wait unbound for their PodGroup",
+                                                None),
+    "named and refused: blocked": (trainjob(), named(), None, [refusal("QueueNotFound")], "blocked",
+                                   "^QueueNotFound", at(30)),
+    "named, kai-fn/hold: none made": (trainjob(**HOLD), named(), None, [], "suspended", "^kai-fn/hold is true$", None),
+    "named, its gang made: waiting since the later": (trainjob(), named(10), made(40), [], "waiting",
+                                                      "not placed it yet", at(40)),
+    "named, made before the JobSet: since the JobSet": (trainjob(), named(10), made(2), [], "waiting",
+                                                        "not placed it yet", at(10)),
+    "named, made and bound": (trainjob(), named(10), made(2, **{BOUND: stamp(at(50))}), [], "bound", "every pod",
+                              at(50)),
+    "named, a PodGroup of that name kai_fn did not make": (trainjob(), named(), podgroup(), [], "held",
+                                                           "wait unbound", None),
+    "made before Trainer made the JobSet": (trainjob(), None, made(2), [], "waiting", "has not made its JobSet", None),
     "held, kai-fn/hold: kept suspended": (trainjob(**HOLD), jobset(held=True), None, [], "suspended",
                                           "^kai-fn/hold is true$", None),
     "held and refused: blocked since the first refusal": (

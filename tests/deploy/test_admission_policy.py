@@ -1,6 +1,6 @@
-"""The admission policy: it holds exactly the JobSets kai_fn will decide, and marks them as kai_fn expects.
+"""The admission policy: it names the gang of exactly the JobSets kai_fn gangs, and marks them as kai_fn expects.
 
-What the API server does with it is specified on the real testbed (tests/testbed/test_admission.py); here, its
+What the API server does with it is specified on the real testbed (tests/testbed/test_gang_naming.py); here, its
 shape, its agreement with the function and the sources, and the beta variant.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from kai_fn.core import keys
 from tests.manifests import BASE, FIRST_SERVED, K8S_VERSIONS, KNATIVE, VARIANTS, by_kind, one, render
 
 COMPONENTS = KNATIVE / "components"
-POLICY = keys.POLICY_NAME
+POLICY = keys.NAMING_POLICY_NAME
 
 
 def policy_objects(component: str) -> list[dict[str, Any]]:
@@ -51,15 +51,28 @@ def test_policy_is_a_json_patch_that_fails_closed_and_says_why():
     assert re.search(r"#.*Fail, not Ignore", text), "the manifest states why Fail was chosen"
 
 
-def test_policy_suspends_the_jobset_and_writes_the_label_the_jobset_source_selects():
+def test_policy_names_the_gang_never_suspends_and_writes_the_label_the_jobset_source_selects():
     objs = render(BASE)
     expression = one(objs, "MutatingAdmissionPolicy", POLICY)["spec"]["mutations"][0]["jsonPatch"]["expression"]
-    assert expression.count(f'"{keys.HELD_LABEL}"') == 2  # with and without a labels map
-    assert '"/spec/suspend", value: true' in expression
+    assert expression.count(f'"{keys.NAMED_LABEL}"') == 2  # with and without a labels map
+    assert expression.count(f'"{keys.KAI_SKIP_PODGROUPER}"') == 2
+    assert expression.count(f"\"{keys.KAI_POD_GROUP_ANNOTATION}\"") == 2  # a missing metadata, or annotations map
+    assert "suspend" not in expression and keys.HELD_LABEL not in expression
     source = one(objs, "ApiServerSource", "kai-fn-jobsets")
     (resource,) = source["spec"]["resources"]
     assert (resource["apiVersion"], resource["kind"]) == (keys.JOBSET_API, keys.JOBSET_KIND)
-    assert resource["selector"] == {"matchLabels": {keys.HELD_LABEL: "true"}}
+    assert resource["selector"] == {"matchLabels": {keys.NAMED_LABEL: "true"}}
+
+
+def test_policy_names_the_podgroups_as_the_planner_names_them():
+    """The naming convention and the waves' rule, as kai_fn/core/plan.py and kai_fn/core/stages.py write them (held
+    to each other on a real API server by tests/testbed/test_gang_naming.py)."""
+    variables = {v["name"]: v["expression"]
+                 for v in one(render(BASE), "MutatingAdmissionPolicy", POLICY)["spec"]["variables"]}
+    assert "'pg-' + variables.owner.name + '-' + variables.owner.uid" in variables["gang"]
+    assert "'-stage-' + string(w)" in variables["podgroups"]
+    assert "'node' in variables.names" in variables["main"] and f"'{keys.ANCESTOR_LABEL}'" in variables["trainers"]
+    assert f"d.status == '{keys.READY}'" in variables["steps"]
 
 
 @pytest.mark.parametrize(("variant", "scheduler"), [(BASE, keys.KAI_SCHEDULER_NAME),
@@ -68,13 +81,20 @@ def test_policy_suspends_the_jobset_and_writes_the_label_the_jobset_source_selec
 def test_policy_conditions_name_the_keys_the_function_uses_and_the_flavors_scheduler(variant, scheduler):
     policy = one(render(variant), "MutatingAdmissionPolicy", POLICY)
     conditions = {c["name"]: c["expression"] for c in policy["spec"]["matchConditions"]}
-    assert list(conditions) == ["controlled-by-a-trainjob", "asks-for-the-scheduler", "not-decided-by-kai-fn",
-                                "not-being-deleted", "held-from-its-create"]
-    assert f"'{keys.HELD_LABEL}' in oldObject.metadata.labels" in conditions["held-from-its-create"]
+    assert list(conditions) == ["controlled-by-a-trainjob", "asks-for-the-scheduler", "not-being-deleted",
+                                "named-from-its-create"]
+    assert f"'{keys.NAMED_LABEL}' in oldObject.metadata.labels" in conditions["named-from-its-create"]
     assert f"'{keys.TRAINJOB_KIND}'" in conditions["controlled-by-a-trainjob"]
     assert f"'{scheduler}'" in conditions["asks-for-the-scheduler"]
-    assert f"'{keys.MARKER_PODGROUP}'" in conditions["not-decided-by-kai-fn"]
-    assert f"'{keys.MARKER_SKIPPED}'" in conditions["not-decided-by-kai-fn"]
+
+
+def test_the_scheduler_plugins_overlay_names_the_main_wave_with_coscheduling_s_label():
+    policy = one(render(KNATIVE / "overlays" / "scheduler-plugins"), "MutatingAdmissionPolicy", POLICY)
+    expression = policy["spec"]["mutations"][0]["jsonPatch"]["expression"]
+    assert f'"{keys.SP_POD_GROUP_LABEL}"' in expression and keys.KAI_POD_GROUP_ANNOTATION not in expression
+    assert "variables.waves[i] == variables.main" in expression
+    steps = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}["steps"]
+    assert steps == "variables.jobs.map(j, 1)"  # no placeholders in that flavor: every dependsOn is a new wave
 
 
 @pytest.mark.parametrize("component", ["admission-policy", "segment-policy"])
@@ -114,8 +134,8 @@ def test_segment_policy_acts_on_pod_create_of_marked_templates_in_kai_fns_namesp
     assert rule == {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
     assert spec["matchConstraints"]["objectSelector"] == {
         "matchExpressions": [{"key": keys.SEGMENT_SIZE_LABEL, "operator": "Exists"}]}
-    hold = one(objs, "MutatingAdmissionPolicy", POLICY)["spec"]
-    assert spec["matchConstraints"]["namespaceSelector"] == hold["matchConstraints"]["namespaceSelector"]
+    naming = one(objs, "MutatingAdmissionPolicy", POLICY)["spec"]
+    assert spec["matchConstraints"]["namespaceSelector"] == naming["matchConstraints"]["namespaceSelector"]
     assert spec["failurePolicy"] == "Fail" and [m["patchType"] for m in spec["mutations"]] == ["JSONPatch"]
 
 

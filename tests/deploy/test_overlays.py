@@ -8,6 +8,7 @@ import pytest
 
 from kai_fn.settings import SOURCE_SENDERS, load
 from tests import kustomize
+from kai_fn.core import keys
 from tests.manifests import (
     BASE, BROKER, FUNCTION, NAMESPACE, SCHEDULER_PLUGINS, bound_triples, container, crd_plurals, env_of,
     ksvc, one, render,
@@ -139,9 +140,13 @@ def test_scheduler_plugins_overlay_changes_only_flavor_env_podgroup_group_and_dr
     role["rules"] = role["rules"][:2]  # the KAI-only list of Queues goes
     role["rules"][0]["apiGroups"] = role["rules"][1]["apiGroups"] = ["scheduling.x-k8s.io"]
     one(expected, "ClusterRole", "kai-fn-source")["rules"][2]["apiGroups"] = ["scheduling.x-k8s.io"]
-    policy = one(expected, "MutatingAdmissionPolicy", "kai-fn-hold-jobsets")
+    policy = one(expected, "MutatingAdmissionPolicy", keys.NAMING_POLICY_NAME)
     condition = policy["spec"]["matchConditions"][1]
     condition["expression"] = condition["expression"].replace("'kai-scheduler'", "'scheduler-plugins-scheduler'")
+    # Coscheduling's label on the main wave, no placeholders: tests/deploy/test_admission_policy.py says how.
+    sp = one(render(SCHEDULER_PLUGINS), "MutatingAdmissionPolicy", keys.NAMING_POLICY_NAME)["spec"]
+    policy["spec"]["variables"][5]["expression"] = sp["variables"][5]["expression"]
+    policy["spec"]["mutations"] = sp["mutations"]
     one(expected, "ApiServerSource", "kai-fn-podgroups")["spec"]["resources"][0]["apiVersion"] = \
         "scheduling.x-k8s.io/v1alpha1"
     assert _without(render(SCHEDULER_PLUGINS)) == _without(expected)

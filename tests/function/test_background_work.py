@@ -108,17 +108,18 @@ def test_an_event_of_a_trainjob_this_process_decided_costs_no_call_and_is_not_qu
     assert work_metrics(worked.url) == before
 
 
-def test_an_add_before_its_jobset_waits_and_the_held_jobsets_event_does_the_work(api, worked):
+def test_an_add_before_its_jobset_makes_the_gang_first_and_writes_nothing_else(api, worked):
+    """The PodGroup exists before Trainer makes the JobSet (and so before any pod): a JobSet the earlier version's
+    policy held is then decided by its own event, one named at admission needs nothing more."""
     uid = fresh()
     tj = seed_held_llama(api, uid)
     api.delete(JOBSET, "JobSet", NS, NAME)  # Trainer has not made it yet
     api.reset_calls()
-    before = work_metrics(worked.url)
     assert send(worked.url, resource(tj)).status == 202
     idle(worked.url)
-    assert api.writes() == []
-    assert work_metrics(worked.url).get("waiting", 0) == before.get("waiting", 0) + 1
-    (js,) = seed(api, owned_by(sample_object("jobset-llama-finetune"), uid))  # the policy holds it as it is made
+    assert [(c.method, c.resource) for c in api.writes()] == [("POST", "podgroups"), ("POST", "events")]
+    assert [p["metadata"]["name"] for p in api.list(KAI_PG, "PodGroup", NS)] == [f"pg-{NAME}-{uid}"]
+    (js,) = seed(api, owned_by(sample_object("jobset-llama-finetune"), uid))  # held as it is made
     assert send(worked.url, resource(js)).status == 202  # the JobSet source's event
     idle(worked.url)
     assert_decided(api, uid)

@@ -97,16 +97,18 @@ def test_api_failures_are_counted_by_status_code_and_the_event_as_retry(api, fun
     assert changed[key("kai_fn_events_total", type="resource.add", kind="TrainJob", outcome="retry")] == 1
 
 
-def test_an_add_before_its_jobset_is_counted_as_waiting_with_its_short_reason(api, function):
+def test_a_trainjob_told_to_wait_is_counted_as_waiting_with_its_short_reason(api, function):
     uid = fresh()
     seed_held_llama(api, uid)
     api.delete("jobset.x-k8s.io/v1alpha2", "JobSet", "team-a", "llama-finetune")  # Trainer has not made it yet
     tj = api.get("trainer.kubeflow.org/v1alpha1", "TrainJob", "team-a", "llama-finetune")
+    tj["metadata"]["annotations"] = {"kai-fn/hold": "true"}
+    api.put(tj)
     before = scrape(function.url)
     assert send(function.url, resource(tj)).status == 200
     changed = delta(before, scrape(function.url))
     assert changed[key("kai_fn_events_total", type="resource.add", kind="TrainJob", outcome="waiting")] == 1
-    assert changed[key("kai_fn_waiting_events_total", reason="no_jobset")] == 1
+    assert changed[key("kai_fn_waiting_events_total", reason="kai_fn_hold")] == 1
 
 
 def test_gang_status_reports_are_counted(api, function):

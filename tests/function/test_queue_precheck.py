@@ -85,7 +85,7 @@ def test_a_gang_that_can_never_run_in_its_queue_is_refused_and_its_jobset_left_h
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "blocked")
     (warning,) = events_of(api, reason)
     assert warning["type"] == "Warning" and words in warning["message"], warning["message"]
-    assert "its JobSet stays held" in warning["message"]
+    assert "no PodGroup is made" in warning["message"]
     assert_refused_untouched(api, jobset_before)
 
 
@@ -197,6 +197,6 @@ def test_kai_not_installed_is_one_clear_warning_not_a_retry_for_ever(api, functi
     api.faults = None
     assert [(a.status, a.headers.get("X-Kai-Fn-Outcome")) for a in answers] == [(200, "blocked")] * 2
     (warning,) = events_of(api, "SchedulerNotInstalled")
-    assert "is KAI Scheduler installed" in warning["message"] and "Its JobSet stays held" in warning["message"]
+    assert "is KAI Scheduler installed" in warning["message"] and "No PodGroup is made" in warning["message"]
     assert api.get(TRAINER, "TrainJob", NS, NAME) == tj and api.get(JOBSET, "JobSet", NS, NAME) == jobset_before
     assert api.list(KAI_PG, "PodGroup", NS) == []

@@ -10,12 +10,12 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     out = run("demo")
     assert out.returncode == 0, out.stderr[-2000:]
     text = out.stdout
-    # The held JobSet's event does the work: the PodGroup, then one patch of the JobSet; the TrainJob is not written.
+    # The named JobSet's event does the work: the PodGroup, and nothing written to the JobSet or the TrainJob.
     first = text.split("-- resource-add:")[0]
-    assert "jobset-held: Trainer made a TrainJob's JobSet; the admission policy holds it\n" \
+    assert "jobset-held: Trainer made a TrainJob's JobSet; the admission policy named its gang, nothing held\n" \
            "   dev.knative.apiserver.resource.add -> HTTP 200 done" in first
-    assert re.search(r"POST +podgroups in team-a +201\n +PATCH +jobsets team-a/llama-finetune +200\n", first)
-    assert "PATCH  trainjobs" not in text.split("== What the cluster")[0]
+    assert re.search(r"POST +podgroups in team-a +201\n +POST +events in team-a +201\n", first)
+    assert "PATCH  jobsets team-a/llama" not in text and "PATCH  trainjobs" not in text.split("== What the cluster")[0]
     # The TrainJob's own events after it cost nothing: this process decided its JobSet.
     assert "the TrainJob's own add event, after the work is done\n   dev.knative.apiserver.resource.add -> HTTP 200 " \
            "skipped\n   API calls: 0, writes: 0" in text
@@ -25,8 +25,9 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     assert re.search(r"\n  bert-pretrain +team-a +minMember 2 of dataset-initializer,model-initializer +cpu=1,memory=2Gi\n",
                      text)
     assert re.search(r"\n  bert-pretrain +team-a +minMember 3 of node +cpu=24,memory=192Gi,nvidia.com/gpu=24\n", text)
-    assert re.search(r"\n  llama-finetune +False +kai-fn/podgroup=pg-llama-finetune-\S+\n", text)
-    assert re.search(r"\n  gpt-large +True +kai-fn/held=true\n", text)  # refused by the queue pre-check: still held
+    assert re.search(r"\n  llama-finetune +node +pg-llama-finetune-\S+ +- +true\n", text)  # named at admission
+    assert re.search(r"\n  llama-finetune +False +kai-fn/named=true\n", text)
+    assert re.search(r"\n  gpt-large +False +kai-fn/named=true\n", text)  # refused by the queue pre-check: no gang
     assert re.search(r"\n  whisper-asr +False +kai-fn/skipped=running\n", text)
     assert re.search(r"\n  whisper-asr +Warning +TooLate +its JobSet is already running", text)
     assert "{'" not in text.split("== The function's log")[0], "a Python dict in the printed cluster"
@@ -39,7 +40,7 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     # The same update again: the Event it POSTs exists (named by content), so nothing is written.
     assert re.search(r"the same update again: its Event, named by content, exists already \(409\)\n.*\n"
                      r"   API calls: \d+, writes: 0 \(1 refused: 409\)\n(.*\n)*? +POST +events in team-a +409\n", text)
-    # The held JobSet's event came in resource mode, and its log line says so.
+    # The named JobSet's event came in resource mode, and its log line says so.
     (jobset_line,) = [line for line in text.splitlines() if line.startswith("{") and '"kind": "JobSet"' in line]
     assert '"type": "dev.knative.apiserver.resource.add"' in jobset_line and '"mode": "resource"' in jobset_line
     # explain at the end: the bound gang exits 0, the one its queue can never hold exits 1.

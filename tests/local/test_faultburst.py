@@ -10,15 +10,13 @@ GANG, REFUSED = Job("ns", "burst-000", None), Job("ns", "burst-001", "GangExceed
 
 
 def trainjob(name: str) -> dict:
-    """As submitted: never suspended, never marked."""
-    return {"metadata": {"name": name}, "spec": {}}
+    """As submitted: never suspended, never marked (uid ``u``: its gang is ``pg-<name>-u``)."""
+    return {"metadata": {"name": name, "uid": "u"}, "spec": {}}
 
 
-def jobset(name: str, *, released: bool) -> dict:
-    """Decided and running, or still held."""
-    notes = {"kai-fn/podgroup": f"pg-{name}-u"} if released else {}
-    labels = {} if released else {"kai-fn/held": "true"}
-    return {"metadata": {"name": name, "annotations": notes, "labels": labels}, "spec": {"suspend": not released}}
+def jobset(name: str) -> dict:
+    """As the admission policy named it: running, never held."""
+    return {"metadata": {"name": name, "labels": {"kai-fn/named": "true"}}, "spec": {"suspend": False}}
 
 
 def pod(name: str, *, node: str | None = "n1", gone: bool = False, group: str = "pg-burst-000-u") -> PodSeen:
@@ -32,12 +30,13 @@ def podgroup(name: str, min_member: int = 2, owner: str = "burst-000", kind: str
 
 
 def settled_record(**changes) -> Record:
-    """A burst that went right: the gang bound whole through KAI, the other refused with its Warning."""
+    """A burst that went right: the gang bound whole through KAI, the other refused with its Warning (its pods wait
+    unbound: no PodGroup)."""
     record = Record(BURST, [GANG, REFUSED])
     record.trainjobs = {GANG.key: trainjob("burst-000"), REFUSED.key: trainjob("burst-001")}
-    record.jobsets = {GANG.key: jobset("burst-000", released=True), REFUSED.key: jobset("burst-001", released=False)}
+    record.jobsets = {GANG.key: jobset("burst-000"), REFUSED.key: jobset("burst-001")}
     record.warnings = {REFUSED.key: {"GangExceedsQueue"}}
-    record.pods = {GANG.key: [pod("p0"), pod("p1")]}
+    record.pods = {GANG.key: [pod("p0"), pod("p1")], REFUSED.key: [pod("r0", node=None, group="pg-burst-001-u")]}
     record.binds = {"ns/p0", "ns/p1"}
     record.podgroups = {"ns/pg-burst-000-u": podgroup("pg-burst-000-u")}
     for key, value in changes.items():
@@ -113,3 +112,18 @@ def test_releases_are_the_events_when_the_function_logged_one_and_the_resyncs_ot
     # A pass the resync handed to the work queue is the resync's, though its line looks like an event's.
     queued = [{**log[0], "type": "resync"}, {"reason": "resync: 1 owed a pass; 1 queued; timeouts: none"}]
     assert settled_record(log=queued).released_by() == {"events": 0, "resync": 1, "resync says": 1}
+
+
+def test_a_refused_trainjob_with_a_pod_bound_or_a_gang_made_is_reported():
+    bound = settled_record(pods={GANG.key: [pod("p0"), pod("p1")], REFUSED.key: [pod("r0", group="pg-burst-001-u")]})
+    assert bound.partly_bound() == ["ns/burst-001: refused, yet 1 pods bound"]
+    made = settled_record(podgroups={"ns/pg-burst-000-u": podgroup("pg-burst-000-u"),
+                                     "ns/pg-burst-001-u": podgroup("pg-burst-001-u", owner="burst-001")})
+    assert made.unsettled() == ["ns/burst-001: its gang was made, though it must be refused with GangExceedsQueue"]
+
+
+def test_a_suspended_jobset_is_unsettled():
+    held = jobset("burst-000")
+    held["spec"]["suspend"] = True
+    record = settled_record(jobsets={GANG.key: held, REFUSED.key: jobset("burst-001")})
+    assert record.unsettled() == ["ns/burst-000: its JobSet was suspended"]

@@ -16,6 +16,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from kai_fn.core import keys
 from kai_fn.local.chain import SEGMENT_POLICY, wait_for_policy, wait_for_segment_policy
 from kai_fn.local.process import FunctionProcess
 from tests.conftest import sample_object
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 NAMESPACE = "kai-fn"
 AUDIENCE = "kai-fn"
-POLICY = "kai-fn-hold-jobsets"
+POLICY = keys.NAMING_POLICY_NAME
 ENABLED = {"kai-fn.io/enabled": "true"}
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 # The identity Knative gives the ApiServerSource when authentication-oidc is on (knative/base/apiserversource.yaml).

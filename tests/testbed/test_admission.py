@@ -1,9 +1,8 @@
-"""The admission policy from knative/, on a real API server with JobSet's webhooks: a JobSet that a TrainJob
-controls and whose pods ask for KAI comes back held (suspended, labelled ``kai-fn/held``) in an opted-in namespace,
-and untouched wherever the policy must not act; Trainer's re-applies of ``suspend: false`` (server-side apply, field
-manager ``trainer``, forced, as Trainer's TrainJob controller applies) are turned back while the hold stands and
-never drop it; kai_fn's one patch ends it for good; the function then decides it. Trainer itself runs on the chain
-(tests/chain/test_plain_submission.py); here its apply is made as it makes it."""
+"""The admission policy from knative/ as the install renders it, on a real API server with JobSet's webhooks, and the
+function on it: a JobSet that runs before its namespace opts in is never renamed by a later write; a TrainJob
+submitted plainly gets its gang, its JobSet named at admission, neither written by kai_fn; one that never asks for
+KAI is never touched. Which JobSets the policy names, and the names, are tests/testbed/test_gang_naming.py's. Trainer
+itself runs on the chain (tests/chain/test_plain_submission.py); here its apply is made as it makes it."""
 from __future__ import annotations
 
 import copy
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
 
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2")
-HELD = keys.HELD_LABEL
+NAMED = keys.NAMED_LABEL
 
 
 @pytest.fixture(scope="module")
@@ -68,42 +67,6 @@ def _jobset(name: str, scheduler: str = "kai-scheduler", *, owner: bool = True, 
     return body
 
 
-CASES = [
-    # (id, the JobSet as created, in the enabled namespace?, held by the policy?)
-    ("trainjob-controlled-asks-for-kai", _jobset("plain"), True, True),
-    ("with-labels-of-its-own", _jobset("labelled", labels={"team": "a"}), True, True),
-    ("already-suspended", _jobset("paused", suspend=True), True, True),
-    ("another-scheduler", _jobset("default-sched", "default-scheduler"), True, False),
-    ("no-owner", _jobset("users-own", owner=False), True, False),
-    ("owner-not-controller", _jobset("not-controlled", controller=False), True, False),
-    ("decided-gang", _jobset("decided", annotations={keys.MARKER_PODGROUP: "pg-x"}), True, False),
-    ("decided-skipped", _jobset("skipped", annotations={keys.MARKER_SKIPPED: "out-of-scope"}), True, False),
-    ("other-namespace", _jobset("elsewhere"), False, False),
-]
-
-
-@pytest.mark.parametrize("submitted,in_enabled,held", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_the_policy_holds_exactly_the_jobsets_kai_fn_will_decide(
-        testbed: LiveCluster, enabled: str, other: str, submitted: dict[str, Any], in_enabled: bool, held: bool):
-    made = client.CustomObjectsApi(testbed.api).create_namespaced_custom_object(
-        *JOBSETS, enabled if in_enabled else other, "jobsets", copy.deepcopy(submitted), dry_run="All")
-    labels = made["metadata"].get("labels") or {}
-    if held:
-        assert made["spec"]["suspend"] is True and labels.get(HELD) == "true"
-        assert {k: v for k, v in labels.items() if k != HELD} == (submitted["metadata"].get("labels") or {})
-    else:
-        assert made["spec"].get("suspend", False) is bool(submitted["spec"].get("suspend")) and HELD not in labels
-    assert (made["metadata"].get("annotations") or {}) == (submitted["metadata"].get("annotations") or {})
-
-
-def test_the_policy_is_cluster_scoped_although_kustomize_renders_a_namespace(testbed: LiveCluster, policy: None):
-    shown = testbed.kubectl("get", "mutatingadmissionpolicies.admissionregistration.k8s.io", POLICY,
-                            "-o", "jsonpath={.metadata.namespace}|{.spec.failurePolicy}").stdout
-    assert shown == "|Fail"
-
-
-# -- Trainer's re-applies while held, and the end of the hold --------------------------------------------------------
-
 def _trainer_apply(testbed: LiveCluster, namespace: str, body: dict[str, Any], suspend: bool) -> dict[str, Any]:
     """Server-side apply as Trainer's TrainJob controller makes it: field manager ``trainer``, forced, the JobSet
     whole with ``suspend`` taken from the TrainJob (pkg/controller/trainjob_controller.go, the JobSet plugin)."""
@@ -117,76 +80,19 @@ def _trainer_apply(testbed: LiveCluster, namespace: str, body: dict[str, Any], s
     return objs.get_namespaced_custom_object(*JOBSETS, namespace, "jobsets", applied["metadata"]["name"])
 
 
-def _owners(jobset: dict[str, Any]) -> dict[str, set[str]]:
-    """Field manager -> the top-level fields it owns that matter here (spec.suspend, the hold's label)."""
-    owned: dict[str, set[str]] = {}
-    for entry in jobset["metadata"].get("managedFields") or []:
-        fields = entry.get("fieldsV1") or {}
-        mine = owned.setdefault(entry["manager"], set())
-        if "f:suspend" in (fields.get("f:spec") or {}):
-            mine.add("spec.suspend")
-        if f"f:{HELD}" in ((fields.get("f:metadata") or {}).get("f:labels") or {}):
-            mine.add(f"labels.{HELD}")
-    return owned
+def _pod_group_names(jobset: dict[str, Any]) -> set[str | None]:
+    return {((rj["template"]["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(
+        keys.KAI_POD_GROUP_ANNOTATION) for rj in jobset["spec"]["replicatedJobs"]}
 
 
-def _applied_at(jobset: dict[str, Any]) -> str:
-    """When Trainer's apply last changed the stored JobSet (its managedFields entry's time)."""
-    (entry,) = [e for e in jobset["metadata"]["managedFields"] if e["manager"] == "trainer"]
-    return entry["time"]
+def test_the_policy_is_cluster_scoped_although_kustomize_renders_a_namespace(testbed: LiveCluster, policy: None):
+    shown = testbed.kubectl("get", "mutatingadmissionpolicies.admissionregistration.k8s.io", POLICY,
+                            "-o", "jsonpath={.metadata.namespace}|{.spec.failurePolicy}").stdout
+    assert shown == "|Fail"
 
 
-def test_trainers_re_applies_are_turned_back_without_a_write_and_never_drop_the_hold(testbed: LiveCluster,
-                                                                                      enabled: str):
-    objs = client.CustomObjectsApi(testbed.api)
-    job = create_trainjob(testbed, enabled, trainjob("reapplied", "torch"))
-    body = _jobset("reapplied", suspend=False)
-    body["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
-    first = _trainer_apply(testbed, enabled, body, suspend=False)  # Trainer's create: the TrainJob runs
-    assert first["spec"]["suspend"] is True and first["metadata"]["labels"][HELD] == "true"
-    # spec.suspend stays Trainer's (it applies that field; the policy changed its value), and the label the policy
-    # added is nobody's: a field no manager owns is never removed by a manager's later apply that leaves it out.
-    owners = _owners(first)
-    assert owners["trainer"] == {"spec.suspend"}
-    assert [m for m, fields in owners.items() if f"labels.{HELD}" in fields] == []
-    writes = {(first["metadata"]["generation"], _applied_at(first))}
-    for _ in range(5):  # Trainer reconciles again and again while the JobSet is held
-        again = _trainer_apply(testbed, enabled, body, suspend=False)
-        assert again["spec"]["suspend"] is True and again["metadata"]["labels"][HELD] == "true"
-        writes.add((again["metadata"]["generation"], _applied_at(again)))
-    # JobSet's controller writes its status meanwhile (resourceVersions move); Trainer's applies write nothing.
-    assert len(writes) == 1, "a re-apply turned back by the policy changes nothing stored"
-    live = objs.get_namespaced_custom_object(*JOBSETS, enabled, "jobsets", "reapplied")
-    assert live["spec"]["suspend"] is True and live["metadata"]["labels"][HELD] == "true"
-
-
-def test_kai_fns_decision_ends_the_hold_and_trainers_next_apply_keeps_it_running(testbed: LiveCluster,
-                                                                                  enabled: str):
-    objs = client.CustomObjectsApi(testbed.api)
-    job = create_trainjob(testbed, enabled, trainjob("decided-now", "torch"))
-    body = _jobset("decided-now", suspend=False)
-    body["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
-    _trainer_apply(testbed, enabled, body, suspend=False)
-    decision = [
-        {"op": "test", "path": "/metadata/labels/kai-fn~1held", "value": "true"},
-        {"op": "add", "path": "/metadata/annotations", "value": {keys.MARKER_PODGROUP: "pg-decided-now"}},
-        {"op": "remove", "path": "/metadata/labels/kai-fn~1held"},
-        {"op": "replace", "path": "/spec/suspend", "value": False},
-    ]
-    released = objs.patch_namespaced_custom_object(*JOBSETS, enabled, "jobsets", "decided-now", decision,
-                                                   _content_type="application/json-patch+json")
-    assert released["spec"]["suspend"] is False and HELD not in (released["metadata"].get("labels") or {})
-    after = _trainer_apply(testbed, enabled, body, suspend=False)
-    assert after["spec"]["suspend"] is False and HELD not in (after["metadata"].get("labels") or {})
-    assert after["metadata"]["annotations"][keys.MARKER_PODGROUP] == "pg-decided-now"
-    suspended = _trainer_apply(testbed, enabled, body, suspend=True)  # its TrainJob suspended later (Kueue)
-    assert suspended["spec"]["suspend"] is True and HELD not in (suspended["metadata"].get("labels") or {})
-    resumed = _trainer_apply(testbed, enabled, body, suspend=False)
-    assert resumed["spec"]["suspend"] is False, "a decided JobSet is never held again"
-
-
-def test_a_jobset_that_runs_before_its_namespace_opts_in_is_never_suspended_by_a_later_write(testbed: LiveCluster,
-                                                                                              policy: None):
+def test_a_jobset_that_runs_before_its_namespace_opts_in_is_never_renamed_by_a_later_write(testbed: LiveCluster,
+                                                                                            policy: None):
     objs, core = client.CustomObjectsApi(testbed.api), client.CoreV1Api(testbed.api)
     ns = enabled_namespace(testbed, "adm-late", labels=None)
     try:
@@ -194,14 +100,14 @@ def test_a_jobset_that_runs_before_its_namespace_opts_in_is_never_suspended_by_a
         body = _jobset("early", suspend=False)
         body["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
         running = _trainer_apply(testbed, ns, body, suspend=False)
-        assert running["spec"]["suspend"] is False and HELD not in (running["metadata"].get("labels") or {})
+        assert _pod_group_names(running) == {None} and NAMED not in (running["metadata"].get("labels") or {})
         core.patch_namespace(ns, {"metadata": {"labels": {"kai-fn.io/enabled": "true"}}})
         wait_for_policy(testbed.api, ns, "kai-scheduler")  # the policy acts here now
         touched = objs.patch_namespaced_custom_object(*JOBSETS, ns, "jobsets", "early",
                                                       {"metadata": {"annotations": {"team": "a"}}})
-        assert touched["spec"]["suspend"] is False and HELD not in (touched["metadata"].get("labels") or {})
+        assert _pod_group_names(touched) == {None} and NAMED not in (touched["metadata"].get("labels") or {})
         again = _trainer_apply(testbed, ns, body, suspend=False)
-        assert again["spec"]["suspend"] is False and HELD not in (again["metadata"].get("labels") or {})
+        assert _pod_group_names(again) == {None} and NAMED not in (again["metadata"].get("labels") or {})
     finally:
         core.delete_namespace(ns)
 
@@ -210,11 +116,11 @@ def test_a_jobset_that_runs_before_its_namespace_opts_in_is_never_suspended_by_a
 
 def _as_trainer_would(jobset: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     """The sample JobSet, owned by the TrainJob just created, as Trainer submits it (not suspended, not labelled:
-    the policy holds it)."""
+    the policy names it)."""
     jobset = copy.deepcopy(jobset)
     meta = jobset["metadata"]
     meta.pop("uid", None)
-    meta["labels"].pop(HELD, None)
+    meta["labels"].pop(keys.HELD_LABEL, None)  # the sample shows the previous version's hold
     meta["namespace"] = job["metadata"]["namespace"]
     meta["ownerReferences"][0] |= {"uid": job["metadata"]["uid"], "name": job["metadata"]["name"]}
     jobset["spec"]["suspend"] = False
@@ -245,9 +151,9 @@ def test_a_plainly_submitted_trainjob_in_scope_gets_its_gang_and_is_never_writte
     assert job["spec"].get("suspend") is False
     jobset = objs.create_namespaced_custom_object(*JOBSETS, enabled, "jobsets",
                                                   _as_trainer_would(sample_object("jobset-llama-finetune"), job))
-    assert jobset["spec"]["suspend"] is True and jobset["metadata"]["labels"][HELD] == "true"
+    assert jobset["spec"]["suspend"] is False and jobset["metadata"]["labels"][NAMED] == "true"
     token = testbed.sa_token(NAMESPACE, SOURCE_SA, [AUDIENCE])
-    answer = send(function.url, resource(jobset), token=token)  # the held JobSet's event
+    answer = send(function.url, resource(jobset), token=token)  # the named JobSet's event
     assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "done"), answer.body
     live = objs.get_namespaced_custom_object(*TRAINER, enabled, "trainjobs", job["metadata"]["name"])
     writers = {e["manager"] for e in live["metadata"].get("managedFields") or []}
@@ -256,14 +162,13 @@ def test_a_plainly_submitted_trainjob_in_scope_gets_its_gang_and_is_never_writte
     podgroup = f"pg-{job['metadata']['name']}-{job['metadata']['uid']}"
     pg = objs.get_namespaced_custom_object("scheduling.run.ai", "v2alpha2", enabled, "podgroups", podgroup)
     assert pg["spec"]["minMember"] == 4
-    decided = objs.get_namespaced_custom_object(*JOBSETS, enabled, "jobsets", job["metadata"]["name"])
-    assert decided["spec"]["suspend"] is False and HELD not in decided["metadata"]["labels"]
-    assert decided["metadata"]["annotations"][keys.MARKER_PODGROUP] == podgroup
-    templates = [rj["template"]["spec"]["template"]["metadata"] for rj in decided["spec"]["replicatedJobs"]]
-    assert len(templates) == 1 and all(t["annotations"]["pod-group-name"] == podgroup for t in templates)
+    named = objs.get_namespaced_custom_object(*JOBSETS, enabled, "jobsets", job["metadata"]["name"])
+    assert named["metadata"]["generation"] == jobset["metadata"]["generation"], "kai_fn wrote the JobSet's spec"
+    assert keys.FIELD_MANAGER not in {e["manager"] for e in named["metadata"]["managedFields"]}
+    assert _pod_group_names(named) == {podgroup} and keys.MARKER_PODGROUP not in named["metadata"]["annotations"]
 
 
-def test_a_plainly_submitted_trainjob_that_never_asks_for_kai_is_never_held_nor_touched(testbed: LiveCluster,
+def test_a_plainly_submitted_trainjob_that_never_asks_for_kai_is_never_named_nor_touched(testbed: LiveCluster,
                                                                                          enabled: str, function):
     objs = client.CustomObjectsApi(testbed.api)
     job = create_trainjob(testbed, enabled, trainjob("resnet-eval", "torch-distributed"))
@@ -272,7 +177,7 @@ def test_a_plainly_submitted_trainjob_that_never_asks_for_kai_is_never_held_nor_
     for rj in jobset["spec"]["replicatedJobs"]:  # its runtime sends its pods to the default scheduler
         rj["template"]["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
     made = objs.create_namespaced_custom_object(*JOBSETS, enabled, "jobsets", _as_trainer_would(jobset, job))
-    assert made["spec"]["suspend"] is False and HELD not in made["metadata"]["labels"]
+    assert made["spec"]["suspend"] is False and NAMED not in made["metadata"]["labels"]
     token = testbed.sa_token(NAMESPACE, SOURCE_SA, [AUDIENCE])
     answer = send(function.url, resource(job), token=token)
     assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "ignored"), answer.body

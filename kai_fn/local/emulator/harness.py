@@ -30,8 +30,10 @@ class Emulator:
     ``require_namespaces`` makes creates in a namespace that was never created answer 404, as a cluster does.
     """
 
-    def __init__(self, validate: Validator | None = None, *, require_namespaces: bool = False) -> None:
-        self._server = Server(validate=validate, require_namespaces=require_namespaces)
+    def __init__(self, validate: Validator | None = None, *, require_namespaces: bool = False,
+                 name_gangs: bool = False) -> None:
+        """``name_gangs``: JobSets are named at admission as knative/components/admission-policy names them."""
+        self._server = Server(validate=validate, require_namespaces=require_namespaces, name_gangs=name_gangs)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()

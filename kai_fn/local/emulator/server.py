@@ -24,6 +24,7 @@ import kmock
 from kai_fn.local.emulator.admission import (
     check_schema, check_type, event_problems, jobset_problems, metadata_problems, name_problems, spec_of,
 )
+from kai_fn.local.emulator import naming
 from kai_fn.local.emulator.errors import ApiError, conflict, invalid, not_found
 from kai_fn.local.emulator.faults import Call, Fault, fault_response, hang
 from kai_fn.local.emulator.kinds import APPLY_PATCH, BY_RESOURCE, KINDS, KindInfo, Validator
@@ -59,6 +60,7 @@ class Server(kmock.KubernetesEmulator):
     tokens: Tokens = attrs.field(factory=Tokens)
     faults: Callable[[Call], Fault | None] | None = None
     require_namespaces: bool = False
+    name_gangs: bool = False  # run the gang-naming admission policy's twin (kai_fn/local/emulator/naming.py)
     stopping: asyncio.Event | None = None
     state_lock: threading.RLock = attrs.field(factory=threading.RLock, init=False)
     _revision: int = attrs.field(default=0, init=False)
@@ -270,6 +272,7 @@ class Server(kmock.KubernetesEmulator):
         if problems:
             raise invalid(info, name, problems)
         _set_server_fields(info, obj)
+        obj = self._mutate(info, namespace, obj, None)
         check_schema(self.validate, info, obj, None)
         with self.state_lock:
             if self.current(info, namespace, name) is not None:
@@ -302,6 +305,8 @@ class Server(kmock.KubernetesEmulator):
                 raise ApiError(400, "apiVersion and kind cannot be changed by a patch")
             _keep_identity(info, route, old, new, put=put)
             new = _status_kept(info, route, old, new)
+            if route.subresource is None:
+                new = self._mutate(info, namespace, new, old)
             self._admit_update(info, route, old, new)
             if new == old or dry_run:
                 return copy.deepcopy(new)
@@ -310,6 +315,15 @@ class Server(kmock.KubernetesEmulator):
             if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
                 self.remove(info, namespace, name)
             return copy.deepcopy(new)
+
+    def _mutate(self, info: KindInfo, namespace: str | None, obj: dict[str, Any],
+                old: dict[str, Any] | None) -> dict[str, Any]:
+        """The mutating admission policies kai_fn installs, where the emulator runs them (``name_gangs``)."""
+        if not self.name_gangs or (info.group, info.kind) != ("jobset.x-k8s.io", "JobSet"):
+            return obj
+        space = self.current(KINDS["v1", "Namespace"], None, namespace or "") or {}
+        labels = (space.get("metadata") or {}).get("labels") or {}
+        return naming.named(obj) if naming.applies(obj, labels, old) else obj
 
     def _admit_update(self, info: KindInfo, route: Route, old: dict[str, Any], new: dict[str, Any]) -> None:
         """The candidate's metadata, schema and (for a JobSet) JobSet's webhook checked; a spec change counted in a

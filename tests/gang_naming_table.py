@@ -1,0 +1,101 @@
+"""One scenario table for the gang named at admission, run on a real API server with the shipped policy
+(tests/testbed/test_gang_naming.py) and on the emulator with its twin (tests/local/test_gang_naming_twin.py): which
+JobSets are named, and the names, as kai_fn's planner (:mod:`kai_fn.core.stages`) computes them."""
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kai_fn.core import keys
+from kai_fn.core.models import Runtime, TrainJob, parse
+from kai_fn.core.plan import kai_podgroup_name
+from kai_fn.core.podsets import pod_sets
+from kai_fn.core.stages import MAX_CHAIN, chain_depth, stages
+from kai_fn.local import shapes
+
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2")
+NAMED = keys.NAMED_LABEL
+
+
+def jobset(jobs: list[dict[str, Any]], owner: str = "tj", uid: str | None = None, *,
+           controller: bool = True) -> dict[str, Any]:
+    """A JobSet as Trainer makes one for the TrainJob ``owner`` (a controller ownerReference)."""
+    return {"apiVersion": "/".join(JOBSETS), "kind": "JobSet",
+            "metadata": {"name": owner, "ownerReferences": [{
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": owner,
+                "uid": uid or str(uuid.uuid4()), "controller": controller}]},
+            "spec": {"replicatedJobs": copy.deepcopy(jobs)}}
+
+
+def names_written(made: dict[str, Any]) -> dict[str, str | None]:
+    return {rj["name"]: ((rj["template"]["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(
+        keys.KAI_POD_GROUP_ANNOTATION) for rj in made["spec"]["replicatedJobs"]}
+
+
+def names_planned(sent: dict[str, Any], ml_policy: dict[str, Any] | None = None) -> dict[str, str]:
+    """What kai_fn's planner names, for the TrainJob that owns ``sent`` on a runtime whose template it is."""
+    ref = sent["metadata"]["ownerReferences"][0]
+    job = parse(TrainJob, {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                           "metadata": {"name": ref["name"], "namespace": "ns", "uid": ref["uid"]},
+                           "spec": {"runtimeRef": {"name": "rt", "kind": "TrainingRuntime"}}})
+    spec: dict[str, Any] = {"template": {"spec": {"replicatedJobs": sent["spec"]["replicatedJobs"]}}}
+    if ml_policy is not None:
+        spec["mlPolicy"] = ml_policy
+    runtime = parse(Runtime, {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+                              "metadata": {"name": "rt", "namespace": "ns"}, "spec": spec})
+    main = kai_podgroup_name(job)
+    sets = pod_sets(job, runtime)
+    assert chain_depth(sets) <= MAX_CHAIN
+    return {ps.name: stage.podgroup_name(main) for stage in stages(sets, reserve=True) for ps in stage.pod_sets}
+
+
+def check(sent: dict[str, Any], made: dict[str, Any], named: bool, ml_policy: dict[str, Any] | None = None) -> None:
+    """``made`` as the admission left ``sent``: named as planned, or untouched."""
+    labels = made["metadata"].get("labels") or {}
+    notes = made["metadata"].get("annotations") or {}
+    if named:
+        assert names_written(made) == names_planned(sent, ml_policy)
+        assert labels.get(NAMED) == "true" and notes.get(keys.KAI_SKIP_PODGROUPER) == "true"
+    else:
+        assert set(names_written(made).values()) == {None}
+        assert NAMED not in labels and keys.KAI_SKIP_PODGROUPER not in notes
+    assert made["spec"].get("suspend") is not True
+
+
+def _kai_job() -> list[dict[str, Any]]:
+    return [shapes.node()]
+
+
+def _default_scheduler() -> list[dict[str, Any]]:
+    jobs = _kai_job()
+    jobs[0]["template"]["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
+    return jobs
+
+
+def _unowned() -> dict[str, Any]:
+    out = jobset(_kai_job())
+    out["metadata"] = {"name": "mine"}
+    return out
+
+
+def _own_metadata() -> dict[str, Any]:
+    out = jobset(_kai_job())
+    out["metadata"]["labels"] = {"team": "a"}
+    out["metadata"]["annotations"] = {"note": "kept"}
+    out["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"] = {
+        "annotations": {"kept": "yes"}, "labels": {"app": "x"}}
+    return out
+
+
+# (id, the JobSet sent, in a namespace that opted in, named, its runtime's mlPolicy)
+Case = tuple[str, Callable[[], dict[str, Any]], bool, bool, "dict[str, Any] | None"]
+TABLE: list[Case] = [
+    *[(f"shape-{s.name}", lambda s=s: jobset(list(s.jobs)), True, True, s.ml_policy) for s in shapes.SHAPES],
+    ("with-metadata-of-its-own", _own_metadata, True, True, None),
+    ("another-scheduler", lambda: jobset(_default_scheduler()), True, False, None),
+    ("no-owner", _unowned, True, False, None),
+    ("owner-not-controller", lambda: jobset(_kai_job(), controller=False), True, False, None),
+    ("namespace-not-opted-in", lambda: jobset(_kai_job()), False, False, None),
+]

@@ -1,0 +1,43 @@
+"""The emulator's twin of the gang-naming admission policy (kai_fn/local/emulator/naming.py) on the scenario table the
+real policy runs on a real API server (tests/testbed/test_gang_naming.py): the same JobSets named, the same names."""
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+import pytest
+from kubernetes.client import CoreV1Api, CustomObjectsApi, V1Namespace, V1ObjectMeta
+
+from kai_fn.local.emulator import Emulator
+from tests.gang_naming_table import JOBSETS, TABLE, check, jobset, names_written
+
+ENABLED, OFF = "naming-on", "naming-off"
+
+
+@pytest.fixture(scope="module")
+def naming() -> Iterator[Emulator]:
+    with Emulator(name_gangs=True) as emulator:
+        core = CoreV1Api(emulator.client())
+        core.create_namespace(V1Namespace(metadata=V1ObjectMeta(name=ENABLED, labels={"kai-fn.io/enabled": "true"})))
+        core.create_namespace(V1Namespace(metadata=V1ObjectMeta(name=OFF)))
+        yield emulator
+
+
+@pytest.mark.parametrize("make,in_enabled,named,ml_policy", [c[1:] for c in TABLE], ids=[c[0] for c in TABLE])
+def test_the_shared_table_on_the_twin(naming, make, in_enabled, named, ml_policy):
+    sent = make()
+    made = CustomObjectsApi(naming.client()).create_namespaced_custom_object(
+        *JOBSETS, ENABLED if in_enabled else OFF, "jobsets", copy.deepcopy(sent), dry_run="All")
+    check(sent, made, named, ml_policy)
+
+
+def test_a_write_that_drops_a_name_of_a_named_jobset_gets_it_back(naming):
+    objs = CustomObjectsApi(naming.client())
+    sent = jobset([{"name": "node", "template": {"spec": {"template": {"spec": {
+        "schedulerName": "kai-scheduler", "containers": [{"name": "node", "image": "x"}]}}}}}], owner="dropped")
+    sent["spec"]["suspend"] = True
+    made = objs.create_namespaced_custom_object(*JOBSETS, ENABLED, "jobsets", copy.deepcopy(sent))
+    path = "/spec/replicatedJobs/0/template/spec/template/metadata/annotations/pod-group-name"
+    after = objs.patch_namespaced_custom_object(*JOBSETS, ENABLED, "jobsets", "dropped", [{"op": "remove", "path": path}],
+                                                _content_type="application/json-patch+json")
+    assert names_written(after) == names_written(made) != {"node": None}
