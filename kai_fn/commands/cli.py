@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import yaml
 
@@ -98,7 +98,7 @@ def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str,
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    config = settings_mod.load()
+    config = _settings(args)
     doc, preview = _trainjob_document(args.trainjob)
     job = _read(args.trainjob, TrainJob, doc)
     runtime = _read(args.runtime, Runtime)
@@ -111,8 +111,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise UsageError(f"{path}: expected a {keys.KAI_TOPOLOGY_API} Topology with metadata.name")
         topologies[name] = segments.topology_resource(doc)
     try:
-        result = plan(job, runtime, topologies=topologies,
-                      **(config.planning() | {"flavor": args.flavor or config.flavor}))
+        result = plan(job, runtime, topologies=topologies, **config.planning())
         report = ({"preview": preview} if preview else {}) | plan_report(result, jobset, doc, config.resume)
     except InputError as error:
         raise UsageError(f"{args.runtime}: {error}") from None
@@ -125,7 +124,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_BLOCKED if result.blocked else EXIT_OK
 
 
-AddCommand = Callable[[argparse._SubParsersAction], None]
+# argparse's action is generic only to type checkers (not subscriptable at run time on Python 3.11).
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+AddCommand: TypeAlias = Callable[[Subcommands], None]
 
 DESCRIPTION = """\
 Gang scheduling for Kubeflow Trainer TrainJobs on KAI Scheduler, by the kai_fn function:
@@ -150,7 +151,7 @@ def build_parser(extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> argp
     return parser
 
 
-def _add_status(sub: argparse._SubParsersAction) -> None:
+def _add_status(sub: Subcommands) -> None:
     """`status`: every TrainJob in scope, one line each."""
     s = sub.add_parser("status", help="every TrainJob in kai_fn's scope, one line each: held, blocked, waiting, ...",
                        description="Every TrainJob in kai_fn's scope, one line each, what needs attention first. "
@@ -165,7 +166,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_status)
 
 
-def _add_explain(sub: argparse._SubParsersAction) -> None:
+def _add_explain(sub: Subcommands) -> None:
     """`explain NAMESPACE/NAME`: why one gang waits."""
     e = sub.add_parser("explain", help="why one TrainJob's gang waits, read-only from the live cluster",
                        description="Why one TrainJob's gang waits: its plan, what exists, what KAI says, what to do. "
@@ -177,7 +178,7 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=cmd_explain)
 
 
-def _add_release(sub: argparse._SubParsersAction) -> None:
+def _add_release(sub: Subcommands) -> None:
     """`release`: held TrainJobs let go without a gang, with who and why."""
     r = sub.add_parser("release", help="release held TrainJobs without a gang (an operator's way out; --yes to act)",
                        description="Release held TrainJobs without a gang, recording who and why in an Event on "
@@ -191,7 +192,7 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=cmd_release)
 
 
-def _add_plan(sub: argparse._SubParsersAction) -> None:
+def _add_plan(sub: Subcommands) -> None:
     """`plan`: what kai_fn would write for a TrainJob, from files."""
     p = sub.add_parser("plan", help="print the PodGroup, pod-template changes and JobSet patch for a TrainJob, "
                                     "from files")
@@ -205,7 +206,7 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_plan)
 
 
-def _add_invoke(sub: argparse._SubParsersAction) -> None:
+def _add_invoke(sub: Subcommands) -> None:
     """`invoke SAMPLE`: one sample event posted to a running function."""
     i = sub.add_parser("invoke", help="POST a sample event in binary mode to a running function")
     i.add_argument("sample", metavar="SAMPLE", help="a file from samples/events")
@@ -259,16 +260,13 @@ def _server(args: argparse.Namespace) -> str:
 def _context(args: argparse.Namespace) -> str:
     import os
 
-    import kubernetes.config
+    from kai_fn.kube.client import current_context
 
     if args.context:
         return str(args.context)
     if args.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         return "in-cluster (its service account)"
-    try:
-        return str(kubernetes.config.list_kube_config_contexts(config_file=args.kubeconfig)[1]["name"])
-    except (kubernetes.config.ConfigException, OSError, KeyError, TypeError):
-        return "unknown"
+    return current_context(args.kubeconfig) or "unknown"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -302,7 +300,8 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Exit 0 bound or progressing, 1 blocked, 2 no such TrainJob or no cluster (one line, no traceback)."""
-    from kai_fn.commands.explain import Unusable, run
+    from kai_fn.commands.explain import run
+    from kai_fn.commands.status import Unusable
 
     if args.all_namespaces:
         raise UsageError("explain reads one TrainJob: -A does not apply")
@@ -360,7 +359,8 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = (), pr
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT
     try:
-        return args.func(args)
+        command: Callable[[argparse.Namespace], int] = args.func
+        return command(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT

@@ -289,8 +289,9 @@ def queue_view(session: Session, result: Plan) -> tuple[list[dict[str, Any]], st
         return rows, f"QueueNotFound: create the Queue {result.queue}, or fix the kai.scheduler/queue label"
     if refusal.kind == "not-leaf":
         return rows, f"queue {result.queue} is not a leaf queue: name one of its children"
-    return rows, (f"GangExceedsQueue: the gang needs {refusal.resource} {show(refusal.request)} but queue {refusal.at} "
-                  f"allows {show(refusal.bound)}" + (" (its quota, for a non-preemptible gang)"
+    request, bound = (show(v) if v is not None else "?" for v in (refusal.request, refusal.bound))
+    return rows, (f"GangExceedsQueue: the gang needs {refusal.resource} {request} but queue {refusal.at} "
+                  f"allows {bound}" + (" (its quota, for a non-preemptible gang)"
                                                      if refusal.bound_kind == "quota" else "")
                   + ": raise the limit or ask for less")
 

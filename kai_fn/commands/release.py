@@ -121,7 +121,7 @@ def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool
     now = now or datetime.datetime.now(datetime.UTC)
     try:
         if all_held:
-            candidates, refused = held(session, settings, namespace), []
+            candidates, refused = held(session, settings, namespace), list[str]()
         else:
             candidates, refused = named(session, settings, refs)
         listing = table([[c.reading.namespace, c.reading.name, c.reading.phase, age(c.reading.age(now)),

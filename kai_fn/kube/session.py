@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from kai_fn.core import keys
 from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.runtime import RuntimeTarget
-from kai_fn.kube.client import Observer, api_client
+from kai_fn.kube.client import Observer, api_client, read_body
 from kai_fn.kube.errors import (
     AlreadyExists, ApiError, Conflict, Gone, GuardFailed, Invalid, NotFound, NotServed, Stale, Terminating, Transient,
     classify, unreachable,
@@ -75,7 +75,7 @@ class Session:
             request = client.param_serialize(method, url, path_params=path_params, query_params=query or [],
                                              header_params=headers, body=body, auth_settings=["BearerToken"])
             response = client.call_api(*request, _request_timeout=self.cluster.timeout)
-            response.read()
+            read_body(response)
             return client.response_deserialize(response, {"200": "object", "201": "object"}).data
         except ApiException as error:
             raise classify(error) from None
