@@ -19,7 +19,6 @@ from kai_fn import __version__
 from kai_fn.commands import plan_view
 from kai_fn.core import keys, segments
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
-from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
 from kai_fn import settings as settings_mod
 
@@ -74,7 +73,7 @@ def _trainjob_document(path: str) -> tuple[dict[str, Any], str | None]:
         f"server will give it; its PodGroup will be named pg-{name}-<that uid>")
 
 
-def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str, Any] | None = None,
+def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str, Any],
                 resume_setting: bool = True, now: datetime.datetime | None = None) -> dict[str, Any]:
     """What ``plan`` prints; with the live JobSet, the whole JSON Patch the function would apply to it now."""
     report: dict[str, Any] = {"plan": plan_view.summary(result)}
@@ -88,19 +87,21 @@ def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str,
         }
     if result.jobset_annotations:
         report["jobSetAnnotations"] = result.jobset_annotations
+    problems = [str(p) for p in result.problems]
     if jobset is not None and result.actionable:
-        decision, resume = plan_view.decision_of(result, trainjob or {}, jobset, resume_setting,
-                                                 now or datetime.datetime.now(datetime.UTC))
-        report["jobSetPatch"] = jobset_patch(result, jobset, decision, resume)
-    if result.problems:
-        report["problems"] = [str(p) for p in result.problems]
+        patch, problem = plan_view.jobset_patch_of(result, trainjob, jobset, resume_setting,
+                                                   now or datetime.datetime.now(datetime.UTC))
+        report["jobSetPatch"] = patch
+        problems += [problem] if problem else []
+    if problems:
+        report["problems"] = problems
     return report
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     config = _settings(args)
-    doc, preview = _trainjob_document(args.trainjob)
-    job = _read(args.trainjob, TrainJob, doc)
+    trainjob, preview = _trainjob_document(args.trainjob)
+    job = _read(args.trainjob, TrainJob, trainjob)
     runtime = _read(args.runtime, Runtime)
     jobset = load_document(args.jobset) if args.jobset else None
     topologies = {}
@@ -112,11 +113,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         topologies[name] = segments.topology_resource(doc)
     try:
         result = plan(job, runtime, topologies=topologies, **config.planning())
-        report = ({"preview": preview} if preview else {}) | plan_report(result, jobset, doc, config.resume)
+        report = ({"preview": preview} if preview else {}) | plan_report(result, jobset, trainjob, config.resume)
     except InputError as error:
         raise UsageError(f"{args.runtime}: {error}") from None
-    except MissingReplicatedJob as error:
-        raise UsageError(f"{args.jobset}: spec.replicatedJobs has no {error.args[0]!r}, which the runtime has") from None
+    except plan_view.Mismatch as error:
+        raise UsageError(f"{args.jobset}: {error}") from None
     if args.output == "json":
         print(json.dumps(report, indent=2))
     else:
