@@ -27,7 +27,7 @@ from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
 from kai_fn.core.runtime import target
 from kai_fn.commands import plan_view, status as status_mod, survey
 from kai_fn.commands.status import Unreachable, Unusable
-from kai_fn.kube import Cluster, NoClusterConfig, Session, Transient
+from kai_fn.kube import ApiServer, ApiSession, NoClusterConfig, Transient
 from kai_fn.kube.lease import RESYNC_PERIOD_SECONDS
 from kai_fn.settings import Settings
 from kai_fn.commands.tables import table
@@ -87,7 +87,7 @@ class _Look:
         return self.marks.podgroup is not None and self.marks.running
 
 
-def explain(session: Session, settings: Settings, namespace: str, name: str,
+def explain(session: ApiSession, settings: Settings, namespace: str, name: str,
             now: datetime.datetime | None = None) -> Report:
     try:
         obj = session.trainjob(namespace, name)
@@ -103,7 +103,7 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
     return _made(session, settings, look, planned, out)
 
 
-def _look(session: Session, settings: Settings, obj: dict[str, Any], now: datetime.datetime, out: Report) -> _Look:
+def _look(session: ApiSession, settings: Settings, obj: dict[str, Any], now: datetime.datetime, out: Report) -> _Look:
     """The reading ``status`` prints, and what kai_fn marked."""
     meta = obj.get("metadata") or {}
     pods = session.jobset_pods(meta.get("namespace", ""), meta.get("name", ""))
@@ -117,7 +117,7 @@ def _look(session: Session, settings: Settings, obj: dict[str, Any], now: dateti
     return look
 
 
-def _plan(session: Session, settings: Settings, look: _Look, out: Report) -> Plan | Report:
+def _plan(session: ApiSession, settings: Settings, look: _Look, out: Report) -> Plan | Report:
     """The plan kai_fn makes of it, or the verdict when there is none to act on."""
     try:
         job = parse(TrainJob, look.obj)
@@ -146,7 +146,7 @@ def _plan(session: Session, settings: Settings, look: _Look, out: Report) -> Pla
     return result
 
 
-def _made(session: Session, settings: Settings, look: _Look, result: Plan, out: Report) -> Report:
+def _made(session: ApiSession, settings: Settings, look: _Look, result: Plan, out: Report) -> Report:
     """What exists of the gang and what KAI says of it, then the verdict."""
     podgroup = _podgroup(look.podgroups, result, look.marks.podgroup)
     out.state |= {"podGroup": podgroup["metadata"]["name"] if podgroup else None,
@@ -173,7 +173,7 @@ def _made(session: Session, settings: Settings, look: _Look, result: Plan, out: 
     return out.verdict(*_released(podgroup, pods, found, out))
 
 
-def _unreleased(session: Session, settings: Settings, look: _Look, marks: Facts,
+def _unreleased(session: ApiSession, settings: Settings, look: _Look, marks: Facts,
                 queue_problem: str | None) -> tuple[str, str]:
     if marks.timed_out is not None:
         return "blocked", (f"it timed out waiting for the scheduler ({stamp(marks.timed_out)}) and was suspended: "
@@ -211,7 +211,7 @@ def _released(podgroup: dict[str, Any] | None, pods: list[dict[str, Any]], found
     return "progressing", f"wait for the scheduler ({counted.summary()})"
 
 
-def _topologies(session: Session, settings: Settings, job: TrainJob,
+def _topologies(session: ApiSession, settings: Settings, job: TrainJob,
                 runtime: Runtime) -> dict[str, segments.TopologyResource | None]:
     """The Topologies the TrainJob names, as the function reads them; one the caller may not read goes unchecked."""
     found: dict[str, segments.TopologyResource | None] = {}
@@ -270,7 +270,7 @@ def _before_release(marks: Facts) -> tuple[str, str]:
     return "progressing", "kai_fn makes its gang on the next event or resync"
 
 
-def queue_view(session: Session, result: Plan) -> tuple[list[dict[str, Any]], str | None]:
+def queue_view(session: ApiSession, result: Plan) -> tuple[list[dict[str, Any]], str | None]:
     """The queue and its ancestors against the gang, per resource in KAI's units (the pre-check's own arithmetic,
     ``kai_fn.core.queue_check``); and what blocks, if anything."""
     if result.flavor != "kai" or not result.queue:
@@ -379,7 +379,7 @@ def run(target_ref: str, kubeconfig: str | None, output: str, settings: Settings
     if not sep or not namespace or not name or "/" in name:
         raise Unusable(f"{target_ref!r}: expected NAMESPACE/NAME")
     try:
-        cluster = Cluster.from_settings(settings, kubeconfig, context)
+        cluster = ApiServer.from_settings(settings, kubeconfig, context)
     except NoClusterConfig as error:
         raise Unusable(str(error)) from None
     try:

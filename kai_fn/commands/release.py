@@ -20,9 +20,8 @@ from __future__ import annotations
 import datetime
 import socket
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
-
-from kubernetes.client.exceptions import ApiException
 
 from kai_fn.commands import survey
 from kai_fn.commands.status import Unreachable, Unusable, age, connect
@@ -30,7 +29,7 @@ from kai_fn.commands.tables import table
 from kai_fn.core import keys
 from kai_fn.core.patch import jobset_patch
 from kai_fn.core.state import Phase, Reading, facts
-from kai_fn.kube import Gone, GuardFailed, Session, Stale, Transient
+from kai_fn.kube import Gone, GuardFailed, ApiSession, Stale, Transient
 from kai_fn.settings import Settings
 from kai_fn.kube.events import event_body
 
@@ -40,24 +39,46 @@ COMPONENT = "kai-fn-release"
 RELEASABLE_BY_NAME = (Phase.HELD, Phase.BLOCKED)
 
 
+class Outcome(StrEnum):
+    RELEASED = "released"
+    CHANGED = "changed"  # the JobSet changed since it was read: its guard failed, nothing written
+    GONE = "gone"  # the JobSet was deleted meanwhile
+
+
+@dataclass(frozen=True)
+class Released:
+    """What became of one TrainJob asked for."""
+
+    namespace: str
+    name: str
+    outcome: Outcome
+    event_posted: bool = False
+
+    def line(self) -> str:
+        ref = f"{self.namespace}/{self.name}"
+        if self.outcome is Outcome.CHANGED:
+            return f"{ref}: changed since it was read; not released (run again to see where it stands)"
+        if self.outcome is Outcome.GONE:
+            return f"{ref}: deleted meanwhile"
+        return f"released {ref} without a gang" + ("" if self.event_posted else " (its Event could not be posted)")
+
+
 @dataclass(frozen=True)
 class Candidate:
     trainjob: dict[str, Any]
     reading: Reading
 
 
-def who(session: Session) -> str:
+def who(session: ApiSession) -> str:
     """The caller's user name, as the API server authenticated it (SelfSubjectReview, Kubernetes 1.28+)."""
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
     try:
-        review = session.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=body)
-    except (ApiException, Transient) as error:
-        return f"an unidentified user (SelfSubjectReview: {getattr(error, 'status', None) or error})"
-    user = ((review or {}).get("status") or {}).get("userInfo") or {}
+        user = session.self_review()
+    except Transient as error:
+        return f"an unidentified user (SelfSubjectReview: {error.status or error})"
     return str(user.get("username") or "an unidentified user")
 
 
-def named(session: Session, settings: Settings, refs: list[str]) -> tuple[list[Candidate], list[str]]:
+def named(session: ApiSession, settings: Settings, refs: list[str]) -> tuple[list[Candidate], list[str]]:
     """The TrainJobs named NAMESPACE/NAME that may be released, and one line for each that may not."""
     found, refused = [], []
     for ref in refs:
@@ -75,12 +96,12 @@ def named(session: Session, settings: Settings, refs: list[str]) -> tuple[list[C
     return found, refused
 
 
-def held(session: Session, settings: Settings, namespace: str | None) -> list[Candidate]:
+def held(session: ApiSession, settings: Settings, namespace: str | None) -> list[Candidate]:
     return [Candidate(obj, r) for obj, r in survey.entries(session, settings, namespace) if r.phase is Phase.HELD]
 
 
-def release_one(session: Session, candidate: Candidate, user: str, reason: str) -> str:
-    """One guarded patch of the JobSet, then the Event; one line saying what happened."""
+def release_one(session: ApiSession, candidate: Candidate, user: str, reason: str) -> Released:
+    """One guarded patch of the JobSet, then the Event."""
     meta = candidate.trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     jobset = survey.jobset_of(session, candidate.trainjob)
@@ -92,17 +113,16 @@ def release_one(session: Session, candidate: Candidate, user: str, reason: str) 
             if ops:
                 session.patch_jobset(namespace, name, ops)
     except (Stale, GuardFailed):
-        return f"{namespace}/{name}: changed since it was read; not released (run again to see where it stands)"
+        return Released(namespace, name, Outcome.CHANGED)
     except Gone:
-        return f"{namespace}/{name}: deleted meanwhile"
+        return Released(namespace, name, Outcome.GONE)
     message = (f"released without a gang by {user}: {reason}. kai_fn will make no gang for it "
                f"({keys.MARKER_SKIPPED}: {keys.SKIPPED_BY_OPERATOR}); it was {candidate.reading.phase}: "
                f"{candidate.reading.reason}")
     body = event_body(candidate.trainjob, RELEASED_BY_OPERATOR, message, warning=False)
     body |= {"source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
              "reportingInstance": socket.gethostname()[:128]}
-    posted = session.create_event(namespace, body)
-    return f"released {namespace}/{name} without a gang" + ("" if posted else " (its Event could not be posted)")
+    return Released(namespace, name, Outcome.RELEASED, event_posted=session.create_event(namespace, body))
 
 
 def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool, yes: bool, reason: str | None,
@@ -137,5 +157,5 @@ def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool
         done = [release_one(session, c, user, reason or "") for c in candidates]
     except Transient as error:
         raise Unreachable(f"cannot read or write the cluster: {error}") from None
-    failed = refused or [line for line in done if not line.startswith("released ")]
-    return (EXIT_NOT_DONE if failed else EXIT_OK), "\n".join([*refused, *done])
+    failed = refused or any(r.outcome is not Outcome.RELEASED for r in done)
+    return (EXIT_NOT_DONE if failed else EXIT_OK), "\n".join([*refused, *(r.line() for r in done)])

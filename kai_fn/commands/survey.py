@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from kai_fn.core import keys, state
 from kai_fn.core.objects import controlled_by, deleting, labels, meta
 from kai_fn.core.reasons import Refusal, refusals
@@ -28,18 +26,18 @@ from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.plan import Plan, plan
 from kai_fn.core.runtime import RuntimeTarget, target
 from kai_fn.core.state import Facts, Reading, podgroup_api
-from kai_fn.kube import Session, Transient
+from kai_fn.kube import ApiSession
 from kai_fn.settings import Settings
 
 _WARNINGS = f"involvedObject.kind={keys.TRAINJOB_KIND},type=Warning,reportingComponent={keys.MANAGED_BY}"
 
 
-def survey(session: Session, settings: Settings, namespace: str | None) -> list[Reading]:
+def survey(session: ApiSession, settings: Settings, namespace: str | None) -> list[Reading]:
     """Every TrainJob in kai_fn's scope, in the namespace or all, read."""
     return [reading for _, reading in entries(session, settings, namespace)]
 
 
-def entries(session: Session, settings: Settings, namespace: str | None) -> list[tuple[dict[str, Any], Reading]]:
+def entries(session: ApiSession, settings: Settings, namespace: str | None) -> list[tuple[dict[str, Any], Reading]]:
     """Every TrainJob in kai_fn's scope, as listed, with its reading."""
     trainjobs = [t for t in session.list_trainjobs(namespace) if not deleting(t)]
     podgroups = session.podgroups(podgroup_api(settings.flavor), namespace)
@@ -54,7 +52,7 @@ def entries(session: Session, settings: Settings, namespace: str | None) -> list
                              []).append(pod)
     refused: dict[str, list[Refusal]] = {}
     for ns in sorted({e.key[0] for e in joined if e.marks.may_be_refused}):
-        refused |= refusals(_warnings(session, ns, _WARNINGS))
+        refused |= refusals(session.events(ns, _WARNINGS))
     runtimes: dict[RuntimeTarget, dict[str, Any] | None] = {}
     readings = []
     for entry in joined:
@@ -67,7 +65,7 @@ def entries(session: Session, settings: Settings, namespace: str | None) -> list
     return readings
 
 
-def reading_of(session: Session, settings: Settings, trainjob: dict[str, Any],
+def reading_of(session: ApiSession, settings: Settings, trainjob: dict[str, Any],
                pods: Sequence[dict[str, Any]] | None = None) -> tuple[Reading, list[dict[str, Any]]]:
     """One TrainJob, read as :func:`survey` reads it; and its PodGroups. ``pods``: its JobSet's, if already listed."""
     namespace, name, uid = (meta(trainjob).get(k, "") for k in ("namespace", "name", "uid"))
@@ -81,12 +79,12 @@ def reading_of(session: Session, settings: Settings, trainjob: dict[str, Any],
     refused: list[Refusal] = []
     if marks.may_be_refused and uid:
         selector = f"involvedObject.uid={uid},type=Warning,reportingComponent={keys.MANAGED_BY}"
-        refused = refusals(_warnings(session, namespace, selector)).get(uid, [])
+        refused = refusals(session.events(namespace, selector)).get(uid, [])
     planned = planned_gang(session, settings, trainjob, marks, {})
     return state.read(trainjob, jobset, mine, pods, refused, planned), mine
 
 
-def planned_gang(session: Session, settings: Settings, trainjob: dict[str, Any], marks: Facts,
+def planned_gang(session: ApiSession, settings: Settings, trainjob: dict[str, Any], marks: Facts,
                  runtimes: dict[RuntimeTarget, dict[str, Any] | None]) -> Plan | None:
     """What kai_fn would make of a TrainJob it has not decided yet, so that its gang is shown before it is made; None
     once decided or running, or when it cannot be planned. A GET of its runtime, once per runtime (``runtimes``: those
@@ -104,7 +102,7 @@ def planned_gang(session: Session, settings: Settings, trainjob: dict[str, Any],
         return None
 
 
-def jobset_of(session: Session, trainjob: dict[str, Any]) -> dict[str, Any] | None:
+def jobset_of(session: ApiSession, trainjob: dict[str, Any]) -> dict[str, Any] | None:
     meta = trainjob.get("metadata") or {}
     jobset = session.jobset(meta.get("namespace", ""), meta.get("name", ""))
     return jobset if jobset is not None and controlled_by(jobset, meta.get("uid")) else None
@@ -115,20 +113,6 @@ def _needs_pods(marks: Facts, podgroup: dict[str, Any] | None) -> bool:
     return marks.podgroup is not None and marks.bound is None and marks.running and podgroup is not None
 
 
-def _pods(session: Session, namespace: str | None) -> list[dict[str, Any]]:
-    query = [("labelSelector", keys.JOBSET_NAME_LABEL)]
-    if namespace is None:
-        return _list(session, "/api/v1/pods", query)
-    return _list(session, "/api/v1/namespaces/{namespace}/pods", query, namespace=namespace)
-
-
-def _warnings(session: Session, namespace: str, selector: str) -> list[dict[str, Any]]:
-    return _list(session, "/api/v1/namespaces/{namespace}/events", [("fieldSelector", selector)], namespace=namespace)
-
-
-def _list(session: Session, path: str, query: list[tuple[str, str]], **where: str) -> list[dict[str, Any]]:
-    try:
-        found = session.request("GET", path, query=query, **where)
-    except ApiException as error:
-        raise Transient(f"API {error.status} on list {path.rsplit('/', 1)[-1]}") from None
-    return list((found or {}).get("items") or [])
+def _pods(session: ApiSession, namespace: str | None) -> list[dict[str, Any]]:
+    """Every pod of a JobSet, in the namespace or all."""
+    return session.pods(namespace, keys.JOBSET_NAME_LABEL)

@@ -43,7 +43,7 @@ def _where(namespace: str | None, name: str | None) -> dict[str, str]:
 
 
 @dataclass
-class Cluster:
+class ApiServer:
     """One API server: the shared client, the timeout of each call, and who counts (nothing, for the commands)."""
 
     client: ApiClient
@@ -51,18 +51,20 @@ class Cluster:
     observer: Observer | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, kubeconfig: str | None = None, context: str | None = None) -> Cluster:
+    def from_settings(cls, settings: Settings, kubeconfig: str | None = None,
+                      context: str | None = None) -> ApiServer:
         return cls(api_client(kubeconfig, context), settings.api_timeout_seconds)
 
-    def session(self) -> Session:
-        return Session(self)
+    def session(self) -> ApiSession:
+        return ApiSession(self)
 
 
 @dataclass
-class Session:
-    """The calls one piece of work makes (one event, one command), counted in :attr:`calls`."""
+class ApiSession:
+    """The calls one piece of work makes (one event, one command) on an :class:`ApiServer`, counted in
+    :attr:`calls`."""
 
-    cluster: Cluster
+    cluster: ApiServer
     calls: int = 0
 
     def request(self, method: str, url: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
@@ -100,8 +102,8 @@ class Session:
         return found if isinstance(found, dict) else None
 
     def _list(self, api_version: str, plural: str, namespace: str | None = None,
-              selector: str | None = None) -> list[dict[str, Any]]:
-        query = [("labelSelector", selector)] if selector else []
+              selector: str | None = None, fields: str | None = None) -> list[dict[str, Any]]:
+        query = [(k, v) for k, v in (("labelSelector", selector), ("fieldSelector", fields)) if v]
         try:
             found = self._call("list", "GET", path(api_version, plural, namespace), NotFound, query=query,
                                **_where(namespace, None))
@@ -161,18 +163,30 @@ class Session:
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get("v1", "pods", namespace, name)
 
-    def _pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        found = self._call("list pods", "GET", path("v1", "pods", namespace), query=[("labelSelector", selector)],
-                           namespace=namespace)
-        return list((found or {}).get("items") or [])
+    def pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        """Pods with the labels of ``selector``, in the namespace or all."""
+        return self._list("v1", "pods", namespace, selector)
 
     def jobset_pods(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
         """The pods of a JobSet (of a TrainJob: same name), by the label JobSet puts on them."""
-        return self._pods(namespace, f"{keys.JOBSET_NAME_LABEL}={jobset}")
+        return self.pods(namespace, f"{keys.JOBSET_NAME_LABEL}={jobset}")
 
     def placeholders(self, namespace: str, trainjob_uid: str) -> list[dict[str, Any]]:
         """The placeholder pods kai_fn made for a TrainJob (kai_fn/core/reserve.py), by their labels."""
-        return self._pods(namespace, f"{keys.TRAINJOB_UID_LABEL}={trainjob_uid},{keys.PLACEHOLDER_LABEL}")
+        return self.pods(namespace, f"{keys.TRAINJOB_UID_LABEL}={trainjob_uid},{keys.PLACEHOLDER_LABEL}")
+
+    def events(self, namespace: str, fields: str) -> list[dict[str, Any]]:
+        """core/v1 Events of one namespace with the fields of ``fields`` (a field selector)."""
+        return self._list("v1", "events", namespace, fields=fields)
+
+    def self_review(self) -> dict[str, Any]:
+        """Who the caller is, as the API server authenticated it: a SelfSubjectReview's ``status.userInfo``
+        (Kubernetes 1.28+); Transient when it cannot be told."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        review = self._call("create selfsubjectreview", "POST", path("authentication.k8s.io/v1", "selfsubjectreviews"),
+                            body=body)
+        user = ((review if isinstance(review, dict) else {}).get("status") or {}).get("userInfo")
+        return user if isinstance(user, dict) else {}
 
     def review_token(self, token: str, audience: str) -> dict[str, Any]:
         """A TokenReview's ``status``; Transient when the API cannot answer (the sender should retry)."""
