@@ -8,7 +8,9 @@ CustomObjectsApi would cost seconds of import for a few paths.
 """
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kai_fn.core import keys
 from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.runtime import RuntimeTarget
+from kai_fn.kube import listing
 from kai_fn.kube.client import Observer, api_client, read_body
 from kai_fn.kube.errors import (
     AlreadyExists, ApiError, Conflict, Gone, GuardFailed, Invalid, NotFound, NotServed, Stale, Terminating, Transient,
@@ -49,6 +52,9 @@ class ApiServer:
     client: ApiClient
     timeout: float
     observer: Observer | None = None
+    # What a LIST keeps of one object (kai_fn/kube/listing.py), and who hears of each left out.
+    max_object_bytes: int = listing.MAX_OBJECT_BYTES
+    on_oversized: Callable[[listing.Oversized], None] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, kubeconfig: str | None = None,
@@ -70,6 +76,15 @@ class ApiSession:
     def request(self, method: str, url: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
                 content_type: str = JSON, **path_params: str) -> Any:
         """The one request path: the decoded answer, or the table's exception (:func:`errors.classify`)."""
+        text = self._send(method, url, body=body, query=query, content_type=content_type, **path_params)
+        try:
+            return json.loads(text) if text else None
+        except ValueError:
+            return text
+
+    def _send(self, method: str, url: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
+              content_type: str = JSON, **path_params: str) -> str:
+        """The answer's text, undecoded (a LIST is decoded one object at a time: :mod:`kai_fn.kube.listing`)."""
         self.calls += 1
         client = self.cluster.client
         headers = {"Accept": JSON} | ({"Content-Type": content_type} if body is not None else {})
@@ -78,11 +93,14 @@ class ApiSession:
                                              header_params=headers, body=body, auth_settings=["BearerToken"])
             response = client.call_api(*request, _request_timeout=self.cluster.timeout)
             read_body(response)
-            return client.response_deserialize(response, {"200": "object", "201": "object"}).data
+            raw = client.response_deserialize(response, {"200": "bytes", "201": "bytes"}).data
+            return raw.decode() if isinstance(raw, bytes) else ""
         except ApiException as error:
             raise classify(error) from None
         except (urllib3.exceptions.HTTPError, TimeoutError, ConnectionError, OSError) as error:
             raise unreachable(error) from None
+        except UnicodeDecodeError:
+            raise Transient(f"API answered {method} {url} with text that is not UTF-8") from None
 
     def _call(self, what: str, method: str, url: str, *kept: type[ApiError], **kwargs: Any) -> Any:
         """:meth:`request`, where a refusal not ``kept`` (nor Transient already) becomes :class:`Transient`."""
@@ -103,13 +121,37 @@ class ApiSession:
 
     def _list(self, api_version: str, plural: str, namespace: str | None = None,
               selector: str | None = None, fields: str | None = None) -> list[dict[str, Any]]:
+        """Every object of the kind the selectors choose, in pages of :data:`listing.PAGE_SIZE`; one over the
+        server's ``max_object_bytes`` is left out, logged and handed to its ``on_oversized`` hook."""
         query = [(k, v) for k, v in (("labelSelector", selector), ("fieldSelector", fields)) if v]
-        try:
-            found = self._call("list", "GET", path(api_version, plural, namespace), NotFound, query=query,
-                               **_where(namespace, None))
-        except NotFound:
-            raise NotServed(f"{api_version} {plural} is not served (404 on list)") from None
-        return list((found or {}).get("items") or [])
+        items: list[dict[str, Any]] = []
+        more: str | None = None
+        while True:
+            page_query = [*query, ("limit", str(listing.PAGE_SIZE)), *([("continue", more)] if more else [])]
+            try:
+                text = self._send("GET", path(api_version, plural, namespace), query=page_query,
+                                  **_where(namespace, None))
+                page = listing.read_page(text, plural, self.cluster.max_object_bytes)
+            except NotFound:
+                raise NotServed(f"{api_version} {plural} is not served (404 on list)") from None
+            except ApiError as error:
+                if isinstance(error, Transient):
+                    raise
+                raise Transient(f"API {error.status} on list") from None
+            except ValueError as error:  # listing.NotAList, or JSON that does not parse
+                raise Transient(f"API answered a list of {plural} that is not one: {error}") from None
+            items += page.items
+            for skipped in page.oversized:
+                self._oversized(skipped)
+            if not (more := page.more):
+                return items
+
+    def _oversized(self, skipped: listing.Oversized) -> None:
+        log.warning("object too large, left out", extra={"fields": {
+            "resource": skipped.resource, "namespace": skipped.namespace, "name": skipped.name,
+            "bytes": skipped.size, "limit": self.cluster.max_object_bytes}})
+        if self.cluster.on_oversized is not None:
+            self.cluster.on_oversized(skipped)
 
     def _merge(self, api_version: str, plural: str, kind: str, namespace: str, name: str,
                merge: dict[str, Any]) -> Any:
