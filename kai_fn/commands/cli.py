@@ -11,12 +11,13 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TextIO, TypeAlias
 
 import yaml
 
 from kai_fn import __version__
 from kai_fn.commands import plan_view
+from kai_fn.commands.terminal import visible, visible_lines
 from kai_fn.core import keys, segments
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.plan import Plan, plan
@@ -119,9 +120,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except plan_view.Mismatch as error:
         raise UsageError(f"{args.jobset}: {error}") from None
     if args.output == "json":
-        print(json.dumps(report, indent=2))
+        _say(json.dumps(report, indent=2))
     else:
-        print(yaml.safe_dump(report, sort_keys=False), end="")
+        _say(yaml.safe_dump(report, sort_keys=False), end="")
     return EXIT_BLOCKED if result.blocked else EXIT_OK
 
 
@@ -279,9 +280,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                              args.held_for, args.heartbeat, _settings(args), context=args.context)
     except Unusable as error:
         raise UsageError(_with_cluster(error, args)) from None
-    print(out)
+    _say(out)
     if err:
-        print(err, file=sys.stderr)
+        _say(err, file=sys.stderr)
     return code
 
 
@@ -295,7 +296,7 @@ def cmd_release(args: argparse.Namespace) -> int:
                         args.kubeconfig, _settings(args), context=args.context)
     except Unusable as error:
         raise UsageError(_with_cluster(error, args)) from None
-    print(out)
+    _say(out)
     return code
 
 
@@ -315,7 +316,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         code, text = run(ref, args.kubeconfig, args.output, _settings(args), context=args.context)
     except Unusable as error:
         raise UsageError(_with_cluster(error, args)) from None
-    print(text)
+    _say(text)
     return code
 
 
@@ -332,12 +333,12 @@ def cmd_invoke(args: argparse.Namespace) -> int:
         raise UsageError(f"--url {args.url}: not an http:// or https:// URL") from None
     except OSError as error:
         raise UsageError(f"{args.url}: no answer: {getattr(error, 'reason', error)}") from None
-    print(f"HTTP {answer.status}")
+    _say(f"HTTP {answer.status}")
     for key in ("Retry-After", "X-Kai-Fn-Outcome"):
         if key in answer.headers:
-            print(f"{key}: {answer.headers[key]}")
+            _say(f"{key}: {visible(answer.headers[key])}")
     if answer.body:
-        print(answer.body.rstrip())
+        _say(answer.body.rstrip())
     return EXIT_OK if answer.status < 300 else EXIT_BLOCKED
 
 
@@ -357,17 +358,23 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = (), pr
     try:
         args = parse_command_line(argv, extra, prog)
     except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _say(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT
     try:
         command: Callable[[argparse.Namespace], int] = args.func
         return command(args)
     except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _say(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT
     except settings_mod.SettingsError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _say(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT
+
+
+def _say(text: str, end: str = "\n", file: TextIO | None = None) -> None:
+    """Print what a command says: text from the cluster is in it, so no control character reaches the terminal raw
+    (:mod:`kai_fn.commands.terminal`); each field was escaped whole already, this keeps the output's own lines."""
+    print(visible_lines(text), end=end, file=file or sys.stdout)
 
 
 def kubectl_plugin() -> int:

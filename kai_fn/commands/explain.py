@@ -31,6 +31,7 @@ from kai_fn.kube import ApiServer, ApiSession, NoClusterConfig, Transient
 from kai_fn.kube.lease import RESYNC_PERIOD_SECONDS
 from kai_fn.settings import Settings
 from kai_fn.commands.tables import table
+from kai_fn.commands.terminal import visible
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
 # The keys of KAI's Queue status.allocated, per resource of the pre-check.
@@ -308,13 +309,13 @@ def _number(value: Decimal) -> int | float:
 # -- presentation ------------------------------------------------------------------------------------------------
 
 def render(report: Report) -> str:
-    out = [f"TrainJob {report.trainjob}: {report.status.upper()}", ""]
+    out = [f"TrainJob {visible(report.trainjob)}: {report.status.upper()}", ""]
     scope = report.scope
     if scope:
         answer = {True: "yes", False: "no", None: "unknown"}[scope.get("inScope")]
         out += ["SCOPE", table([["in scope", f"{answer}: {scope.get('why')}"]]), ""]
     out += _render_plan(report.plan) + _render_state(report) + _render_kai(report)
-    out.append(f"NEXT: {report.next}")
+    out.append(f"NEXT: {visible(report.next)}")
     return "\n".join(out)
 
 
@@ -332,7 +333,7 @@ def _render_plan(p: dict[str, Any]) -> list[str]:
     sets = [[s["name"], s["count"], ", ".join(f"{k}={v}" for k, v in s["requests"].items())]
             for s in p.get("podSets", [])]
     out += [table(sets, ["POD SET", "COUNT", "REQUESTS PER POD"]), ""]
-    return out + [f"  problem: {problem}" for problem in p.get("problems", [])]
+    return out + [f"  problem: {visible(problem)}" for problem in p.get("problems", [])]
 
 
 def _render_state(report: Report) -> list[str]:
@@ -367,7 +368,7 @@ def _render_kai(report: Report) -> list[str]:
         out += ["PODS", table(rows, ["REPLICATED JOB", "BOUND", "WAITING"]) if rows else "  none yet", ""]
     if "reservation" in kai:
         rows = [[p["name"], p["for"], p["node"] or "-"] for p in kai.get("placeholders") or []]
-        out += ["RESERVATION", f"  {kai['reservation']}"]
+        out += ["RESERVATION", f"  {visible(kai['reservation'])}"]
         out += [table(rows, ["PLACEHOLDER", "HOLDS THE PLACE OF", "NODE"]) if rows else "  no placeholder pod now", ""]
     return out
 

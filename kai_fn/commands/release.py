@@ -26,6 +26,7 @@ from typing import Any
 from kai_fn.commands import survey
 from kai_fn.commands.status import Unreachable, Unusable, age, connect
 from kai_fn.commands.tables import table
+from kai_fn.commands.terminal import visible
 from kai_fn.core import keys
 from kai_fn.core.patch import jobset_patch
 from kai_fn.core.state import Phase, Reading, facts
@@ -92,7 +93,7 @@ def named(session: ApiSession, settings: Settings, refs: list[str]) -> tuple[lis
         if reading.phase in RELEASABLE_BY_NAME:
             found.append(Candidate(obj, reading))
         else:
-            refused.append(f"{ref}: not held ({reading.phase}: {reading.reason}); nothing to release")
+            refused.append(f"{visible(ref)}: not held ({reading.phase}: {visible(reading.reason)}); nothing to release")
     return found, refused
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from kai_fn.commands import survey
 from kai_fn.commands.tables import table
+from kai_fn.commands.terminal import visible
 from kai_fn.core.state import Phase, Reading, order
 from kai_fn.kube import lease as heartbeat
 from kai_fn.kube import ApiServer, ApiSession, NoClusterConfig, Transient
@@ -69,7 +70,7 @@ def absence(session: ApiSession, settings: Settings, lease: str | None, now: dat
 
 def strand_notice(absent: str, count: int, scope: str) -> str:
     """What an operator reads when held TrainJobs have no one to release them."""
-    return (f"kai_fn looks absent: {absent}. {count} TrainJob(s) held longer than a resync period "
+    return (f"kai_fn looks absent: {visible(absent)}. {count} TrainJob(s) held longer than a resync period "
             f"({heartbeat.RESYNC_PERIOD_SECONDS}s): nothing releases them while it is. Check the function "
             f"(kubectl get ksvc,pingsource,apiserversource -n kai-fn), or release them without a gang: "
             f"python -m kai_fn release --held {scope} --yes --reason '...'")

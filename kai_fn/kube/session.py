@@ -217,10 +217,6 @@ class ApiSession:
         """The placeholder pods kai_fn made for a TrainJob (kai_fn/core/reserve.py), by their labels."""
         return self.pods(namespace, f"{keys.TRAINJOB_UID_LABEL}={trainjob_uid},{keys.PLACEHOLDER_LABEL}")
 
-    def events(self, namespace: str, fields: str) -> list[dict[str, Any]]:
-        """core/v1 Events of one namespace with the fields of ``fields`` (a field selector)."""
-        return self._list("v1", "events", namespace, fields=fields)
-
     def self_review(self) -> dict[str, Any]:
         """Who the caller is, as the API server authenticated it: a SelfSubjectReview's ``status.userInfo``
         (Kubernetes 1.28+); Transient when it cannot be told."""
