@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypedDict
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -35,6 +35,16 @@ def _namespace_slash_name(value: str, what: str) -> str:
     if value.strip() and (not slash or validation.dns_label(namespace) or validation.dns_subdomain(name)):
         raise ValueError(f"must be NAMESPACE/NAME of {what}")
     return value.strip()
+
+
+class Planning(TypedDict):
+    """The settings :func:`kai_fn.core.plan.plan` takes, by its keyword names."""
+
+    flavor: Flavor
+    default_queue: str
+    schedule_timeout_seconds: int | None
+    staleness_grace_period: str | None
+    placeholder_image: str
 
 
 class SettingsError(SystemExit):
@@ -134,11 +144,11 @@ class Settings(BaseSettings):
     def _upper(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
-    def planning(self) -> dict[str, object]:
+    def planning(self) -> Planning:
         """The settings the planner reads, as :func:`kai_fn.core.plan.plan` takes them."""
-        return {"flavor": self.flavor, "default_queue": self.default_queue,
-                "schedule_timeout_seconds": self.schedule_timeout_seconds,
-                "staleness_grace_period": self.staleness_grace_period, "placeholder_image": self.placeholder_image}
+        return Planning(flavor=self.flavor, default_queue=self.default_queue,
+                        schedule_timeout_seconds=self.schedule_timeout_seconds,
+                        staleness_grace_period=self.staleness_grace_period, placeholder_image=self.placeholder_image)
 
     def watches(self, namespace: str) -> bool:
         return not self.namespaces or namespace in self.namespaces

@@ -11,15 +11,15 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, TypeAlias
 
 import yaml
 
 from kai_fn import __version__
 from kai_fn.commands import plan_view
+from kai_fn.commands.terminal import visible, visible_lines
 from kai_fn.core import keys, segments
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
-from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan, plan
 from kai_fn import settings as settings_mod
 
@@ -74,7 +74,7 @@ def _trainjob_document(path: str) -> tuple[dict[str, Any], str | None]:
         f"server will give it; its PodGroup will be named pg-{name}-<that uid>")
 
 
-def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str, Any] | None = None,
+def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str, Any],
                 resume_setting: bool = True, now: datetime.datetime | None = None) -> dict[str, Any]:
     """What ``plan`` prints; with the live JobSet, the whole JSON Patch the function would apply to it now."""
     report: dict[str, Any] = {"plan": plan_view.summary(result)}
@@ -88,19 +88,21 @@ def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str,
         }
     if result.jobset_annotations:
         report["jobSetAnnotations"] = result.jobset_annotations
+    problems = [str(p) for p in result.problems]
     if jobset is not None and result.actionable:
-        decision, resume = plan_view.decision_of(result, trainjob or {}, jobset, resume_setting,
-                                                 now or datetime.datetime.now(datetime.UTC))
-        report["jobSetPatch"] = jobset_patch(result, jobset, decision, resume)
-    if result.problems:
-        report["problems"] = [str(p) for p in result.problems]
+        patch, problem = plan_view.jobset_patch_of(result, trainjob, jobset, resume_setting,
+                                                   now or datetime.datetime.now(datetime.UTC))
+        report["jobSetPatch"] = patch
+        problems += [problem] if problem else []
+    if problems:
+        report["problems"] = problems
     return report
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    config = settings_mod.load()
-    doc, preview = _trainjob_document(args.trainjob)
-    job = _read(args.trainjob, TrainJob, doc)
+    config = _settings(args)
+    trainjob, preview = _trainjob_document(args.trainjob)
+    job = _read(args.trainjob, TrainJob, trainjob)
     runtime = _read(args.runtime, Runtime)
     jobset = load_document(args.jobset) if args.jobset else None
     topologies = {}
@@ -111,21 +113,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise UsageError(f"{path}: expected a {keys.KAI_TOPOLOGY_API} Topology with metadata.name")
         topologies[name] = segments.topology_resource(doc)
     try:
-        result = plan(job, runtime, topologies=topologies,
-                      **(config.planning() | {"flavor": args.flavor or config.flavor}))
-        report = ({"preview": preview} if preview else {}) | plan_report(result, jobset, doc, config.resume)
+        result = plan(job, runtime, topologies=topologies, **config.planning())
+        report = ({"preview": preview} if preview else {}) | plan_report(result, jobset, trainjob, config.resume)
     except InputError as error:
         raise UsageError(f"{args.runtime}: {error}") from None
-    except MissingReplicatedJob as error:
-        raise UsageError(f"{args.jobset}: spec.replicatedJobs has no {error.args[0]!r}, which the runtime has") from None
+    except plan_view.Mismatch as error:
+        raise UsageError(f"{args.jobset}: {error}") from None
     if args.output == "json":
-        print(json.dumps(report, indent=2))
+        _say(json.dumps(report, indent=2))
     else:
-        print(yaml.safe_dump(report, sort_keys=False), end="")
+        _say(yaml.safe_dump(report, sort_keys=False), end="")
     return EXIT_BLOCKED if result.blocked else EXIT_OK
 
 
-AddCommand = Callable[[argparse._SubParsersAction], None]
+# argparse's action is generic only to type checkers (not subscriptable at run time on Python 3.11).
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+AddCommand: TypeAlias = Callable[[Subcommands], None]
 
 DESCRIPTION = """\
 Gang scheduling for Kubeflow Trainer TrainJobs on KAI Scheduler, by the kai_fn function:
@@ -150,7 +153,7 @@ def build_parser(extra: Sequence[AddCommand] = (), prog: str = "kai-fn") -> argp
     return parser
 
 
-def _add_status(sub: argparse._SubParsersAction) -> None:
+def _add_status(sub: Subcommands) -> None:
     """`status`: every TrainJob in scope, one line each."""
     s = sub.add_parser("status", help="every TrainJob in kai_fn's scope, one line each: held, blocked, waiting, ...",
                        description="Every TrainJob in kai_fn's scope, one line each, what needs attention first. "
@@ -165,7 +168,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=cmd_status)
 
 
-def _add_explain(sub: argparse._SubParsersAction) -> None:
+def _add_explain(sub: Subcommands) -> None:
     """`explain NAMESPACE/NAME`: why one gang waits."""
     e = sub.add_parser("explain", help="why one TrainJob's gang waits, read-only from the live cluster",
                        description="Why one TrainJob's gang waits: its plan, what exists, what KAI says, what to do. "
@@ -177,7 +180,7 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=cmd_explain)
 
 
-def _add_release(sub: argparse._SubParsersAction) -> None:
+def _add_release(sub: Subcommands) -> None:
     """`release`: held TrainJobs let go without a gang, with who and why."""
     r = sub.add_parser("release", help="release held TrainJobs without a gang (an operator's way out; --yes to act)",
                        description="Release held TrainJobs without a gang, recording who and why in an Event on "
@@ -191,7 +194,7 @@ def _add_release(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=cmd_release)
 
 
-def _add_plan(sub: argparse._SubParsersAction) -> None:
+def _add_plan(sub: Subcommands) -> None:
     """`plan`: what kai_fn would write for a TrainJob, from files."""
     p = sub.add_parser("plan", help="print the PodGroup, pod-template changes and JobSet patch for a TrainJob, "
                                     "from files")
@@ -205,7 +208,7 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_plan)
 
 
-def _add_invoke(sub: argparse._SubParsersAction) -> None:
+def _add_invoke(sub: Subcommands) -> None:
     """`invoke SAMPLE`: one sample event posted to a running function."""
     i = sub.add_parser("invoke", help="POST a sample event in binary mode to a running function")
     i.add_argument("sample", metavar="SAMPLE", help="a file from samples/events")
@@ -259,16 +262,13 @@ def _server(args: argparse.Namespace) -> str:
 def _context(args: argparse.Namespace) -> str:
     import os
 
-    import kubernetes.config
+    from kai_fn.kube.client import current_context
 
     if args.context:
         return str(args.context)
     if args.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         return "in-cluster (its service account)"
-    try:
-        return str(kubernetes.config.list_kube_config_contexts(config_file=args.kubeconfig)[1]["name"])
-    except (kubernetes.config.ConfigException, OSError, KeyError, TypeError):
-        return "unknown"
+    return current_context(args.kubeconfig) or "unknown"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -280,9 +280,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                              args.held_for, args.heartbeat, _settings(args), context=args.context)
     except Unusable as error:
         raise UsageError(_with_cluster(error, args)) from None
-    print(out)
+    _say(out)
     if err:
-        print(err, file=sys.stderr)
+        _say(err, file=sys.stderr)
     return code
 
 
@@ -296,13 +296,14 @@ def cmd_release(args: argparse.Namespace) -> int:
                         args.kubeconfig, _settings(args), context=args.context)
     except Unusable as error:
         raise UsageError(_with_cluster(error, args)) from None
-    print(out)
+    _say(out)
     return code
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Exit 0 bound or progressing, 1 blocked, 2 no such TrainJob or no cluster (one line, no traceback)."""
-    from kai_fn.commands.explain import Unusable, run
+    from kai_fn.commands.explain import run
+    from kai_fn.commands.status import Unusable
 
     if args.all_namespaces:
         raise UsageError("explain reads one TrainJob: -A does not apply")
@@ -315,7 +316,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         code, text = run(ref, args.kubeconfig, args.output, _settings(args), context=args.context)
     except Unusable as error:
         raise UsageError(_with_cluster(error, args)) from None
-    print(text)
+    _say(text)
     return code
 
 
@@ -332,12 +333,12 @@ def cmd_invoke(args: argparse.Namespace) -> int:
         raise UsageError(f"--url {args.url}: not an http:// or https:// URL") from None
     except OSError as error:
         raise UsageError(f"{args.url}: no answer: {getattr(error, 'reason', error)}") from None
-    print(f"HTTP {answer.status}")
+    _say(f"HTTP {answer.status}")
     for key in ("Retry-After", "X-Kai-Fn-Outcome"):
         if key in answer.headers:
-            print(f"{key}: {answer.headers[key]}")
+            _say(f"{key}: {visible(answer.headers[key])}")
     if answer.body:
-        print(answer.body.rstrip())
+        _say(answer.body.rstrip())
     return EXIT_OK if answer.status < 300 else EXIT_BLOCKED
 
 
@@ -357,16 +358,23 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[AddCommand] = (), pr
     try:
         args = parse_command_line(argv, extra, prog)
     except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _say(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT
     try:
-        return args.func(args)
+        command: Callable[[argparse.Namespace], int] = args.func
+        return command(args)
     except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _say(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT
     except settings_mod.SettingsError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _say(f"error: {error}", file=sys.stderr)
         return EXIT_INPUT
+
+
+def _say(text: str, end: str = "\n", file: TextIO | None = None) -> None:
+    """Print what a command says: text from the cluster is in it, so no control character reaches the terminal raw
+    (:mod:`kai_fn.commands.terminal`); each field was escaped whole already, this keeps the output's own lines."""
+    print(visible_lines(text), end=end, file=file or sys.stdout)
 
 
 def kubectl_plugin() -> int:

@@ -28,10 +28,11 @@ from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
 from kai_fn.core.runtime import target
 from kai_fn.commands import plan_view, status as status_mod, survey
 from kai_fn.commands.status import Unreachable, Unusable
-from kai_fn.kube import Cluster, NoClusterConfig, Session, Transient
+from kai_fn.kube import ApiServer, ApiSession, NoClusterConfig, Transient
 from kai_fn.kube.lease import RESYNC_PERIOD_SECONDS
 from kai_fn.settings import Settings
 from kai_fn.commands.tables import table
+from kai_fn.commands.terminal import visible
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
 # The keys of KAI's Queue status.allocated, per resource of the pre-check.
@@ -89,7 +90,7 @@ class _Look:
         return self.marks.podgroup is not None and self.marks.running
 
 
-def explain(session: Session, settings: Settings, namespace: str, name: str,
+def explain(session: ApiSession, settings: Settings, namespace: str, name: str,
             now: datetime.datetime | None = None) -> Report:
     try:
         obj = session.trainjob(namespace, name)
@@ -105,7 +106,7 @@ def explain(session: Session, settings: Settings, namespace: str, name: str,
     return _made(session, settings, look, planned, out)
 
 
-def _look(session: Session, settings: Settings, obj: dict[str, Any], now: datetime.datetime, out: Report) -> _Look:
+def _look(session: ApiSession, settings: Settings, obj: dict[str, Any], now: datetime.datetime, out: Report) -> _Look:
     """The reading ``status`` prints, and what kai_fn marked."""
     meta = obj.get("metadata") or {}
     pods = session.jobset_pods(meta.get("namespace", ""), meta.get("name", ""))
@@ -119,7 +120,7 @@ def _look(session: Session, settings: Settings, obj: dict[str, Any], now: dateti
     return look
 
 
-def _plan(session: Session, settings: Settings, look: _Look, out: Report) -> Plan | Report:
+def _plan(session: ApiSession, settings: Settings, look: _Look, out: Report) -> Plan | Report:
     """The plan kai_fn makes of it, or the verdict when there is none to act on."""
     try:
         job = parse(TrainJob, look.obj)
@@ -148,7 +149,7 @@ def _plan(session: Session, settings: Settings, look: _Look, out: Report) -> Pla
     return result
 
 
-def _made(session: Session, settings: Settings, look: _Look, result: Plan, out: Report) -> Report:
+def _made(session: ApiSession, settings: Settings, look: _Look, result: Plan, out: Report) -> Report:
     """What exists of the gang and what KAI says of it, then the verdict."""
     podgroup = _podgroup(look.podgroups, result, look.marks.podgroup)
     out.state |= {"podGroup": podgroup["metadata"]["name"] if podgroup else None,
@@ -175,7 +176,7 @@ def _made(session: Session, settings: Settings, look: _Look, result: Plan, out: 
     return out.verdict(*_released(podgroup, pods, found, out))
 
 
-def _unreleased(session: Session, settings: Settings, look: _Look, marks: Facts,
+def _unreleased(session: ApiSession, settings: Settings, look: _Look, marks: Facts,
                 queue_problem: str | None) -> tuple[str, str]:
     if marks.timed_out is not None:
         return "blocked", (f"it timed out waiting for the scheduler ({stamp(marks.timed_out)}) and was suspended: "
@@ -213,7 +214,7 @@ def _released(podgroup: dict[str, Any] | None, pods: list[dict[str, Any]], found
     return "progressing", f"wait for the scheduler ({counted.summary()})"
 
 
-def _topologies(session: Session, settings: Settings, job: TrainJob,
+def _topologies(session: ApiSession, settings: Settings, job: TrainJob,
                 runtime: Runtime) -> dict[str, segments.TopologyResource | None]:
     """The Topologies the TrainJob names, as the function reads them; one the caller may not read goes unchecked."""
     found: dict[str, segments.TopologyResource | None] = {}
@@ -277,7 +278,7 @@ def _before_release(marks: Facts) -> tuple[str, str]:
     return "progressing", "kai_fn makes its gang on the next event or resync"
 
 
-def queue_view(session: Session, result: Plan) -> tuple[list[dict[str, Any]], str | None]:
+def queue_view(session: ApiSession, result: Plan) -> tuple[list[dict[str, Any]], str | None]:
     """The queue and its ancestors against the gang, per resource in KAI's units (the pre-check's own arithmetic,
     ``kai_fn.core.queue_check``); and what blocks, if anything."""
     if result.flavor != "kai" or not result.queue:
@@ -296,8 +297,9 @@ def queue_view(session: Session, result: Plan) -> tuple[list[dict[str, Any]], st
         return rows, f"QueueNotFound: create the Queue {result.queue}, or fix the kai.scheduler/queue label"
     if refusal.kind == "not-leaf":
         return rows, f"queue {result.queue} is not a leaf queue: name one of its children"
-    return rows, (f"GangExceedsQueue: the gang needs {refusal.resource} {show(refusal.request)} but queue {refusal.at} "
-                  f"allows {show(refusal.bound)}" + (" (its quota, for a non-preemptible gang)"
+    request, bound = (show(v) if v is not None else "?" for v in (refusal.request, refusal.bound))
+    return rows, (f"GangExceedsQueue: the gang needs {refusal.resource} {request} but queue {refusal.at} "
+                  f"allows {bound}" + (" (its quota, for a non-preemptible gang)"
                                                      if refusal.bound_kind == "quota" else "")
                   + ": raise the limit or ask for less")
 
@@ -314,13 +316,13 @@ def _number(value: Decimal) -> int | float:
 # -- presentation ------------------------------------------------------------------------------------------------
 
 def render(report: Report) -> str:
-    out = [f"TrainJob {report.trainjob}: {report.status.upper()}", ""]
+    out = [f"TrainJob {visible(report.trainjob)}: {report.status.upper()}", ""]
     scope = report.scope
     if scope:
         answer = {True: "yes", False: "no", None: "unknown"}[scope.get("inScope")]
         out += ["SCOPE", table([["in scope", f"{answer}: {scope.get('why')}"]]), ""]
     out += _render_plan(report.plan) + _render_state(report) + _render_kai(report)
-    out.append(f"NEXT: {report.next}")
+    out.append(f"NEXT: {visible(report.next)}")
     return "\n".join(out)
 
 
@@ -338,7 +340,7 @@ def _render_plan(p: dict[str, Any]) -> list[str]:
     sets = [[s["name"], s["count"], ", ".join(f"{k}={v}" for k, v in s["requests"].items())]
             for s in p.get("podSets", [])]
     out += [table(sets, ["POD SET", "COUNT", "REQUESTS PER POD"]), ""]
-    return out + [f"  problem: {problem}" for problem in p.get("problems", [])]
+    return out + [f"  problem: {visible(problem)}" for problem in p.get("problems", [])]
 
 
 def _render_state(report: Report) -> list[str]:
@@ -373,7 +375,7 @@ def _render_kai(report: Report) -> list[str]:
         out += ["PODS", table(rows, ["REPLICATED JOB", "BOUND", "WAITING"]) if rows else "  none yet", ""]
     if "reservation" in kai:
         rows = [[p["name"], p["for"], p["node"] or "-"] for p in kai.get("placeholders") or []]
-        out += ["RESERVATION", f"  {kai['reservation']}"]
+        out += ["RESERVATION", f"  {visible(kai['reservation'])}"]
         out += [table(rows, ["PLACEHOLDER", "HOLDS THE PLACE OF", "NODE"]) if rows else "  no placeholder pod now", ""]
     return out
 
@@ -385,7 +387,7 @@ def run(target_ref: str, kubeconfig: str | None, output: str, settings: Settings
     if not sep or not namespace or not name or "/" in name:
         raise Unusable(f"{target_ref!r}: expected NAMESPACE/NAME")
     try:
-        cluster = Cluster.from_settings(settings, kubeconfig, context)
+        cluster = ApiServer.from_settings(settings, kubeconfig, context)
     except NoClusterConfig as error:
         raise Unusable(str(error)) from None
     try:

@@ -4,9 +4,10 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import keys, objects, reserve
+from kai_fn.core import decide, keys, reasons, reserve
+from kai_fn.core.patch import Op
 from kai_fn.core.plan import Plan
-from kai_fn.core.objects import stamp
+from kai_fn.core.state import facts
 
 
 def summary(plan: Plan) -> dict[str, Any]:
@@ -41,18 +42,20 @@ def summary(plan: Plan) -> dict[str, Any]:
     return out
 
 
-def decision_of(result: Plan, trainjob: dict[str, Any], jobset: dict[str, Any], resume_setting: bool,
-                now: datetime.datetime) -> tuple[dict[str, str] | None, bool]:
-    """The decision the function writes with the plan on a held JobSet, and whether it resumes it: as its pass does
-    for a TrainJob that asks for no wait (kai-fn/hold, KAI_FN_RESUME=false: templates only; suspended: decided, not
-    resumed)."""
-    waits = objects.hold_reason(trainjob) is not None or not resume_setting or objects.suspended(trainjob)
-    if waits and not objects.suspended(trainjob):
-        return None, False
-    decision = {keys.MARKER_PODGROUP: result.podgroup_name or ""}
-    if result.reserves:
-        decision[keys.RESERVES_ANNOTATION] = result.reserves
-    resume = not waits and keys.HELD_LABEL in ((jobset.get("metadata") or {}).get("labels") or {})
-    if resume:
-        decision[keys.RELEASED_AT_ANNOTATION] = stamp(now)
-    return decision, resume
+class Mismatch(ValueError):
+    """The JobSet given is not the runtime's (a replicatedJob the plan names is missing): unusable input."""
+
+
+def jobset_patch_of(result: Plan, trainjob: dict[str, Any], jobset: dict[str, Any], resume_setting: bool,
+                    now: datetime.datetime) -> tuple[list[Op], str | None]:
+    """The JSON Patch the function's pass would apply to ``jobset`` now, by the pass's own decision
+    (:func:`kai_fn.core.decide.gang`), and a problem to report beside it (the JobSet runs already: the patch marks it
+    TooLate)."""
+    context = decide.Context(trainjob=trainjob, jobset=jobset, now=now, watched=True, resume=resume_setting)
+    action = decide.gang(facts(trainjob, jobset), context, result)
+    if isinstance(action, decide.Refuse):
+        raise Mismatch(action.message)
+    if isinstance(action, decide.MarkTooLate):
+        return list(action.ops), f"{reasons.TOO_LATE}: {decide.TOO_LATE_MESSAGE}"
+    assert isinstance(action, decide.MakeGang), action
+    return list(action.ops), None

@@ -14,28 +14,28 @@ By name it releases a ``held`` or ``blocked`` TrainJob and refuses any other in 
 ``-A``) releases every ``held`` one, never a ``blocked`` one (kai_fn refused those for a reason: name them).
 
 Exit 0: every TrainJob asked for was released (with ``--held``: also when none is held). 1: nothing was written
-because ``--yes`` is missing (what would be released is printed), or one was refused or changed meanwhile (the
-others are released). 2: bad input, no such TrainJob, or a cluster that cannot be read (one line).
+because ``--yes`` is missing (what would be released is printed), or one was refused, could not be planned or changed
+meanwhile (the others are released). 2: bad input, no such TrainJob, or a cluster that cannot be read (one line).
 """
 from __future__ import annotations
 
 import datetime
 import socket
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
-
-from kubernetes.client.exceptions import ApiException
 
 from kai_fn.commands import survey
 from kai_fn.commands.status import Unreachable, Unusable, age, connect
 from kai_fn.commands.tables import table
+from kai_fn.commands.terminal import visible
 from kai_fn.core import keys, objects
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import jobset_patch
 from kai_fn.core.plan import plan
 from kai_fn.core.runtime import target
 from kai_fn.core.state import Phase, Reading, facts
-from kai_fn.kube import Gone, GuardFailed, Session, Stale, Transient
+from kai_fn.kube import Gone, GuardFailed, ApiSession, Stale, Transient
 from kai_fn.settings import Settings
 from kai_fn.kube.events import event_body
 
@@ -45,24 +45,52 @@ COMPONENT = "kai-fn-release"
 RELEASABLE_BY_NAME = (Phase.HELD, Phase.BLOCKED)
 
 
+class Outcome(StrEnum):
+    RELEASED = "released"
+    CHANGED = "changed"  # the JobSet changed since it was read: its guard failed, nothing written
+    GONE = "gone"  # the JobSet was deleted meanwhile
+    NOT_PLANNED = "not-planned"  # kai_fn's plan makes no gang of it: nothing written
+
+
+@dataclass(frozen=True)
+class Released:
+    """What became of one TrainJob asked for."""
+
+    namespace: str
+    name: str
+    outcome: Outcome
+    event_posted: bool = False
+    with_gang: bool = False
+    why: str = ""  # NOT_PLANNED: what stops the plan
+
+    def line(self) -> str:
+        ref = f"{self.namespace}/{self.name}"
+        if self.outcome is Outcome.CHANGED:
+            return f"{ref}: changed since it was read; not released (run again to see where it stands)"
+        if self.outcome is Outcome.GONE:
+            return f"{ref}: deleted meanwhile"
+        if self.outcome is Outcome.NOT_PLANNED:
+            return f"{ref}: kai_fn would make no gang ({visible(self.why)}); nothing released"
+        how = "with its gang" if self.with_gang else "without a gang"
+        return f"released {ref} {how}" + ("" if self.event_posted else " (its Event could not be posted)")
+
+
 @dataclass(frozen=True)
 class Candidate:
     trainjob: dict[str, Any]
     reading: Reading
 
 
-def who(session: Session) -> str:
+def who(session: ApiSession) -> str:
     """The caller's user name, as the API server authenticated it (SelfSubjectReview, Kubernetes 1.28+)."""
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
     try:
-        review = session.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=body)
-    except (ApiException, Transient) as error:
-        return f"an unidentified user (SelfSubjectReview: {getattr(error, 'status', None) or error})"
-    user = ((review or {}).get("status") or {}).get("userInfo") or {}
+        user = session.self_review()
+    except Transient as error:
+        return f"an unidentified user (SelfSubjectReview: {error.status or error})"
     return str(user.get("username") or "an unidentified user")
 
 
-def named(session: Session, settings: Settings, refs: list[str]) -> tuple[list[Candidate], list[str]]:
+def named(session: ApiSession, settings: Settings, refs: list[str]) -> tuple[list[Candidate], list[str]]:
     """The TrainJobs named NAMESPACE/NAME that may be released, and one line for each that may not."""
     found, refused = [], []
     for ref in refs:
@@ -76,17 +104,17 @@ def named(session: Session, settings: Settings, refs: list[str]) -> tuple[list[C
         if reading.phase in RELEASABLE_BY_NAME:
             found.append(Candidate(obj, reading))
         else:
-            refused.append(f"{ref}: not held ({reading.phase}: {reading.reason}); nothing to release")
+            refused.append(f"{visible(ref)}: not held ({reading.phase}: {visible(reading.reason)}); nothing to release")
     return found, refused
 
 
-def held(session: Session, settings: Settings, namespace: str | None) -> list[Candidate]:
+def held(session: ApiSession, settings: Settings, namespace: str | None) -> list[Candidate]:
     return [Candidate(obj, r) for obj, r in survey.entries(session, settings, namespace) if r.phase is Phase.HELD]
 
 
-def release_one(session: Session, settings: Settings, candidate: Candidate, user: str, reason: str) -> str:
+def release_one(session: ApiSession, settings: Settings, candidate: Candidate, user: str, reason: str) -> Released:
     """The gang made (a JobSet named at admission, or none yet), or one guarded patch of a held JobSet; then the
-    Event; one line saying what happened."""
+    Event."""
     meta = candidate.trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     if _gets_its_gang(session, candidate):
@@ -100,17 +128,22 @@ def release_one(session: Session, settings: Settings, candidate: Candidate, user
             if ops:
                 session.patch_jobset(namespace, name, ops)
     except (Stale, GuardFailed):
-        return f"{namespace}/{name}: changed since it was read; not released (run again to see where it stands)"
+        return Released(namespace, name, Outcome.CHANGED)
     except Gone:
-        return f"{namespace}/{name}: deleted meanwhile"
+        return Released(namespace, name, Outcome.GONE)
     message = (f"released without a gang by {user}: {reason}. kai_fn will make no gang for it "
                f"({keys.MARKER_SKIPPED}: {keys.SKIPPED_BY_OPERATOR}); it was {candidate.reading.phase}: "
                f"{candidate.reading.reason}")
-    posted = _post(session, candidate, message)
-    return f"released {namespace}/{name} without a gang" + ("" if posted else " (its Event could not be posted)")
+    return Released(namespace, name, Outcome.RELEASED, event_posted=_post(session, candidate, message))
 
 
-def _with_gang(session: Session, settings: Settings, candidate: Candidate, user: str, reason: str) -> str:
+def _gets_its_gang(session: ApiSession, candidate: Candidate) -> bool:
+    jobset = survey.jobset_of(session, candidate.trainjob)
+    marks = facts(candidate.trainjob, jobset)
+    return not marks.held and (jobset is None or marks.named)
+
+
+def _with_gang(session: ApiSession, settings: Settings, candidate: Candidate, user: str, reason: str) -> Released:
     """The PodGroups (and placeholders) of kai_fn's plan, made with the operator's credentials, then the Event."""
     meta = candidate.trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -118,37 +151,31 @@ def _with_gang(session: Session, settings: Settings, candidate: Candidate, user:
         job = parse(TrainJob, candidate.trainjob)
         raw = session.runtime(target(job))
         if raw is None:
-            return f"{namespace}/{name}: its runtime does not exist; no gang can be planned, nothing released"
+            return Released(namespace, name, Outcome.NOT_PLANNED, why=f"{target(job)} does not exist")
         planned = plan(job, parse(Runtime, raw), **settings.planning())
     except InputError as error:
-        return f"{namespace}/{name}: cannot be planned ({error}); nothing released"
+        return Released(namespace, name, Outcome.NOT_PLANNED, why=str(error))
     if not planned.actionable:
         why = planned.ignored or "; ".join(str(p) for p in planned.problems if p.blocking)
-        return f"{namespace}/{name}: kai_fn would make no gang ({why}); nothing released"
+        return Released(namespace, name, Outcome.NOT_PLANNED, why=why)
     made = [pg["metadata"]["name"] for pg in planned.podgroups if session.create_podgroup(pg)]
     for pod in () if objects.suspended(candidate.trainjob) else planned.placeholders:
         session.create_pod(pod)
     message = (f"released with its gang by {user}: {reason}. The PodGroups of kai_fn's plan were made "
                f"({', '.join(made) or 'all existed already'}); it was {candidate.reading.phase}: "
                f"{candidate.reading.reason}")
-    posted = _post(session, candidate, message)
-    return f"released {namespace}/{name} with its gang" + ("" if posted else " (its Event could not be posted)")
+    return Released(namespace, name, Outcome.RELEASED, event_posted=_post(session, candidate, message),
+                    with_gang=True)
 
 
-def _gets_its_gang(session: Session, candidate: Candidate) -> bool:
-    jobset = survey.jobset_of(session, candidate.trainjob)
-    marks = facts(candidate.trainjob, jobset)
-    return not marks.held and (jobset is None or marks.named)
-
-
-def _would(session: Session, candidates: list[Candidate]) -> str:
+def _would(session: ApiSession, candidates: list[Candidate]) -> str:
     with_gang = [_gets_its_gang(session, c) for c in candidates]
     if all(with_gang):
         return "would release, with its gang made from kai_fn's plan:"
     return "would release, without a gang:" if not any(with_gang) else "would release (with its gang where named):"
 
 
-def _post(session: Session, candidate: Candidate, message: str) -> bool:
+def _post(session: ApiSession, candidate: Candidate, message: str) -> bool:
     body = event_body(candidate.trainjob, RELEASED_BY_OPERATOR, message, warning=False)
     body |= {"source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
              "reportingInstance": socket.gethostname()[:128]}
@@ -171,7 +198,7 @@ def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool
     now = now or datetime.datetime.now(datetime.UTC)
     try:
         if all_held:
-            candidates, refused = held(session, settings, namespace), []
+            candidates, refused = held(session, settings, namespace), list[str]()
         else:
             candidates, refused = named(session, settings, refs)
         listing = table([[c.reading.namespace, c.reading.name, c.reading.phase, age(c.reading.age(now)),
@@ -187,5 +214,5 @@ def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool
         done = [release_one(session, settings, c, user, reason or "") for c in candidates]
     except Transient as error:
         raise Unreachable(f"cannot read or write the cluster: {error}") from None
-    failed = refused or [line for line in done if not line.startswith("released ")]
-    return (EXIT_NOT_DONE if failed else EXIT_OK), "\n".join([*refused, *done])
+    failed = refused or any(r.outcome is not Outcome.RELEASED for r in done)
+    return (EXIT_NOT_DONE if failed else EXIT_OK), "\n".join([*refused, *(r.line() for r in done)])

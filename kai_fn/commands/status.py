@@ -16,9 +16,10 @@ from typing import Any
 
 from kai_fn.commands import survey
 from kai_fn.commands.tables import table
+from kai_fn.commands.terminal import visible
 from kai_fn.core.state import Phase, Reading, order
 from kai_fn.kube import lease as heartbeat
-from kai_fn.kube import Cluster, NoClusterConfig, Session, Transient
+from kai_fn.kube import ApiServer, ApiSession, NoClusterConfig, Transient
 from kai_fn.settings import Settings
 
 EXIT_OK, EXIT_HELD, EXIT_INPUT = 0, 1, 2
@@ -52,14 +53,14 @@ def age(seconds: float) -> str:
     return f"{seconds}s"
 
 
-def connect(settings: Settings, kubeconfig: str | None, context: str | None = None) -> Session:
+def connect(settings: Settings, kubeconfig: str | None, context: str | None = None) -> ApiSession:
     try:
-        return Cluster.from_settings(settings, kubeconfig, context).session()
+        return ApiServer.from_settings(settings, kubeconfig, context).session()
     except NoClusterConfig as error:
         raise Unusable(str(error)) from None
 
 
-def absence(session: Session, settings: Settings, lease: str | None, now: datetime.datetime) -> str | None:
+def absence(session: ApiSession, settings: Settings, lease: str | None, now: datetime.datetime) -> str | None:
     """Why the function looks absent (see :meth:`heartbeat.Seen.absent`), or None when its heartbeat is fresh."""
     where = lease if lease is not None else settings.heartbeat_lease
     if not where:
@@ -69,7 +70,7 @@ def absence(session: Session, settings: Settings, lease: str | None, now: dateti
 
 def strand_notice(absent: str, count: int, scope: str) -> str:
     """What an operator reads when held TrainJobs have no one to release them."""
-    return (f"kai_fn looks absent: {absent}. {count} TrainJob(s) held longer than a resync period "
+    return (f"kai_fn looks absent: {visible(absent)}. {count} TrainJob(s) held longer than a resync period "
             f"({heartbeat.RESYNC_PERIOD_SECONDS}s): nothing releases them while it is. Check the function "
             f"(kubectl get ksvc,pingsource,apiserversource -n kai-fn), or release them without a gang: "
             f"python -m kai_fn release --held {scope} --yes --reason '...'")

@@ -7,39 +7,35 @@ For many TrainJobs (:func:`survey`), whatever their number:
 2. one LIST of kai_fn's PodGroups of the flavor (label ``app.kubernetes.io/managed-by=kai-fn``);
 3. one LIST of pods labelled ``jobset.sigs.k8s.io/jobset-name``, only when a released gang not yet marked
    ``kai-fn/bound`` needs its pods to say whether it is bound now;
-4. one LIST of Events per namespace holding a TrainJob kai_fn still owes a release: kai_fn's Warnings on TrainJobs
-   only (field selector), which tell ``blocked`` from ``held``.
+4. a GET of each runtime a TrainJob kai_fn has not decided names (once per runtime), and one LIST of KAI's Queues when
+   such a gang's queue is checked first: kai_fn's own decision, made again on the live objects
+   (:mod:`kai_fn.commands.verdicts`), tells ``blocked`` from ``held``. Never an Event: any tenant may post one.
 
-For one TrainJob (:func:`reading_of`): its JobSet, its PodGroups (one LIST by its uid label), its JobSet's pods when needed, and
-its refusals when needed (one LIST of Events by its uid). The heartbeat is read by the callers, only when something
+For one TrainJob (:func:`reading_of`): its JobSet, its PodGroups (one LIST by its uid label), its JobSet's pods when needed, , and
+its runtime and the Queues when it is undecided. The heartbeat is read by the callers, only when something
 is held longer than a resync period (:mod:`kai_fn.kube.lease`).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
-from kai_fn.core import keys, state
+from kai_fn.commands import verdicts
+from kai_fn.core import decide, keys, state
 from kai_fn.core.objects import controlled_by, deleting, labels, meta
-from kai_fn.core.reasons import Refusal, refusals
-from kai_fn.core.models import InputError, Runtime, TrainJob, parse
-from kai_fn.core.plan import Plan, plan
-from kai_fn.core.runtime import RuntimeTarget, target
+from kai_fn.core.plan import Plan
+from kai_fn.core.queue_check import QueueTree
+from kai_fn.core.reasons import Refusal
 from kai_fn.core.state import Facts, Reading, podgroup_api
-from kai_fn.kube import Session, Transient
+from kai_fn.kube import ApiSession
 from kai_fn.settings import Settings
 
-_WARNINGS = f"involvedObject.kind={keys.TRAINJOB_KIND},type=Warning,reportingComponent={keys.MANAGED_BY}"
-
-
-def survey(session: Session, settings: Settings, namespace: str | None) -> list[Reading]:
+def survey(session: ApiSession, settings: Settings, namespace: str | None) -> list[Reading]:
     """Every TrainJob in kai_fn's scope, in the namespace or all, read."""
     return [reading for _, reading in entries(session, settings, namespace)]
 
 
-def entries(session: Session, settings: Settings, namespace: str | None) -> list[tuple[dict[str, Any], Reading]]:
+def entries(session: ApiSession, settings: Settings, namespace: str | None) -> list[tuple[dict[str, Any], Reading]]:
     """Every TrainJob in kai_fn's scope, as listed, with its reading."""
     trainjobs = [t for t in session.list_trainjobs(namespace) if not deleting(t)]
     podgroups = session.podgroups(podgroup_api(settings.flavor), namespace)
@@ -52,22 +48,20 @@ def entries(session: Session, settings: Settings, namespace: str | None) -> list
     for pod in pods:
         by_jobset.setdefault((meta(pod).get("namespace", ""), labels(pod).get(keys.JOBSET_NAME_LABEL, "")),
                              []).append(pod)
-    refused: dict[str, list[Refusal]] = {}
-    for ns in sorted({e.key[0] for e in joined if e.marks.may_be_refused}):
-        refused |= refusals(_warnings(session, ns, _WARNINGS))
-    runtimes: dict[RuntimeTarget, dict[str, Any] | None] = {}
+    runtimes: verdicts.Runtimes = {}
+    queues = verdicts.queue_reader(session)
     readings = []
     for entry in joined:
-        uid = meta(entry.trainjob).get("uid", "")
-        mine, theirs = by_uid.get(uid, []), refused.get(uid, [])
-        if state.in_scope(entry.trainjob, entry.jobset, mine, theirs):
-            planned = planned_gang(session, settings, entry.trainjob, entry.marks, runtimes)
+        mine = by_uid.get(meta(entry.trainjob).get("uid", ""), [])
+        if state.in_scope(entry.trainjob, entry.jobset, mine):
+            found = _undecided(session, settings, entry.trainjob, entry.marks, runtimes)
+            refused = _refused(settings, entry.marks, entry.trainjob, entry.jobset, found, queues)
             readings.append((entry.trainjob, state.read(entry.trainjob, entry.jobset, mine,
-                                                        by_jobset.get(entry.key, []), theirs, planned)))
+                                                        by_jobset.get(entry.key, []), refused, _plan(found))))
     return readings
 
 
-def reading_of(session: Session, settings: Settings, trainjob: dict[str, Any],
+def reading_of(session: ApiSession, settings: Settings, trainjob: dict[str, Any],
                pods: Sequence[dict[str, Any]] | None = None) -> tuple[Reading, list[dict[str, Any]]]:
     """One TrainJob, read as :func:`survey` reads it; and its PodGroups. ``pods``: its JobSet's, if already listed."""
     namespace, name, uid = (meta(trainjob).get(k, "") for k in ("namespace", "name", "uid"))
@@ -78,33 +72,33 @@ def reading_of(session: Session, settings: Settings, trainjob: dict[str, Any],
     marks = state.facts(trainjob, jobset, main)
     if pods is None:
         pods = session.jobset_pods(namespace, name) if _needs_pods(marks, main) else []
-    refused: list[Refusal] = []
-    if marks.may_be_refused and uid:
-        selector = f"involvedObject.uid={uid},type=Warning,reportingComponent={keys.MANAGED_BY}"
-        refused = refusals(_warnings(session, namespace, selector)).get(uid, [])
-    planned = planned_gang(session, settings, trainjob, marks, {})
-    return state.read(trainjob, jobset, mine, pods, refused, planned), mine
+    found = _undecided(session, settings, trainjob, marks, {})
+    refused = _refused(settings, marks, trainjob, jobset, found, verdicts.queue_reader(session))
+    return state.read(trainjob, jobset, mine, pods, refused, _plan(found)), mine
 
 
-def planned_gang(session: Session, settings: Settings, trainjob: dict[str, Any], marks: Facts,
-                 runtimes: dict[RuntimeTarget, dict[str, Any] | None]) -> Plan | None:
-    """What kai_fn would make of a TrainJob it has not decided yet, so that its gang is shown before it is made; None
-    once decided or running, or when it cannot be planned. A GET of its runtime, once per runtime (``runtimes``: those
-    read)."""
+def _undecided(session: ApiSession, settings: Settings, trainjob: dict[str, Any], marks: Facts,
+               runtimes: verdicts.Runtimes) -> decide.Planned | None:
+    """The plan (or why there is none) of a TrainJob kai_fn has yet to decide; None once decided or running."""
     if marks.decided or marks.running:
         return None
-    try:
-        job = parse(TrainJob, trainjob)
-        where = target(job)
-        if where not in runtimes:
-            runtimes[where] = session.runtime(where)
-        raw = runtimes[where]
-        return None if raw is None else plan(job, parse(Runtime, raw), topologies={}, **settings.planning())
-    except InputError:
-        return None
+    return verdicts.planned(session, settings, trainjob, runtimes)
 
 
-def jobset_of(session: Session, trainjob: dict[str, Any]) -> dict[str, Any] | None:
+def _plan(found: decide.Planned | None) -> Plan | None:
+    return found if isinstance(found, Plan) else None
+
+
+def _refused(settings: Settings, marks: Facts, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
+             found: decide.Planned | None, queues: Callable[[], QueueTree | None]) -> list[Refusal]:
+    """kai_fn's refusal of a TrainJob it still owes a release, as its pass would decide it now."""
+    if found is None or not marks.may_be_refused:
+        return []
+    refused = verdicts.refusal(settings, marks, trainjob, jobset, found, queues)
+    return [refused] if refused is not None else []
+
+
+def jobset_of(session: ApiSession, trainjob: dict[str, Any]) -> dict[str, Any] | None:
     meta = trainjob.get("metadata") or {}
     jobset = session.jobset(meta.get("namespace", ""), meta.get("name", ""))
     return jobset if jobset is not None and controlled_by(jobset, meta.get("uid")) else None
@@ -115,20 +109,6 @@ def _needs_pods(marks: Facts, podgroup: dict[str, Any] | None) -> bool:
     return marks.podgroup is not None and marks.bound is None and marks.running and podgroup is not None
 
 
-def _pods(session: Session, namespace: str | None) -> list[dict[str, Any]]:
-    query = [("labelSelector", keys.JOBSET_NAME_LABEL)]
-    if namespace is None:
-        return _list(session, "/api/v1/pods", query)
-    return _list(session, "/api/v1/namespaces/{namespace}/pods", query, namespace=namespace)
-
-
-def _warnings(session: Session, namespace: str, selector: str) -> list[dict[str, Any]]:
-    return _list(session, "/api/v1/namespaces/{namespace}/events", [("fieldSelector", selector)], namespace=namespace)
-
-
-def _list(session: Session, path: str, query: list[tuple[str, str]], **where: str) -> list[dict[str, Any]]:
-    try:
-        found = session.request("GET", path, query=query, **where)
-    except ApiException as error:
-        raise Transient(f"API {error.status} on list {path.rsplit('/', 1)[-1]}") from None
-    return list((found or {}).get("items") or [])
+def _pods(session: ApiSession, namespace: str | None) -> list[dict[str, Any]]:
+    """Every pod of a JobSet, in the namespace or all."""
+    return session.pods(namespace, keys.JOBSET_NAME_LABEL)

@@ -6,10 +6,15 @@ from kai_fn.kube.errors import (
     AlreadyExists, ApiError, Conflict, Forbidden, Gone, GuardFailed, Invalid, NotFound, NotServed, Stale, Terminating,
     Transient, Unauthorized,
 )
-from kai_fn.kube.session import JSON_PATCH, MERGE_PATCH, Cluster, Session
+from kai_fn.kube.session import JSON_PATCH, MERGE_PATCH, ApiServer, ApiSession
+
+# kai_fn/function's own Cluster and Session subclass these under the names they had; the aliases go once the function
+# names its classes for what they add (the process's caches), and imports these names.
+Cluster = ApiServer
+Session = ApiSession
 
 __all__ = [
-    "AlreadyExists", "ApiError", "Cluster", "Conflict", "Forbidden", "Gone", "GuardFailed", "Invalid", "JSON_PATCH",
-    "MERGE_PATCH", "NoClusterConfig", "NotFound", "NotServed", "Observer", "Session", "Stale", "Terminating",
-    "Transient", "Unauthorized", "api_client", "request_shape",
+    "AlreadyExists", "ApiError", "ApiServer", "ApiSession", "Cluster", "Conflict", "Forbidden", "Gone", "GuardFailed",
+    "Invalid", "JSON_PATCH", "MERGE_PATCH", "NoClusterConfig", "NotFound", "NotServed", "Observer", "Session", "Stale",
+    "Terminating", "Transient", "Unauthorized", "api_client", "request_shape",
 ]

@@ -5,7 +5,8 @@ nothing for the commands) its verb, resource and status code.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 import kubernetes.config
 import urllib3
@@ -13,6 +14,17 @@ import yaml
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
+from kubernetes.client.rest import RESTResponse
+
+
+# kubernetes.config and RESTResponse.read have no annotations: these are the calls kai_fn makes of them, with the types
+# they take and return, so the rest of the tree calls typed names. The loaders write into ``client_configuration``;
+# ``read_body`` reads a response's body in full (before it is deserialized).
+read_body = cast(Callable[[RESTResponse], bytes], RESTResponse.read)
+_load_incluster = cast(Callable[..., None], kubernetes.config.load_incluster_config)
+_load_kubeconfig = cast(Callable[..., None], kubernetes.config.load_kube_config)
+_kubeconfig_contexts = cast(Callable[..., tuple[list[dict[str, Any]], dict[str, Any]]],
+                            kubernetes.config.list_kube_config_contexts)
 
 
 class NoClusterConfig(SystemExit):
@@ -35,17 +47,26 @@ def api_client(kubeconfig: str | None = None, context: str | None = None,
     try:
         if kubeconfig is None and context is None:
             try:
-                kubernetes.config.load_incluster_config(client_configuration=config)
+                _load_incluster(client_configuration=config)
             except kubernetes.config.ConfigException:
-                kubernetes.config.load_kube_config(client_configuration=config)
+                _load_kubeconfig(client_configuration=config)
         else:
-            kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=config)
+            _load_kubeconfig(config_file=kubeconfig, context=context, client_configuration=config)
     except (kubernetes.config.ConfigException, OSError, yaml.YAMLError) as error:
         why = " ".join(str(error).split())  # YAML errors span lines; this is one
         raise NoClusterConfig(f"no Kubernetes API to talk to: not in a cluster, and KUBECONFIG: {why}") from None
     config.retries = False  # the sender redelivers; stacked retries would outlast its patience
     config.connection_pool_maxsize = 64
     return ObservedApiClient(config, observer)
+
+
+def current_context(kubeconfig: str | None) -> str | None:
+    """The kubeconfig's current-context (``kubeconfig``, else ``KUBECONFIG``, else ``~/.kube/config``); None when
+    there is none to read."""
+    try:
+        return str(_kubeconfig_contexts(config_file=kubeconfig)[1]["name"])
+    except (kubernetes.config.ConfigException, OSError, KeyError, TypeError):
+        return None
 
 
 class ObservedApiClient(ApiClient):

@@ -11,7 +11,7 @@ import datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kai_fn.kube.errors import ApiError, NotFound, Transient
-from kai_fn.kube.session import Session
+from kai_fn.kube.session import ApiSession
 
 RESYNC_PERIOD_SECONDS = 60  # the PingSource's schedule, "* * * * *"
 LEASE_SECONDS = 3 * RESYNC_PERIOD_SECONDS  # three missed resyncs: the function (or its PingSource) looks absent
@@ -57,7 +57,7 @@ class Seen(BaseModel):
         return None
 
 
-def read(session: Session, lease: str) -> Seen:
+def read(session: ApiSession, lease: str) -> Seen:
     """One GET of the Lease; what cannot be read is said, never raised."""
     namespace, _, name = lease.partition("/")
     try:

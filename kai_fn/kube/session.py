@@ -8,7 +8,9 @@ CustomObjectsApi would cost seconds of import for a few paths.
 """
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +21,8 @@ from kubernetes.client.exceptions import ApiException
 from kai_fn.core import keys
 from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.runtime import RuntimeTarget
-from kai_fn.kube.client import Observer, api_client
+from kai_fn.kube import listing
+from kai_fn.kube.client import Observer, api_client, read_body
 from kai_fn.kube.errors import (
     AlreadyExists, ApiError, Conflict, Gone, GuardFailed, Invalid, NotFound, NotServed, Stale, Terminating, Transient,
     classify, unreachable,
@@ -43,31 +46,45 @@ def _where(namespace: str | None, name: str | None) -> dict[str, str]:
 
 
 @dataclass
-class Cluster:
+class ApiServer:
     """One API server: the shared client, the timeout of each call, and who counts (nothing, for the commands)."""
 
     client: ApiClient
     timeout: float
     observer: Observer | None = None
+    # What a LIST keeps of one object (kai_fn/kube/listing.py), and who hears of each left out.
+    max_object_bytes: int = listing.MAX_OBJECT_BYTES
+    on_oversized: Callable[[listing.Oversized], None] | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, kubeconfig: str | None = None, context: str | None = None) -> Cluster:
+    def from_settings(cls, settings: Settings, kubeconfig: str | None = None,
+                      context: str | None = None) -> ApiServer:
         return cls(api_client(kubeconfig, context), settings.api_timeout_seconds)
 
-    def session(self) -> Session:
-        return Session(self)
+    def session(self) -> ApiSession:
+        return ApiSession(self)
 
 
 @dataclass
-class Session:
-    """The calls one piece of work makes (one event, one command), counted in :attr:`calls`."""
+class ApiSession:
+    """The calls one piece of work makes (one event, one command) on an :class:`ApiServer`, counted in
+    :attr:`calls`."""
 
-    cluster: Cluster
+    cluster: ApiServer
     calls: int = 0
 
     def request(self, method: str, url: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
                 content_type: str = JSON, **path_params: str) -> Any:
         """The one request path: the decoded answer, or the table's exception (:func:`errors.classify`)."""
+        text = self._send(method, url, body=body, query=query, content_type=content_type, **path_params)
+        try:
+            return json.loads(text) if text else None
+        except ValueError:
+            return text
+
+    def _send(self, method: str, url: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
+              content_type: str = JSON, **path_params: str) -> str:
+        """The answer's text, undecoded (a LIST is decoded one object at a time: :mod:`kai_fn.kube.listing`)."""
         self.calls += 1
         client = self.cluster.client
         headers = {"Accept": JSON} | ({"Content-Type": content_type} if body is not None else {})
@@ -75,12 +92,15 @@ class Session:
             request = client.param_serialize(method, url, path_params=path_params, query_params=query or [],
                                              header_params=headers, body=body, auth_settings=["BearerToken"])
             response = client.call_api(*request, _request_timeout=self.cluster.timeout)
-            response.read()
-            return client.response_deserialize(response, {"200": "object", "201": "object"}).data
+            read_body(response)
+            raw = client.response_deserialize(response, {"200": "bytes", "201": "bytes"}).data
+            return raw.decode() if isinstance(raw, bytes) else ""
         except ApiException as error:
             raise classify(error) from None
         except (urllib3.exceptions.HTTPError, TimeoutError, ConnectionError, OSError) as error:
             raise unreachable(error) from None
+        except UnicodeDecodeError:
+            raise Transient(f"API answered {method} {url} with text that is not UTF-8") from None
 
     def _call(self, what: str, method: str, url: str, *kept: type[ApiError], **kwargs: Any) -> Any:
         """:meth:`request`, where a refusal not ``kept`` (nor Transient already) becomes :class:`Transient`."""
@@ -100,14 +120,38 @@ class Session:
         return found if isinstance(found, dict) else None
 
     def _list(self, api_version: str, plural: str, namespace: str | None = None,
-              selector: str | None = None) -> list[dict[str, Any]]:
-        query = [("labelSelector", selector)] if selector else []
-        try:
-            found = self._call("list", "GET", path(api_version, plural, namespace), NotFound, query=query,
-                               **_where(namespace, None))
-        except NotFound:
-            raise NotServed(f"{api_version} {plural} is not served (404 on list)") from None
-        return list((found or {}).get("items") or [])
+              selector: str | None = None, fields: str | None = None) -> list[dict[str, Any]]:
+        """Every object of the kind the selectors choose, in pages of :data:`listing.PAGE_SIZE`; one over the
+        server's ``max_object_bytes`` is left out, logged and handed to its ``on_oversized`` hook."""
+        query = [(k, v) for k, v in (("labelSelector", selector), ("fieldSelector", fields)) if v]
+        items: list[dict[str, Any]] = []
+        more: str | None = None
+        while True:
+            page_query = [*query, ("limit", str(listing.PAGE_SIZE)), *([("continue", more)] if more else [])]
+            try:
+                text = self._send("GET", path(api_version, plural, namespace), query=page_query,
+                                  **_where(namespace, None))
+                page = listing.read_page(text, plural, self.cluster.max_object_bytes)
+            except NotFound:
+                raise NotServed(f"{api_version} {plural} is not served (404 on list)") from None
+            except ApiError as error:
+                if isinstance(error, Transient):
+                    raise
+                raise Transient(f"API {error.status} on list") from None
+            except ValueError as error:  # listing.NotAList, or JSON that does not parse
+                raise Transient(f"API answered a list of {plural} that is not one: {error}") from None
+            items += page.items
+            for skipped in page.oversized:
+                self._oversized(skipped)
+            if not (more := page.more):
+                return items
+
+    def _oversized(self, skipped: listing.Oversized) -> None:
+        log.warning("object too large, left out", extra={"fields": {
+            "resource": skipped.resource, "namespace": skipped.namespace, "name": skipped.name,
+            "bytes": skipped.size, "limit": self.cluster.max_object_bytes}})
+        if self.cluster.on_oversized is not None:
+            self.cluster.on_oversized(skipped)
 
     def _merge(self, api_version: str, plural: str, kind: str, namespace: str, name: str,
                merge: dict[str, Any]) -> Any:
@@ -161,18 +205,26 @@ class Session:
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get("v1", "pods", namespace, name)
 
-    def _pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        found = self._call("list pods", "GET", path("v1", "pods", namespace), query=[("labelSelector", selector)],
-                           namespace=namespace)
-        return list((found or {}).get("items") or [])
+    def pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        """Pods with the labels of ``selector``, in the namespace or all."""
+        return self._list("v1", "pods", namespace, selector)
 
     def jobset_pods(self, namespace: str, jobset: str) -> list[dict[str, Any]]:
         """The pods of a JobSet (of a TrainJob: same name), by the label JobSet puts on them."""
-        return self._pods(namespace, f"{keys.JOBSET_NAME_LABEL}={jobset}")
+        return self.pods(namespace, f"{keys.JOBSET_NAME_LABEL}={jobset}")
 
     def placeholders(self, namespace: str, trainjob_uid: str) -> list[dict[str, Any]]:
         """The placeholder pods kai_fn made for a TrainJob (kai_fn/core/reserve.py), by their labels."""
-        return self._pods(namespace, f"{keys.TRAINJOB_UID_LABEL}={trainjob_uid},{keys.PLACEHOLDER_LABEL}")
+        return self.pods(namespace, f"{keys.TRAINJOB_UID_LABEL}={trainjob_uid},{keys.PLACEHOLDER_LABEL}")
+
+    def self_review(self) -> dict[str, Any]:
+        """Who the caller is, as the API server authenticated it: a SelfSubjectReview's ``status.userInfo``
+        (Kubernetes 1.28+); Transient when it cannot be told."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        review = self._call("create selfsubjectreview", "POST", path("authentication.k8s.io/v1", "selfsubjectreviews"),
+                            body=body)
+        user = ((review if isinstance(review, dict) else {}).get("status") or {}).get("userInfo")
+        return user if isinstance(user, dict) else {}
 
     def review_token(self, token: str, audience: str) -> dict[str, Any]:
         """A TokenReview's ``status``; Transient when the API cannot answer (the sender should retry)."""

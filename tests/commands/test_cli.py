@@ -196,3 +196,28 @@ def test_plan_refuses_a_topology_file_that_is_not_one(tmp_path):
     out = run(*SEGMENTS, "--topology", write(tmp_path, "t.yaml", yaml.safe_dump(trainjob())))
     assert out.returncode == 2
     assert "expected a kai.scheduler/v1alpha1 Topology with metadata.name" in out.stderr
+
+
+HELD_PLAN = ("plan", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
+             "--jobset", "samples/cluster/jobset-llama-finetune.yaml", "-o", "json")
+RESUMES = {"op": "replace", "path": "/spec/suspend", "value": False}
+
+
+@pytest.mark.parametrize("topology", [(), ("--topology", "samples/cluster/topology-racks.yaml")],
+                         ids=["without-topology", "with-topology"])
+@pytest.mark.parametrize("annotations, suspend, resumes, decided", [
+    ({}, False, True, True),
+    ({"kai-fn/hold": "true"}, False, False, False),
+    ({}, True, False, True),
+], ids=["plain", "held-by-its-author", "suspended"])
+def test_plan_patches_the_held_jobset_as_the_trainjob_asks_whatever_topologies_are_given(
+        tmp_path, topology, annotations, suspend, resumes, decided):
+    """The patch is the TrainJob's: a TrainJob marked kai-fn/hold (or suspended) is never shown one that resumes its
+    JobSet, also when a Topology file is read beside it."""
+    doc = yaml.safe_load((SAMPLES / "cluster" / "trainjob-llama-finetune.yaml").read_text())
+    doc["metadata"]["annotations"] = annotations
+    doc["spec"]["suspend"] = suspend
+    out = run(*HELD_PLAN, "--trainjob", write(tmp_path, "tj.yaml", yaml.safe_dump(doc)), *topology)
+    assert out.returncode == 0, out.stderr
+    patch = json.loads(out.stdout)["jobSetPatch"]
+    assert (RESUMES in patch, "kai-fn/podgroup" in json.dumps(patch).replace("~1", "/")) == (resumes, decided)

@@ -30,7 +30,8 @@ def names(out: str) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def two_namespaces(api):
-    seed(api, sample_object("queue-default-parent"), trainjob(notes=MARKED),
+    seed(api, sample_object("queue-default-parent"), sample_object("queue-team-a"),
+         sample_object("clustertrainingruntime-torch-kai"), trainjob(notes=MARKED),
          trainjob(name="other", namespace="team-b", notes=MARKED))
 
 

@@ -75,14 +75,15 @@ def trainjob(sample: str = "trainjob-llama-finetune", *, name: str | None = None
 
 
 def held(*, name: str | None = None, namespace: str = NS, notes: dict | None = None, age: dict | None = None,
-         suspend: bool | None = None) -> tuple[dict, dict]:
-    """A TrainJob (see :func:`trainjob`) and its JobSet as the admission policy holds it, not yet decided."""
+         suspend: bool | None = None) -> tuple[dict, ...]:
+    """A TrainJob (see :func:`trainjob`) and its JobSet as the admission policy holds it, not yet decided; and what
+    kai_fn's pass reads to decide it (its runtime and Queue), by which it would make its gang: not refused."""
     tj = trainjob(name=name, namespace=namespace, notes=notes, age=age, suspend=suspend)
     js = jobset_for(tj, sample_object("clustertrainingruntime-torch-kai"), held=True,
                     uid=f"js-{tj['metadata']['uid']}")
     if age:
         js["metadata"]["creationTimestamp"] = tj["metadata"]["creationTimestamp"]
-    return tj, js
+    return tj, js, sample_object("clustertrainingruntime-torch-kai"), sample_object("queue-team-a")
 
 
 def set_notes(api, api_version: str, kind: str, name: str, **changes) -> None:
@@ -202,8 +203,8 @@ def _ran_never_held(api, url):
 
 
 STATES = {
-    "its JobSet held by the policy, not yet decided": (_held_by_the_policy, "held",
-                                                       r"held by an earlier version.s admission policy; kai_fn has not made its gang"),
+    "its JobSet held by the policy, not yet decided": (
+        _held_by_the_policy, "held", r"held by an earlier version.s admission policy; kai_fn has not made its gang"),
     "Trainer has not made its JobSet": (_no_jobset_yet, "held", r"Trainer has not made its JobSet yet"),
     "refused by the queue pre-check": (_blocked_by_the_queue, "blocked", r"^GangExceedsQueue: .*team-a-small"),
     "refused: no runtime": (_blocked_without_runtime, "blocked", r"^RuntimeNotFound: ClusterTrainingRuntime"),
@@ -327,7 +328,8 @@ def test_namespace_narrows_the_lists_to_it(api, capsys):
     seed(api, *held(name="here"), *held(name="there", namespace="team-b"))
     api.reset_calls()
     assert set(lines(api, capsys, "-n", "team-b")) == {"there"}
-    assert {c.namespace for c in api.calls if c.resource not in ("leases", "clustertrainingruntimes")} == {"team-b"}
+    cluster_scoped = ("leases", "clustertrainingruntimes", "queues")
+    assert {c.namespace for c in api.calls if c.resource not in cluster_scoped} == {"team-b"}
 
 
 # -- the function looks absent ---------------------------------------------------------------------------------
@@ -370,10 +372,9 @@ def test_the_cost_is_a_few_lists_whatever_the_number_of_trainjobs(api, function,
     api.reset_calls()
     status(api, capsys=capsys)
     calls = sorted((c.verb, c.resource) for c in api.calls)
-    # one GET of the runtime they share: their gang as planned
-    assert calls == [("get", "clustertrainingruntimes"), ("get", "leases"), ("list", "events"), ("list", "events"),
-                     ("list", "events"), ("list", "jobsets"), ("list", "podgroups"), ("list", "pods"),
-                     ("list", "trainjobs")]
+    # one GET of the runtime they share and one LIST of the Queues: their gang as planned, and kai_fn's decision
+    assert calls == [("get", "clustertrainingruntimes"), ("get", "leases"), ("list", "jobsets"), ("list", "podgroups"),
+                     ("list", "pods"), ("list", "queues"), ("list", "trainjobs")]
 
 
 # -- bad input, no cluster ---------------------------------------------------------------------------------------

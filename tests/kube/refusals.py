@@ -6,25 +6,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kai_fn.kube import AlreadyExists, ApiError, Conflict, Invalid, NotFound, Session
+from kai_fn.kube import AlreadyExists, ApiError, ApiSession, Conflict, Invalid, NotFound
 from kai_fn.kube.session import JSON_PATCH, MERGE_PATCH, path
 
 
-def configmap(session: Session, namespace: str, name: str) -> dict[str, Any]:
+def configmap(session: ApiSession, namespace: str, name: str) -> dict[str, Any]:
     body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}}
     return session.request("POST", path("v1", "configmaps", namespace), body=body, namespace=namespace)
 
 
-def _missing(session: Session, ns: str) -> None:
+def _missing(session: ApiSession, ns: str) -> None:
     session.request("GET", path("v1", "configmaps", ns, "missing"), namespace=ns, name="missing")
 
 
-def _taken(session: Session, ns: str) -> None:
+def _taken(session: ApiSession, ns: str) -> None:
     configmap(session, ns, "taken")
     configmap(session, ns, "taken")
 
 
-def _stale(session: Session, ns: str) -> None:
+def _stale(session: ApiSession, ns: str) -> None:
     old = configmap(session, ns, "stale")["metadata"]["resourceVersion"]
     where = {"namespace": ns, "name": "stale"}
     session.request("PATCH", path("v1", "configmaps", ns, "stale"), body={"data": {"a": "1"}},
@@ -33,24 +33,24 @@ def _stale(session: Session, ns: str) -> None:
                     "data": {"a": "2"}}, content_type=MERGE_PATCH, **where)
 
 
-def _other_uid(session: Session, ns: str) -> None:
+def _other_uid(session: ApiSession, ns: str) -> None:
     configmap(session, ns, "other-uid")
     session.request("DELETE", path("v1", "configmaps", ns, "other-uid"), namespace=ns, name="other-uid",
                     body={"preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}})
 
 
-def _failed_test(session: Session, ns: str) -> None:
+def _failed_test(session: ApiSession, ns: str) -> None:
     configmap(session, ns, "guarded")
     session.request("PATCH", path("v1", "configmaps", ns, "guarded"), namespace=ns, name="guarded",
                     body=[{"op": "test", "path": "/metadata/name", "value": "another"}], content_type=JSON_PATCH)
 
 
-def _bad_name(session: Session, ns: str) -> None:
+def _bad_name(session: ApiSession, ns: str) -> None:
     configmap(session, ns, "Not_A_Name")
 
 
 # name: (what provokes it, the exception, the status code)
-CASES: dict[str, tuple[Callable[[Session, str], None], type[ApiError], int]] = {
+CASES: dict[str, tuple[Callable[[ApiSession, str], None], type[ApiError], int]] = {
     "a GET of an object that is not there: 404 NotFound": (_missing, NotFound, 404),
     "a create of a name that is taken: 409 AlreadyExists": (_taken, AlreadyExists, 409),
     "a patch naming an old resourceVersion: 409 Conflict": (_stale, Conflict, 409),

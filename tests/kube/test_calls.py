@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kai_fn.kube import Cluster, Gone, GuardFailed, Stale, Transient, api_client
+from kai_fn.kube import ApiServer, Gone, GuardFailed, Stale, Transient, api_client
 from kai_fn.local.emulator import Fault
 from tests.conftest import sample_object, seed
 
@@ -22,8 +22,8 @@ class Counted:
         self.lost.append(reason)
 
 
-def cluster(api, timeout: float = 5.0, observer: Counted | None = None) -> Cluster:
-    return Cluster(api_client(str(api.kubeconfig), observer=observer), timeout, observer)
+def cluster(api, timeout: float = 5.0, observer: Counted | None = None) -> ApiServer:
+    return ApiServer(api_client(str(api.kubeconfig), observer=observer), timeout, observer)
 
 
 @pytest.mark.parametrize("fault, raised, match", [

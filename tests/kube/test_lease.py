@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from kai_fn.kube import Cluster, api_client
+from kai_fn.kube import ApiServer, api_client
 from kai_fn.kube.lease import Seen, read
 from kai_fn.local.emulator import Fault
 from tests.conftest import seed
@@ -52,4 +52,4 @@ def test_reading_the_lease_says_what_it_found_and_never_raises(api, spec, fault,
     if spec is not None:
         seed(api, lease(spec))
     api.faults = lambda call: fault
-    assert read(Cluster(api_client(str(api.kubeconfig)), 5.0).session(), LEASE) == seen
+    assert read(ApiServer(api_client(str(api.kubeconfig)), 5.0).session(), LEASE) == seen

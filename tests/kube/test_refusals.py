@@ -8,7 +8,7 @@ import json
 import pytest
 
 from kai_fn.kube import (
-    AlreadyExists, ApiError, Cluster, Conflict, Forbidden, NotFound, Terminating, Transient, Unauthorized, api_client,
+    AlreadyExists, ApiError, ApiServer, Conflict, Forbidden, NotFound, Terminating, Transient, Unauthorized, api_client,
 )
 from kai_fn.kube.errors import kind_of
 from kai_fn.kube.session import path
@@ -19,7 +19,7 @@ from tests.kube.refusals import CASES
 
 
 def session(api, timeout: float = 5.0):
-    return Cluster(api_client(str(api.kubeconfig)), timeout).session()
+    return ApiServer(api_client(str(api.kubeconfig)), timeout).session()
 
 
 @pytest.mark.parametrize("provoke, raised, status", CASES.values(), ids=CASES.keys())

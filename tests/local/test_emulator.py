@@ -175,6 +175,41 @@ def test_list_honours_namespace_and_label_selector(api: Emulator, co: CustomObje
     assert names("team in (x,y),tier notin (cpu)") == ["a", "b"]
 
 
+@pytest.mark.parametrize("limit, selector, pages", [
+    (2, "", [["a", "b"], ["c", "d"], ["e"]]),
+    (5, "", [["a", "b", "c", "d", "e"]]),
+    (0, "", [["a", "b", "c", "d", "e"]]),
+    (1, "team=x", [["a"], ["c"], ["e"]]),
+], ids=["pages-of-two", "one-page-exactly", "no-limit", "pages-of-a-selection"])
+def test_list_serves_limit_and_continue_as_the_api_server_does(api: Emulator, co: CustomObjectsApi, limit: int,
+                                                               selector: str, pages: list[list[str]]) -> None:
+    """Each page holds at most ``limit`` objects and a continue token while more remain; following the tokens
+    lists each object once, in key order, at the first page's resourceVersion. The count of those left is said
+    only for a list no selector narrows (as the real server)."""
+    for name in "ebdca":
+        obj = podgroup(name)
+        obj["metadata"]["labels"] = {"team": "x" if name in "ace" else "y"}
+        api.put(obj)
+    served, token, remaining, versions = [], None, [], set()
+    while True:
+        listing = co.list_namespaced_custom_object(*PG[:2], NS, PG[2], label_selector=selector, limit=limit,
+                                                   **({"_continue": token} if token else {}))
+        served.append([item["metadata"]["name"] for item in listing["items"]])
+        versions.add(listing["metadata"]["resourceVersion"])
+        remaining.append(listing["metadata"].get("remainingItemCount"))
+        token = listing["metadata"].get("continue")
+        if not token:
+            break
+    left = [sum(len(p) for p in pages[i + 1:]) or None for i in range(len(pages))]
+    assert (served, len(versions), remaining) == (pages, 1, [None] * len(pages) if selector else left)
+
+
+def test_a_list_continued_with_a_token_it_did_not_make_is_400(api: Emulator, co: CustomObjectsApi) -> None:
+    with pytest.raises(ApiException, match=refused(400, "BadRequest")) as exc:
+        co.list_namespaced_custom_object(*PG[:2], NS, PG[2], limit=1, _continue="bm90IGEgdG9rZW4")
+    assert status_of(exc)[2] == "invalid continue token: continue key is not valid"
+
+
 def test_delete_with_finalizers_waits_for_their_removal(api: Emulator, co: CustomObjectsApi) -> None:
     obj = podgroup()
     obj["metadata"]["finalizers"] = ["kai-fn/cleanup"]

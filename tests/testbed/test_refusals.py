@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from kai_fn.kube import Cluster, Forbidden, Gone, Terminating, api_client
+from kai_fn.kube import ApiServer, Forbidden, Gone, Terminating, api_client
 from kai_fn.kube.errors import status_body
 from kai_fn.kube.session import path
 from kai_fn.local.emulator.errors import terminating
@@ -22,7 +22,7 @@ HOLD = "kai-fn.test/hold"
 
 
 def session(testbed: LiveCluster, api: client.ApiClient | None = None):
-    return Cluster(api or api_client(str(testbed.kubeconfig)), 10.0).session()
+    return ApiServer(api or api_client(str(testbed.kubeconfig)), 10.0).session()
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from kai_fn.local.emulator import naming
 from kai_fn.local.emulator.errors import ApiError, conflict, invalid, not_found
 from kai_fn.local.emulator.faults import Call, Fault, fault_response, hang
 from kai_fn.local.emulator.kinds import APPLY_PATCH, BY_RESOURCE, KINDS, KindInfo, Validator
+from kai_fn.local.emulator.paging import key_of, page
 from kai_fn.local.emulator.patches import patched
 from kai_fn.local.emulator.routing import Route, dotted, matches, parse_route, selector, verb_of
 from kai_fn.local.emulator.tokens import Tokens
@@ -254,9 +255,9 @@ class Server(kmock.KubernetesEmulator):
                 and matches(fields, lambda k, o=obj: dotted(o, k))
             ]
             revision = str(self._revision)
-        items.sort(key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"]))
-        return {"apiVersion": info.api_version, "kind": f"{info.kind}List",
-                "metadata": {"resourceVersion": revision}, "items": items}
+        items.sort(key=key_of)
+        served, metadata = page(items, query, revision, selected=bool(labels or fields))
+        return {"apiVersion": info.api_version, "kind": f"{info.kind}List", "metadata": metadata, "items": served}
 
     def _create(self, info: KindInfo, namespace: str | None, body: Any, dry_run: bool) -> dict[str, Any]:
         """POST: the object admitted with the server's own fields, stored unless its name is taken."""
