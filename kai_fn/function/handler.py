@@ -114,7 +114,7 @@ class App:
             response.headers["X-Kai-Fn-Outcome"] = done.outcome
             return response
         response = _answer(done.status, done.reason)
-        if done.status == 503:
+        if done.status in (429, 503):
             response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         elif done.status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
@@ -144,7 +144,8 @@ class App:
         if self.auth is None:
             return None
         try:
-            return self.auth.check(request.headers.get("Authorization"), session.review_token).username
+            return self.auth.check(request.headers.get("Authorization"), session.review_token,
+                                   request.remote_addr or "").username
         except Denied as denied:
             return Delivery(denied.status, denied.reason, "denied", {"api_calls": session.calls})
         except Transient as error:
