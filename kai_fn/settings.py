@@ -141,6 +141,8 @@ class Settings(BaseSettings):
                 "staleness_grace_period": self.staleness_grace_period, "placeholder_image": self.placeholder_image}
 
     def watches(self, namespace: str) -> bool:
+        """``KAI_FN_NAMESPACES``'s part alone: it narrows, and empty names no namespace in particular. Whether kai_fn
+        acts in a namespace also needs its opt-in label: :meth:`kai_fn.function.optin.OptIn.watches`."""
         return not self.namespaces or namespace in self.namespaces
 
 

@@ -31,8 +31,9 @@ EXPECTED_KINDS = {
         ("sources.knative.dev/v1", "PingSource"): 1,
         ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 2,  # the JobSet hold; segment pods
         ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 2,
-        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): 1,  # kai_fn's marks are kai_fn's
-        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): 1,
+        # kai_fn's marks are kai_fn's; what kai_fn's own ServiceAccount may write
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): 2,
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): 2,
     },
 }
 EXPECTED_KINDS[SCHEDULER_PLUGINS] = dict(EXPECTED_KINDS[BASE])
