@@ -92,6 +92,8 @@ class App:
         if not self._caught_up:
             self.catch_up()
         if request.method in ("GET", "HEAD"):
+            if request.path == "/metrics" and self.settings.metrics_port:
+                return _answer(404, f"/metrics is served on port {self.settings.metrics_port}")
             if request.path == "/metrics":
                 body, content_type = metrics.exposition()
                 return flask.Response(body, 200, content_type=content_type)
