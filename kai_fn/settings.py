@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     kai_defaults_configmap: str = Field("", alias="KAI_DEFAULTS_CONFIGMAP")
     # The resync's heartbeat: a Lease NAMESPACE/NAME renewed after each successful resync; empty: none written.
     heartbeat_lease: str = Field("kai-fn/kai-fn-resync", alias="KAI_FN_HEARTBEAT_LEASE")
+    # The port of GET /metrics, apart from the event port (a NetworkPolicy lets the monitoring namespace reach this
+    # one alone); 0: /metrics on the event port, as the tests and the demo serve it.
+    metrics_port: int = Field(0, ge=0, le=65535, alias="KAI_FN_METRICS_PORT")
 
     @field_validator("default_queue")
     @classmethod
@@ -151,6 +154,8 @@ class Settings(BaseSettings):
                         staleness_grace_period=self.staleness_grace_period, placeholder_image=self.placeholder_image)
 
     def watches(self, namespace: str) -> bool:
+        """``KAI_FN_NAMESPACES``'s part alone: it narrows, and empty names no namespace in particular. Whether kai_fn
+        acts in a namespace also needs its opt-in label: :meth:`kai_fn.function.optin.OptIn.watches`."""
         return not self.namespaces or namespace in self.namespaces
 
 

@@ -80,6 +80,7 @@ SETTINGS_DEFAULTS = {
     "KAI_FN_HEARTBEAT_LEASE": "kai-fn/kai-fn-resync",
     "KAI_NODEPOOL_LABEL_KEY": "kai.scheduler/node-pool",
     "KAI_DEFAULTS_CONFIGMAP": "",
+    "KAI_FN_METRICS_PORT": "9095",
 }
 
 # The exact API calls kai_fn makes: (apiGroup, resource, verb).

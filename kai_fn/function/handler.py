@@ -92,6 +92,8 @@ class App:
         if not self._caught_up:
             self.catch_up()
         if request.method in ("GET", "HEAD"):
+            if request.path == "/metrics" and self.settings.metrics_port:
+                return _answer(404, f"/metrics is served on port {self.settings.metrics_port}")
             if request.path == "/metrics":
                 body, content_type = metrics.exposition()
                 return flask.Response(body, 200, content_type=content_type)
@@ -114,7 +116,7 @@ class App:
             response.headers["X-Kai-Fn-Outcome"] = done.outcome
             return response
         response = _answer(done.status, done.reason)
-        if done.status == 503:
+        if done.status in (429, 503):
             response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         elif done.status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
@@ -144,7 +146,8 @@ class App:
         if self.auth is None:
             return None
         try:
-            return self.auth.check(request.headers.get("Authorization"), session.review_token).username
+            return self.auth.check(request.headers.get("Authorization"), session.review_token,
+                                   request.remote_addr or "").username
         except Denied as denied:
             return Delivery(denied.status, denied.reason, "denied", {"api_calls": session.calls})
         except Transient as error:

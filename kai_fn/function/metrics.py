@@ -9,7 +9,10 @@ attacker posting odd CloudEvents cannot grow the series without bound.
 """
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import os
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -114,6 +117,22 @@ class Meter:
 
     def event_not_written(self, reason: str) -> None:
         EVENTS_NOT_WRITTEN.labels(reason if reason.isalnum() and len(reason) <= 40 else "other").inc()
+
+
+_SERVING: dict[str, int] = {}
+_SERVING_LOCK = threading.Lock()
+
+
+def serve(port: int, host: str = "0.0.0.0") -> None:  # noqa: S104 - scraped from the monitoring namespace
+    """``/metrics`` on a port of its own (``KAI_FN_METRICS_PORT``), in a daemon thread: a scrape never takes one of
+    the event port's threads, and the event port is reachable from queue-proxy alone (knative/base's NetworkPolicy).
+    Once per process, in the process that counts: gunicorn imports main.py in its master and forks the worker that
+    serves (and counts), so main.py calls this on each request and only the first one in a process starts it."""
+    with _SERVING_LOCK:
+        if _SERVING.get("pid") == os.getpid():
+            return
+        start_http_server(port, host, registry=REGISTRY)
+        _SERVING["pid"] = os.getpid()
 
 
 def exposition() -> tuple[bytes, str]:

@@ -202,6 +202,10 @@ class ApiSession:
         """KAI's Topology (cluster-scoped), read to check the levels a gang names; None when it does not exist."""
         return self._get(keys.KAI_TOPOLOGY_API, "topologies", None, name)
 
+    def namespaces(self, selector: str) -> list[dict[str, Any]]:
+        """Namespaces by label: the ones that opted in (kai_fn/function/optin.py)."""
+        return self._list("v1", "namespaces", None, selector)
+
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get("v1", "pods", namespace, name)
 

@@ -70,6 +70,12 @@ class FunctionProcess(Started):
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def metrics_url(self) -> str:
+        """Where ``/metrics`` is served: its own port with ``KAI_FN_METRICS_PORT``, else the event port."""
+        port = self.env.get("KAI_FN_METRICS_PORT", "0")
+        return f"http://127.0.0.1:{port}" if port not in ("", "0") else self.url
+
+    @property
     def command(self) -> list[str]:
         return functions_framework_command(self.port, self.source, self.target)
 
@@ -121,7 +127,7 @@ class FunctionProcess(Started):
 
     def caught_up(self) -> bool:
         """Whether ``kai_fn_catch_up_total`` counts the catch-up's end (``off`` without a work queue)."""
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=1) as response:
+        with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=1) as response:
             text = response.read().decode()
         return any(line.startswith("kai_fn_catch_up_total{") and float(line.rsplit(" ", 1)[1]) > 0
                    for line in text.splitlines())

@@ -12,7 +12,7 @@ import pytest
 from kai_fn.function import metrics
 from tests import kustomize
 from tests.manifests import (
-    BASE, FUNCTION, K8S_VERSIONS, NAMESPACE, VARIANTS, container, ksvc, one, render, with_monitoring,
+    BASE, FUNCTION, K8S_VERSIONS, NAMESPACE, VARIANTS, container, env_of, ksvc, one, render, with_monitoring,
 )
 
 SERVICEMONITOR = with_monitoring(BASE)
@@ -42,12 +42,13 @@ def shape_problems(sm: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_the_revision_template_asks_to_be_scraped_on_the_user_port_at_metrics(variant):
+def test_the_revision_template_asks_to_be_scraped_on_the_metrics_port_apart_from_the_event_port(variant):
     svc = ksvc(render(variant))
     notes = svc["spec"]["template"]["metadata"]["annotations"]
-    port = container(svc)["ports"][0]["containerPort"]
+    port = env_of(container(svc))["KAI_FN_METRICS_PORT"]
     assert (notes["prometheus.io/scrape"], notes["prometheus.io/port"], notes["prometheus.io/path"]) == (
-        "true", str(port), "/metrics")
+        "true", port, "/metrics")
+    assert int(port) != container(svc)["ports"][0]["containerPort"]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -73,9 +74,9 @@ def test_the_servicemonitor_scrapes_the_functions_pods_through_its_own_service()
     (endpoint,) = sm["spec"]["endpoints"]
     (port,) = service["spec"]["ports"]
     assert endpoint["port"] == port["name"] and endpoint["path"] == "/metrics"
-    # Knative labels every pod of the Service's Revisions with it; the target is the user container's port.
+    # Knative labels every pod of the Service's Revisions with it; the target is the function's metrics port.
     assert service["spec"]["selector"] == {"serving.knative.dev/service": FUNCTION}
-    assert port["targetPort"] == container(ksvc(objs))["ports"][0]["containerPort"]
+    assert str(port["targetPort"]) == env_of(container(ksvc(objs)))["KAI_FN_METRICS_PORT"]
 
 
 def test_the_servicemonitor_shape_check_catches_a_misspelt_field():

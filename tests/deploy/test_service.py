@@ -27,12 +27,14 @@ EXPECTED_KINDS = {
         ("rbac.authorization.k8s.io/v1", "RoleBinding"): 1,
         ("coordination.k8s.io/v1", "Lease"): 1,  # the resync's heartbeat
         ("serving.knative.dev/v1", "Service"): 1,
+        ("networking.k8s.io/v1", "NetworkPolicy"): 1,  # who may reach the function's pods
         ("sources.knative.dev/v1", "ApiServerSource"): 3,  # TrainJobs; held JobSets; kai_fn's PodGroups
         ("sources.knative.dev/v1", "PingSource"): 1,
         ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): 2,  # the JobSet hold; segment pods
         ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): 2,
-        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): 1,  # kai_fn's marks are kai_fn's
-        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): 1,
+        # kai_fn's marks are kai_fn's; what kai_fn's own ServiceAccount may write
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): 2,
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): 2,
     },
 }
 EXPECTED_KINDS[SCHEDULER_PLUGINS] = dict(EXPECTED_KINDS[BASE])
@@ -189,5 +191,7 @@ def test_manifest_env_values_are_accepted_by_the_function(variant, monkeypatch):
     if variant == BASE:
         for name in SETTINGS_DEFAULTS:
             monkeypatch.delenv(name, raising=False)
-        # One setting differs from the function's default on purpose: base authenticates delivery (docs/security.md).
-        assert loaded == settings.load(KAI_FN_AUDIENCE="kai-fn"), "base spells out the function's own defaults"
+        # Two settings differ from the function's defaults on purpose: base authenticates delivery, and serves
+        # /metrics apart from the event port (docs/security.md).
+        assert loaded == settings.load(KAI_FN_AUDIENCE="kai-fn", KAI_FN_METRICS_PORT=9095), \
+            "base spells out the function's own defaults"

@@ -157,18 +157,87 @@ def test_an_answer_is_kept_until_the_token_expires_at_most_ten_minutes(who, stil
     assert fake.calls == 2
 
 
-def test_the_cache_is_bounded_and_drops_the_least_recently_used():
+def garbage(n: int, prefix: str = "g") -> list[str]:
+    return [f"Bearer {jwt(sub=f'{prefix}{i}')}" for i in range(n)]
+
+
+def refused(auth: Authenticator, header: str, fake: Reviews, client: str = "10.0.0.9") -> int:
+    with pytest.raises(Denied, match=r"^(token|too many refused tokens)") as denied:
+        auth.check(header, fake, client)
+    return denied.value.status
+
+
+def test_refused_tokens_never_evict_a_senders_answer():
+    """Issue 39, attack 3: 1,100 refused tokens used to push the sender's answer out of one shared cache."""
     fake = reviews()
-    auth = Authenticator(AUDIENCE, (SOURCE,), clock=Clock(), max_entries=3)
-    garbage = [f"Bearer {jwt(sub=f'g{i}')}" for i in range(3)]
+    auth = Authenticator(AUDIENCE, (SOURCE,), clock=Clock(), max_entries=3, failed_burst=10_000)
     source = f"Bearer {fake.tokens['source']}"
     auth.check(source, fake)
-    for header in garbage:
-        with pytest.raises(Denied, match=r"^token \(sha256 \w+\) "):
-            auth.check(header, fake)
-    assert fake.calls == 4 and len(auth._cache) == 3
-    auth.check(source, fake)  # evicted by the third garbage token: reviewed again
+    assert [refused(auth, header, fake) for header in garbage(300)] == [401] * 300
+    assert fake.calls == 301 and len(auth._good) == 1 and len(auth._bad) == 3
+    assert auth.check(source, fake).username == SOURCE
+    assert fake.calls == 301
+
+
+def test_the_senders_answers_are_bounded_least_recently_used_first():
+    fake = Reviews(**{f"s{i}": (SOURCE, [AUDIENCE], {"exp": T0 + 3600}) for i in range(4)})
+    auth = Authenticator(AUDIENCE, (SOURCE,), clock=Clock(), max_entries=3)
+    for i in range(4):
+        auth.check(f"Bearer {fake.tokens[f's{i}']}", fake)
+    assert len(auth._good) == 3
+    auth.check(f"Bearer {fake.tokens['s0']}", fake)  # the least recently used: reviewed again
     assert fake.calls == 5
+
+
+def test_a_flood_of_distinct_garbage_tokens_costs_one_burst_of_reviews_then_429_and_the_sender_stays_cached():
+    """Issue 39, attack 3: 300 distinct JWT-shaped tokens were 300 TokenReviews in 0.7 s."""
+    fake, clock = reviews(), Clock()
+    auth = Authenticator(AUDIENCE, (SOURCE,), clock=clock, failed_burst=20, failed_rate=1.0)
+    source = f"Bearer {fake.tokens['source']}"
+    auth.check(source, fake, "10.0.0.1")
+    statuses = [refused(auth, header, fake) for header in garbage(300)]
+    assert (statuses.count(401), statuses.count(429), fake.calls) == (20, 280, 21)
+    assert auth.check(source, fake, "10.0.0.9").username == SOURCE  # from the cache, even from the flooding client
+    assert fake.calls == 21
+    clock.now += 3  # one refused review a second refills
+    assert [refused(auth, header, fake) for header in garbage(5, "later")] == [401, 401, 401, 429, 429]
+    assert fake.calls == 24
+
+
+def test_a_refused_token_seen_again_is_answered_from_its_cache_and_costs_no_more_of_the_limit():
+    fake = reviews()
+    auth = Authenticator(AUDIENCE, (SOURCE,), clock=Clock(), failed_burst=2)
+    header = garbage(1)[0]
+    assert [refused(auth, header, fake) for _ in range(10)] == [401] * 10
+    assert fake.calls == 1
+    assert [refused(auth, h, fake) for h in garbage(2, "new")] == [401, 429]
+
+
+@pytest.mark.parametrize(
+    "second_client,status", [("10.0.0.9", 429), ("10.0.0.2", 401)], ids=["same-client", "another-client"])
+def test_the_limit_is_per_client(second_client, status):
+    fake = reviews()
+    auth = Authenticator(AUDIENCE, (SOURCE,), clock=Clock(), failed_burst=5)
+    assert [refused(auth, h, fake) for h in garbage(5)] == [401] * 5
+    assert refused(auth, garbage(1, "next")[0], fake, second_client) == status
+
+
+def test_reviews_that_let_a_sender_in_cost_its_client_nothing():
+    fake = Reviews(**{f"s{i}": (SOURCE, [AUDIENCE], {"exp": T0 + 3600}) for i in range(50)})
+    auth = Authenticator(AUDIENCE, (SOURCE,), clock=Clock(), failed_burst=2)
+    assert {auth.check(f"Bearer {fake.tokens[f's{i}']}", fake, "10.0.0.1").username for i in range(50)} == {SOURCE}
+    assert fake.calls == 50
+
+
+def test_a_review_the_api_cannot_answer_costs_its_client_nothing():
+    def down(token, audience):
+        raise TimeoutError("the API server did not answer")
+
+    auth = Authenticator(AUDIENCE, (SOURCE,), clock=Clock(), failed_burst=1)
+    for header in garbage(3):
+        with pytest.raises(TimeoutError, match="did not answer"):
+            auth.check(header, down, "10.0.0.1")
+    assert refused(auth, garbage(1, "next")[0], reviews(), "10.0.0.1") == 401
 
 
 def test_concurrent_first_events_with_one_token_share_one_review():

@@ -221,3 +221,21 @@ def test_unauthenticated_the_delete_of_a_decided_jobset_costs_nothing(api, funct
     answer = send(function.url, resource(api.get(JOBSET, "JobSet", NS, NAME), "delete"))
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "ignored")
     assert api.calls == []
+
+
+def test_a_flood_of_distinct_forged_tokens_costs_a_burst_of_reviews_and_the_sender_is_still_served_from_its_cache(
+        api, secured):
+    """Issue 39, attack 3: 300 POSTs with distinct JWT-shaped tokens were 300 TokenReviews, and after 1,100 the
+    sender's cached answer was gone. Now the flood is answered 401, then 429 without a review, and the sender's next
+    event costs no review at all."""
+    tj = seed_llama(api)
+    token = api.issue_token(*SOURCE, audiences=[AUDIENCE])
+    assert send(secured.url, resource(tj), token=token).status == 200
+    api.reset_calls()
+    statuses = [send(secured.url, ping(), authorization=f"Bearer {forged_jwt()}").status for _ in range(300)]
+    reviews = verbs(api).count(REVIEW)
+    assert set(statuses) == {401, 429} and statuses.count(401) == reviews
+    assert reviews <= 20 + 10  # the burst, and what it refilled while the flood ran (1 a second, 10 s at most)
+    api.reset_calls()
+    assert send(secured.url, resource(tj, "update"), token=token).status == 200
+    assert REVIEW not in verbs(api)
