@@ -28,7 +28,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/venv
 COPY requirements.txt constraints.txt /src/
 RUN /opt/venv/bin/pip install --no-cache-dir -r /src/requirements.txt -c /src/constraints.txt
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md LICENSE /src/
 COPY kai_fn/ /src/kai_fn/
 RUN /opt/venv/bin/pip wheel --no-cache-dir --no-deps -w /tmp/dist /src \
     && /opt/venv/bin/pip install --no-cache-dir /tmp/dist/kai_fn-*.whl -c /src/constraints.txt

@@ -27,10 +27,10 @@ sys.meta_path.insert(0, _Blocked())
 
 
 def source_copy(dest: Path) -> Path:
-    """What a fresh clone holds for the build: pyproject.toml, README.md and kai_fn/ (with kai_fn/local, which the
-    build must leave out)."""
+    """What a fresh clone holds for the build: pyproject.toml, README.md, LICENSE and kai_fn/ (with kai_fn/local,
+    which the build must leave out)."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, dest / name)
     shutil.copytree(REPO / "kai_fn", dest / "kai_fn", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return dest

@@ -124,10 +124,9 @@ def test_invoke_reports_bad_input_in_one_line(args, message):
 
 
 def test_version_prints_the_package_version():
-    import tomllib
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    from kai_fn import __version__
     out = run("--version")
-    assert (out.returncode, out.stdout) == (0, f"python -m kai_fn {version}\n")
+    assert (out.returncode, out.stdout) == (0, f"python -m kai_fn {__version__}\n")
 
 
 @pytest.mark.usefixtures("forgetful")  # the sample's uid: a server that decided it earlier would answer skipped

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kai_fn import __version__
 from tests.commands.test_cli import run
 from tests.packaging import BLOCKER, REPO, build_wheel, wheel_files, wheel_text
 
@@ -69,6 +70,13 @@ def test_the_wheel_holds_kai_fn_without_its_workstation_harness(wheel):
     assert modules == {path.relative_to(REPO).as_posix() for path in (REPO / "kai_fn").rglob("*.py")
                        if path.relative_to(REPO).parts[:2] != ("kai_fn", "local")}
     assert {"kai_fn/__main__.py", "kai_fn/commands/cli.py", "kai_fn/function/handler.py"} <= modules
+
+
+def test_the_wheel_carries_the_version_and_the_apache_licence(wheel):
+    metadata = wheel_text(wheel, ".dist-info/METADATA")
+    assert re.search(rf"^Version: {re.escape(__version__)}$", metadata, re.M)
+    assert re.search(r"^License-Expression: Apache-2\.0$", metadata, re.M)
+    assert wheel_text(wheel, ".dist-info/licenses/LICENSE") == (REPO / "LICENSE").read_text()
 
 
 def test_the_wheel_declares_the_two_console_scripts(wheel):
