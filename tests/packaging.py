@@ -12,18 +12,25 @@ REPO = Path(__file__).resolve().parent.parent
 # What the installed package must never import: the workstation harness and the libraries only it needs.
 BLOCKED = ("kai_fn.local", "kmock", "aiohttp")
 
-# Prepended to a `python -c` program: any import of BLOCKED raises, however deep in the import chain it happens.
-BLOCKER = f"""\
+
+
+def blocker(blocked: tuple[str, ...], why: str = "is test-only: the installed package must not import it") -> str:
+    """Prepended to a `python -c` program: any import of ``blocked`` raises ImportError(``<name> <why>``), however
+    deep in the import chain it happens."""
+    return f"""\
 import sys
 
 class _Blocked:
     def find_spec(self, name, path=None, target=None):
-        if any(name == b or name.startswith(b + ".") for b in {BLOCKED!r}):
-            raise ImportError(f"{{name}} is test-only: the installed package must not import it")
+        if any(name == b or name.startswith(b + ".") for b in {blocked!r}):
+            raise ImportError(f"{{name}} {why}")
         return None
 
 sys.meta_path.insert(0, _Blocked())
 """
+
+
+BLOCKER = blocker(BLOCKED)
 
 
 def source_copy(dest: Path) -> Path:
