@@ -15,9 +15,8 @@ from kai_fn.local.process import built
 from tests import kustomize
 from tests.manifests import INSTALLS, KNATIVE, MONITORING, VARIANTS, VERSION_COMPONENTS, with_components
 
-PATHS = sorted({*INSTALLS.values(), *VARIANTS}) + [
-    with_components(variant, *extra) for variant in VARIANTS
-    for extra in ([c] for c in VERSION_COMPONENTS.values())] + [with_components(v, MONITORING) for v in VARIANTS]
+PATHS = {**{p: p for p in sorted({*INSTALLS.values(), *VARIANTS})},
+         **{f"{v} + {c}": with_components(v, c) for v in VARIANTS for c in (*VERSION_COMPONENTS.values(), MONITORING)}}
 
 
 @cache
@@ -30,7 +29,7 @@ def by_id(objs):
     return {(*kustomize.object_id(o), o["apiVersion"]): o for o in objs}
 
 
-@pytest.mark.parametrize("path", PATHS, ids=[Path(p).name if Path(p).is_absolute() else p for p in PATHS])
+@pytest.mark.parametrize("path", PATHS.values(), ids=list(PATHS))
 def test_kubectl_kustomize_builds_it_as_the_tests_render_it(path):
     done = subprocess.run([str(kubectl()), "kustomize", str(KNATIVE / path)], capture_output=True, text=True,
                           timeout=120)
