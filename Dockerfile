@@ -24,14 +24,15 @@ ENV PIP_NO_CACHE_DIR=1 \
 # needed. Should one ever need building, install build tools in THIS stage only.
 # The dependencies first, in their own layer (cached while only kai_fn/ changes);
 # then the package as `pip install .` would: a wheel built with the backend
-# pinned in pyproject.toml, without kai_fn/local (tests and demos only).
+# pinned in pyproject.toml, without kai_fn/local (tests and demos only), with
+# its extra `function` (the server: functions-framework and what it needs).
 RUN python -m venv /opt/venv
-COPY requirements.txt constraints.txt /src/
+COPY requirements.txt requirements-cli.txt constraints.txt /src/
 RUN /opt/venv/bin/pip install --no-cache-dir -r /src/requirements.txt -c /src/constraints.txt
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md LICENSE /src/
 COPY kai_fn/ /src/kai_fn/
 RUN /opt/venv/bin/pip wheel --no-cache-dir --no-deps -w /tmp/dist /src \
-    && /opt/venv/bin/pip install --no-cache-dir /tmp/dist/kai_fn-*.whl -c /src/constraints.txt
+    && /opt/venv/bin/pip install --no-cache-dir "$(ls /tmp/dist/kai_fn-*.whl)[function]" -c /src/constraints.txt
 
 # ---- final: the venv (with kai_fn in it) and main.py, nothing else -----------
 FROM ${PYTHON_IMAGE}

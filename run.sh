@@ -9,7 +9,7 @@ cd "$(dirname "$0")"
 venv() {
   local stamp=.venv/.requirements.sha
   local want
-  want=$(cat requirements.txt requirements-dev.txt constraints.txt | sha256sum | cut -d' ' -f1)
+  want=$(cat requirements-cli.txt requirements.txt requirements-dev.txt constraints.txt | sha256sum | cut -d' ' -f1)
   if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
   fi

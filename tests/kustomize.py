@@ -14,10 +14,11 @@ it can never quietly render something other than kustomize would:
 * ``patches``: JSON 6902 patches (inline ``patch`` or ``path``) with a
   ``target`` of group/version/kind/name (exact matches). ``test`` operations are
   honoured, so a failed guard fails the render as it does in kustomize.
-  Strategic-merge patches are refused.
+  Of strategic-merge patches only the one that deletes (``$patch: delete``, with a ``target``) is supported: every
+  object the target selects is removed, as kustomize removes an object such a patch empties. Others are refused.
 
 * ``components``: local directories holding a ``kind: Component``
-  kustomization (same fields, no ``namespace``). As in kustomize, a component's
+  kustomization (same fields, no ``namespace``; a component may list components of its own). As in kustomize, a component's
   resources join the including kustomization's after its own resources, and its
   patches apply to everything accumulated so far; the includer's own
   transformers (namespace, images) then apply to all of it.
@@ -43,7 +44,7 @@ import yaml
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 SUPPORTED_KEYS = {"apiVersion", "kind", "namespace", "resources", "images", "patches", "components"}
-COMPONENT_KEYS = {"apiVersion", "kind", "resources", "images", "patches"}
+COMPONENT_KEYS = {"apiVersion", "kind", "resources", "images", "patches", "components"}
 
 # Cluster-scoped kinds this project can contain (a namespace is never set on them).
 CLUSTER_SCOPED = {
@@ -114,8 +115,15 @@ def _apply_patches(objs: list[dict[str, Any]], patches: list[dict[str, Any]], ba
             raise KustomizeError("a patch needs exactly one of `patch` and `path`")
         text = entry["patch"] if "patch" in entry else (base / entry["path"]).read_text()
         ops = yaml.safe_load(text)
+        if isinstance(ops, dict) and ops.get("$patch") == "delete" and "target" in entry:
+            doomed = [obj for obj in objs if _matches(entry["target"], obj)]
+            if not doomed:
+                raise KustomizeError(f"patch target matches nothing: {entry['target']}")
+            objs[:] = [obj for obj in objs if not any(obj is d for d in doomed)]
+            continue
         if not isinstance(ops, list):
-            raise KustomizeError("only JSON 6902 patches (a list of operations) are supported")
+            raise KustomizeError("only JSON 6902 patches (a list of operations) are supported, and a strategic-merge "
+                                 "`$patch: delete` with a target")
         if "target" not in entry:
             raise KustomizeError("a JSON 6902 patch needs a target")
         patch = jsonpatch.JsonPatch(ops)

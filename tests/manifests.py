@@ -30,6 +30,10 @@ BASE = "base"
 BROKER = "overlays/broker"
 SCHEDULER_PLUGINS = "overlays/scheduler-plugins"
 VARIANTS = (BASE, BROKER, SCHEDULER_PLUGINS)
+# One install path per supported Kubernetes version (README.md, "Install"); each newer version's is knative/base.
+INSTALLS = {"1.33": "overlays/kubernetes-1.33", "1.34": "overlays/kubernetes-1.34", "1.35": "overlays/kubernetes-1.34",
+            "1.36": BASE}
+VERSION_COMPONENTS = {"1.33": "components/kubernetes-1.33", "1.34": "components/kubernetes-1.34"}
 
 NAMESPACE = "kai-fn"
 FUNCTION = "kai-fn"  # Service, ServiceAccount and ClusterRole name
@@ -46,6 +50,8 @@ K8S_VERSIONS = ("1.33", kubernetes_validate.latest_version())
 # not know them either, so it sets a namespace on them (the API server drops it: they are cluster-scoped).
 ADMISSION_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
 FIRST_SERVED = {
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): "1.30",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): "1.30",
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): "1.36",
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): "1.36",
     ("admissionregistration.k8s.io/v1beta1", "MutatingAdmissionPolicy"): "1.34",
@@ -153,12 +159,19 @@ MONITORING = "components/servicemonitor"
 def with_monitoring(variant: str) -> str:
     """A kustomization of the operator's own, as README.md's Operate says: ``variant`` and the monitoring component
     (metrics Service, ServiceMonitor, alerts) beside it; its path, for :func:`render`."""
+    return with_components(variant, MONITORING)
+
+
+@cache
+def with_components(variant: str, *components: str) -> str:
+    """A kustomization of the operator's own: ``variant`` and ``components`` (paths under knative/) beside it; its
+    path, for :func:`render`."""
     where = Path(tempfile.mkdtemp(prefix="kai-fn-kustomization-"))
     atexit.register(shutil.rmtree, where, True)
     (where / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [os.path.relpath(KNATIVE / variant, where)],
-        "components": [os.path.relpath(KNATIVE / MONITORING, where)]}))
+        "components": [os.path.relpath(KNATIVE / c, where) for c in components]}))
     return str(where)
 
 

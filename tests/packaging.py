@@ -12,25 +12,32 @@ REPO = Path(__file__).resolve().parent.parent
 # What the installed package must never import: the workstation harness and the libraries only it needs.
 BLOCKED = ("kai_fn.local", "kmock", "aiohttp")
 
-# Prepended to a `python -c` program: any import of BLOCKED raises, however deep in the import chain it happens.
-BLOCKER = f"""\
+
+
+def blocker(blocked: tuple[str, ...], why: str = "is test-only: the installed package must not import it") -> str:
+    """Prepended to a `python -c` program: any import of ``blocked`` raises ImportError(``<name> <why>``), however
+    deep in the import chain it happens."""
+    return f"""\
 import sys
 
 class _Blocked:
     def find_spec(self, name, path=None, target=None):
-        if any(name == b or name.startswith(b + ".") for b in {BLOCKED!r}):
-            raise ImportError(f"{{name}} is test-only: the installed package must not import it")
+        if any(name == b or name.startswith(b + ".") for b in {blocked!r}):
+            raise ImportError(f"{{name}} {why}")
         return None
 
 sys.meta_path.insert(0, _Blocked())
 """
 
 
+BLOCKER = blocker(BLOCKED)
+
+
 def source_copy(dest: Path) -> Path:
-    """What a fresh clone holds for the build: pyproject.toml, README.md and kai_fn/ (with kai_fn/local, which the
-    build must leave out)."""
+    """What a fresh clone holds for the build: pyproject.toml, README.md, LICENSE and kai_fn/ (with kai_fn/local,
+    which the build must leave out)."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, dest / name)
     shutil.copytree(REPO / "kai_fn", dest / "kai_fn", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return dest

@@ -21,6 +21,7 @@ from kai_fn.commands.terminal import visible, visible_lines
 from kai_fn.core import keys, segments
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.plan import Plan, plan
+from kai_fn.core.state import PHASES
 from kai_fn import settings as settings_mod
 
 EXIT_OK, EXIT_BLOCKED, EXIT_INPUT = 0, 1, 2
@@ -123,6 +124,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _say(json.dumps(report, indent=2))
     else:
         _say(yaml.safe_dump(report, sort_keys=False), end="")
+    if result.blocked:  # for a script that reads stderr only: why, in one line
+        print(f"error: {args.trainjob}: blocked: " + "; ".join(str(p) for p in result.problems if p.blocking),
+              file=sys.stderr)
     return EXIT_BLOCKED if result.blocked else EXIT_OK
 
 
@@ -157,11 +161,16 @@ def _add_status(sub: Subcommands) -> None:
     """`status`: every TrainJob in scope, one line each."""
     s = sub.add_parser("status", help="every TrainJob in kai_fn's scope, one line each: held, blocked, waiting, ...",
                        description="Every TrainJob in kai_fn's scope, one line each, what needs attention first. "
-                                   "Exit 1 when one has been held longer than --held-for.")
+                                   "Exit 1 when one has been held longer than --held-for, or is in a state "
+                                   "--fail-on names; 2 for bad input or no cluster.")
     _cluster_access(s, namespace="one namespace (default: all)", everywhere="every namespace (the default)")
     s.add_argument("--held-for", default="2m", metavar="DURATION",
                    help="exit 1 when a TrainJob has been held longer than this (default: %(default)s)")
-    s.add_argument("-o", "--output", choices=["text", "wide", "json"], default="text")
+    s.add_argument("--fail-on", metavar="STATE[,STATE]", type=_states, default=(),
+                   help="exit 1 also when a TrainJob is in one of these states (for a cron job or CI), e.g. "
+                        f"blocked,timed-out; any of: {', '.join(PHASE_NAMES)}")
+    s.add_argument("-o", "--output", choices=["text", "wide", "json"], default="text",
+                   help="text (default), wide (with the PodGroup, reasons unabridged) or json")
     _flavor(s)
     s.add_argument("--heartbeat", metavar="NAMESPACE/NAME",
                    help="the function's heartbeat Lease (default: KAI_FN_HEARTBEAT_LEASE or kai-fn/kai-fn-resync)")
@@ -176,7 +185,7 @@ def _add_explain(sub: Subcommands) -> None:
     e.add_argument("trainjob", metavar="NAMESPACE/NAME", help="or NAME with -n NAMESPACE")
     _cluster_access(e, namespace="the TrainJob's namespace, when it is named NAME alone", everywhere=None)
     _flavor(e)
-    e.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    e.add_argument("-o", "--output", choices=["text", "json"], default="text", help="text (default) or json")
     e.set_defaults(func=cmd_explain)
 
 
@@ -197,22 +206,31 @@ def _add_release(sub: Subcommands) -> None:
 def _add_plan(sub: Subcommands) -> None:
     """`plan`: what kai_fn would write for a TrainJob, from files."""
     p = sub.add_parser("plan", help="print the PodGroup, pod-template changes and JobSet patch for a TrainJob, "
-                                    "from files")
-    p.add_argument("--trainjob", required=True, metavar="FILE")
+                                    "from files",
+                       description="What kai_fn would write for a TrainJob, from files, without a cluster: its "
+                                   "PodGroups, the pod-template changes, with --jobset the JSON Patch of the JobSet, "
+                                   "and any problems. Exit 0 planned (or out of scope), 1 blocked (the problems also "
+                                   "on stderr, in one line), 2 unusable input (one line naming the file and field).")
+    p.add_argument("--trainjob", required=True, metavar="FILE",
+                   help="the TrainJob, as submitted or as read back (YAML or JSON); without metadata.uid, a "
+                        "stand-in is used and said so")
     p.add_argument("--runtime", required=True, metavar="FILE", help="its TrainingRuntime or ClusterTrainingRuntime")
     p.add_argument("--jobset", metavar="FILE", help="the live JobSet, to print the JSON Patch for it")
     p.add_argument("--topology", metavar="FILE", action="append",
                    help="a KAI Topology the TrainJob names, to check its levels (repeatable)")
     _flavor(p)
-    p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="yaml (default) or json")
     p.set_defaults(func=cmd_plan)
 
 
 def _add_invoke(sub: Subcommands) -> None:
     """`invoke SAMPLE`: one sample event posted to a running function."""
-    i = sub.add_parser("invoke", help="POST a sample event in binary mode to a running function")
-    i.add_argument("sample", metavar="SAMPLE", help="a file from samples/events")
-    i.add_argument("--url", default="http://127.0.0.1:8080", help="default: %(default)s")
+    i = sub.add_parser("invoke", help="POST a sample event in binary mode to a running function",
+                       description="POST one sample event, as Knative's ApiServerSource sends it (binary mode), to a "
+                                   "running function, and print its answer. Exit 0 on 2xx, 1 on another status, 2 "
+                                   "for an unreadable sample or no answer.")
+    i.add_argument("sample", metavar="SAMPLE", help="an event in the adapter's wire format, e.g. from samples/events")
+    i.add_argument("--url", default="http://127.0.0.1:8080", help="the function's address (default: %(default)s)")
     i.set_defaults(func=cmd_invoke)
 
 
@@ -230,6 +248,18 @@ def _cluster_access(p: argparse.ArgumentParser, top: bool = False, namespace: st
     if top or everywhere:
         g.add_argument("-A", "--all-namespaces", action="store_true", default=False if top else argparse.SUPPRESS,
                        help=everywhere)
+
+
+PHASE_NAMES = tuple(str(p) for p in PHASES)
+
+
+def _states(text: str) -> tuple[str, ...]:
+    """``--fail-on``'s value: states of ``status``, comma-separated."""
+    states = tuple(s.strip() for s in text.split(",") if s.strip())
+    unknown = [s for s in states if s not in PHASE_NAMES]
+    if unknown or not states:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected states among {', '.join(PHASE_NAMES)}")
+    return states
 
 
 def _flavor(p: argparse.ArgumentParser) -> None:
@@ -277,7 +307,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     try:
         code, out, err = run(None if args.all_namespaces else args.namespace, args.kubeconfig, args.output,
-                             args.held_for, args.heartbeat, _settings(args), context=args.context)
+                             args.held_for, args.heartbeat, _settings(args), context=args.context,
+                             fail_on=args.fail_on)
     except Unusable as error:
         raise UsageError(_with_cluster(error, args)) from None
     _say(out)

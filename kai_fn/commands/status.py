@@ -4,14 +4,16 @@ Read-only, at the cost :mod:`kai_fn.commands.survey` states, plus one GET of the
 :mod:`kai_fn.kube.lease`) when a TrainJob has been held longer than a resync period: held that long with the
 function absent, nothing will release it, and the output says so plainly.
 
-Exit 0 when nothing is ``held`` longer than ``--held-for`` (default 2m), 1 when something is, 2 for bad input or a
-cluster that cannot be read (one line, no traceback).
+Exit 0 when nothing is ``held`` longer than ``--held-for`` (default 2m), 1 when something is, or when a TrainJob is
+in a state ``--fail-on`` names (``blocked``, ``timed-out``, ...: for a cron job or CI), 2 for bad input or a cluster
+that cannot be read (one line, no traceback).
 """
 from __future__ import annotations
 
 import datetime
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from kai_fn.commands import survey
@@ -97,9 +99,16 @@ def gang_cells(reading: dict[str, Any]) -> tuple[object, object, object]:
     return reading.get("queue"), size, reading.get("gpus")
 
 
+def failing(readings: list[Reading], fail_on: Sequence[str], now: datetime.datetime, threshold: float) -> list[Reading]:
+    """The TrainJobs in a state of ``fail_on`` (``held`` ones only once held longer than ``threshold``)."""
+    return [r for r in readings if r.phase in fail_on and (r.phase is not Phase.HELD or r.age(now) > threshold)]
+
+
 def run(namespace: str | None, kubeconfig: str | None, output: str, held_for: str, lease: str | None,
-        settings: Settings, now: datetime.datetime | None = None, context: str | None = None) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr); Unusable for exit 2. ``context``: of the kubeconfig (default its current one)."""
+        settings: Settings, now: datetime.datetime | None = None, context: str | None = None,
+        fail_on: Sequence[str] = ()) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr); Unusable for exit 2. ``context``: of the kubeconfig (default its current one).
+    ``fail_on``: states that make the exit 1 too, for a cron job or CI (``--fail-on blocked``)."""
     threshold = duration(held_for)
     if lease is not None and (lease.count("/") != 1 or not all(lease.split("/"))):
         raise Unusable(f"{lease!r}: expected NAMESPACE/NAME of the heartbeat Lease")
@@ -114,9 +123,14 @@ def run(namespace: str | None, kubeconfig: str | None, output: str, held_for: st
         raise Unreachable(f"cannot read the cluster: {error}") from None
     stranded = {r.uid for r in held if absent is not None and r.held_longer(now, heartbeat.RESYNC_PERIOD_SECONDS)}
     overdue = [r for r in held if r.age(now) > threshold]
-    code = EXIT_HELD if overdue else EXIT_OK
+    failed = failing(readings, fail_on, now, threshold)
+    code = EXIT_HELD if overdue or failed else EXIT_OK
     scope = f"-n {namespace}" if namespace else "-A"
     notes = []
+    if failed:
+        states = sorted({str(r.phase) for r in failed}, key=lambda p: [str(x) for x in Phase].index(p))
+        notes.append(f"{len(failed)} TrainJob(s) {', '.join(states)} (--fail-on): exit 1; "
+                     "kubectl kai-fn explain NAMESPACE/NAME says why and what to do")
     if stranded and absent:
         notes.append(strand_notice(absent, len(stranded), scope))
     elif overdue and not any(r.held_longer(now, heartbeat.RESYNC_PERIOD_SECONDS) for r in overdue):

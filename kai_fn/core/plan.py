@@ -18,7 +18,7 @@ from typing import Any, Literal
 from kai_fn.core import keys, owner_metadata, reserve, segments, validation
 from kai_fn.core.models import Runtime, TrainJob
 from kai_fn.core.owner_metadata import KaiCluster
-from kai_fn.core.podsets import PodSet, pod_sets, total_requests
+from kai_fn.core.podsets import PodSet, count_problems, pod_sets, total_requests
 from kai_fn.core.queue_check import Gang, gangs
 from kai_fn.core.runtime import check_matches
 from kai_fn.core.scope import DEFAULT_SCHEDULE_TIMEOUT_SECONDS, GangPolicy, Problem, gang_policy, out_of_scope
@@ -133,6 +133,7 @@ def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_que
     resources = {k: str(q) for k, q in sorted(total_requests(sets).items())}
     waves = stages(sets, reserve=flavor == "kai")
     problems = list(policy.problems) + _pod_set_problems(sets)
+    problems += [Problem(where, why) for where, why in count_problems(job, sets)]
     segs, segment_problems = segments.requested(job, runtime, sets, main_stage(waves) if waves else None, flavor)
     problems += segment_problems + segments.level_problems(policy.topology, segs, topologies or {})
     if (policy.topology and not (policy.topology.required_level or policy.topology.preferred_level)

@@ -68,6 +68,29 @@ def pod_sets(job: TrainJob, runtime: Runtime) -> list[PodSet]:
     return sets
 
 
+# Trainer's CRDs declare every count (numNodes, replicas, parallelism) an int32, as KAI's PodGroup its minMember.
+INT32_MAX = 2**31 - 1
+
+
+def count_problems(job: TrainJob, sets: list[PodSet]) -> list[tuple[str, str]]:
+    """(field, why) of each count no gang can have: ``numNodes`` 0 (a gang of no trainer pods, which KAI reads as no
+    gang at all), a count past Trainer's int32, or a gang of more pods than a PodGroup's int32 ``minMember``."""
+    num_nodes = job.spec.trainer.num_nodes if job.spec.trainer else None
+    field_name = "TrainJob spec.trainer.numNodes"
+    if num_nodes == 0:
+        return [(field_name, "is 0: a gang of no trainer pods, which KAI takes for no gang at all; give 1 or more")]
+    if num_nodes is not None and num_nodes > INT32_MAX:
+        return [(field_name, f"{num_nodes} is more than Trainer's CRD allows (an int32: at most {INT32_MAX})")]
+    too_many = [ps for ps in sets if max(ps.count, ps.replicas) > INT32_MAX]
+    if too_many:
+        return [(f"replicatedJob {ps.name!r}", f"{max(ps.count, ps.replicas)} pods or replicas is more than Trainer's "
+                 f"CRD allows (an int32: at most {INT32_MAX})") for ps in too_many]
+    if (total := sum(ps.pods for ps in sets)) > INT32_MAX:
+        return [("the gang", f"{total} pods is more than a PodGroup's minMember can hold (an int32: at most "
+                 f"{INT32_MAX})")]
+    return []
+
+
 def _set_num_nodes(sets: list[PodSet], ml: MLPolicy | None, num_nodes: int) -> None:
     """``TrainJob.spec.trainer.numNodes`` as the mlPolicy plugins apply it: on one PodSet only, as given (0 too).
 

@@ -5,6 +5,7 @@ nothing for the commands) its verb, resource and status code.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -39,6 +40,16 @@ class Observer(Protocol):
     def event_not_written(self, reason: str) -> None: ...
 
 
+def kubeconfig_read(kubeconfig: str | None) -> tuple[str, list[str]]:
+    """Which kubeconfig kubectl's rules read, as an error names it (the option, KUBECONFIG, or the default), and its
+    files."""
+    if kubeconfig is not None:
+        return f"--kubeconfig {kubeconfig}", [kubeconfig]
+    if os.environ.get("KUBECONFIG"):
+        return f"KUBECONFIG={os.environ['KUBECONFIG']}", [p for p in os.environ["KUBECONFIG"].split(os.pathsep) if p]
+    return "~/.kube/config (KUBECONFIG is unset)", ["~/.kube/config"]
+
+
 def api_client(kubeconfig: str | None = None, context: str | None = None,
                observer: Observer | None = None) -> ApiClient:
     """In a cluster, its service account; otherwise, or given either argument, the kubeconfig as kubectl reads it
@@ -53,8 +64,11 @@ def api_client(kubeconfig: str | None = None, context: str | None = None,
         else:
             _load_kubeconfig(config_file=kubeconfig, context=context, client_configuration=config)
     except (kubernetes.config.ConfigException, OSError, yaml.YAMLError) as error:
-        why = " ".join(str(error).split())  # YAML errors span lines; this is one
-        raise NoClusterConfig(f"no Kubernetes API to talk to: not in a cluster, and KUBECONFIG: {why}") from None
+        where, paths = kubeconfig_read(kubeconfig)
+        missing = [p for p in paths if not os.path.exists(os.path.expanduser(p))]
+        why = "no such file" if missing == paths else " ".join(str(error).split())  # YAML errors span lines
+        raise NoClusterConfig(f"no Kubernetes API to talk to: not in a cluster, and the kubeconfig {where}: {why}") \
+            from None
     config.retries = False  # the sender redelivers; stacked retries would outlast its patience
     config.connection_pool_maxsize = 64
     return ObservedApiClient(config, observer)

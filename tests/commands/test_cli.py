@@ -1,6 +1,7 @@
 """``python -m kai_fn plan``: exit 0 planned, 1 blocked, 2 unusable input with one line naming the problem."""
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kai_fn.commands import cli
 from tests.builders import rjob, runtime, trainjob
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,10 +126,9 @@ def test_invoke_reports_bad_input_in_one_line(args, message):
 
 
 def test_version_prints_the_package_version():
-    import tomllib
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    from kai_fn import __version__
     out = run("--version")
-    assert (out.returncode, out.stdout) == (0, f"python -m kai_fn {version}\n")
+    assert (out.returncode, out.stdout) == (0, f"python -m kai_fn {__version__}\n")
 
 
 @pytest.mark.usefixtures("forgetful")  # the sample's uid: a server that decided it earlier would answer skipped
@@ -221,3 +222,42 @@ def test_plan_patches_the_held_jobset_as_the_trainjob_asks_whatever_topologies_a
     assert out.returncode == 0, out.stderr
     patch = json.loads(out.stdout)["jobSetPatch"]
     assert (RESUMES in patch, "kai-fn/podgroup" in json.dumps(patch).replace("~1", "/")) == (resumes, decided)
+
+
+@pytest.mark.parametrize("num_nodes, why", [
+    ("0", "TrainJob spec.trainer.numNodes: is 0: a gang of no trainer pods, which KAI takes for no gang at all; "
+          "give 1 or more"),
+    ("1000000000000000000000000000000", "TrainJob spec.trainer.numNodes: 1000000000000000000000000000000 is more "
+                                        "than Trainer's CRD allows (an int32: at most 2147483647)"),
+])
+def test_plan_refuses_a_count_no_gang_can_have_in_one_line_on_stderr(tmp_path, num_nodes, why):
+    text = (SAMPLES / "cluster" / "trainjob-llama-finetune.yaml").read_text()
+    assert "numNodes: 4" in text
+    job = write(tmp_path, "tj.yaml", text.replace("numNodes: 4", f"numNodes: {num_nodes}"))
+    out = run("plan", "--trainjob", job, "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml")
+    assert out.returncode == 1
+    assert out.stderr == f"error: {job}: blocked: {why}\n"
+    assert "problems:" in out.stdout
+
+
+def parsers() -> list[tuple[str, argparse.ArgumentParser]]:
+    """The top parser and each command's, as `python -m kai_fn` in a checkout builds them (with the demo)."""
+    from kai_fn.local import add_demo
+    top = cli.build_parser(extra=[add_demo])
+    (sub,) = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)]
+    return [("kai-fn", top), *sub.choices.items()]
+
+
+PARSERS = parsers()
+
+
+@pytest.mark.parametrize("name, parser", PARSERS, ids=[n for n, _ in PARSERS])
+def test_every_command_and_option_has_help(name, parser):
+    assert parser.description, f"{name}: no description"
+    undocumented = [a.option_strings or [a.dest] for a in parser._actions
+                    if not a.help and not isinstance(a, argparse._SubParsersAction)]
+    assert undocumented == []
+
+
+def test_the_help_check_sees_every_command():
+    assert {n for n, _ in PARSERS} >= {"kai-fn", "status", "explain", "release", "plan", "invoke", "demo"}

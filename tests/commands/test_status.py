@@ -288,6 +288,31 @@ def test_blocked_waiting_and_bound_trainjobs_alone_exit_0(api, function, capsys)
     assert code == 0 and "blocked" in out and "bound" in out
 
 
+FAIL_ON = {  # (--fail-on, exit code) with one blocked TrainJob and one bound one
+    "not asked": ([], 0),
+    "blocked": (["--fail-on", "blocked"], 1),
+    "blocked,timed-out": (["--fail-on", "blocked,timed-out"], 1),
+    "timed-out only": (["--fail-on", "timed-out"], 0),
+    "bound": (["--fail-on", "bound"], 1),
+}
+
+
+@pytest.mark.parametrize("args, code", FAIL_ON.values(), ids=list(FAIL_ON))
+def test_fail_on_exits_1_when_a_trainjob_is_in_a_state_it_names(api, function, capsys, args, code):
+    _blocked_by_the_queue(api, function.url)
+    _bound_by_its_pods(api, function.url)
+    got, out, _ = status(api, *args, capsys=capsys)
+    assert got == code
+    assert ("(--fail-on): exit 1" in out) is (code == 1), out
+
+
+def test_fail_on_held_counts_only_what_is_held_longer_than_held_for(api, capsys):
+    heartbeat(api, seconds=10)
+    seed(api, *held(age=dict(seconds=30)))
+    assert status(api, "--fail-on", "held", capsys=capsys)[0] == 0
+    assert status(api, "--fail-on", "held", "--held-for", "10s", capsys=capsys)[0] == 1
+
+
 def test_what_needs_attention_comes_first_the_longest_held_first(api, function, capsys):
     heartbeat(api, seconds=5)
     _bound_by_its_pods(api, function.url)
@@ -384,6 +409,7 @@ def test_the_cost_is_a_few_lists_whatever_the_number_of_trainjobs(api, function,
     (["--heartbeat", "nope"], {}, "error: 'nope': expected NAMESPACE/NAME of the heartbeat Lease"),
     ([], {"KAI_FN_HEARTBEAT_LEASE": "nope"}, "error: invalid setting KAI_FN_HEARTBEAT_LEASE"),
     (["-n", "team-a", "-A"], {}, "usage: "),
+    (["--fail-on", "stuck"], {}, "usage: "),
 ])
 def test_bad_input_is_exit_2_with_one_line_naming_it_and_no_traceback(api, args, env, message):
     done = subprocess.run([sys.executable, "-m", "kai_fn", "status", "--kubeconfig", api.kubeconfig, *args], cwd=REPO,
@@ -393,10 +419,25 @@ def test_bad_input_is_exit_2_with_one_line_naming_it_and_no_traceback(api, args,
     assert len(done.stderr.splitlines()) == 1 or message == "usage: "
 
 
-def test_no_kubeconfig_is_exit_2(tmp_path, capsys):
+def test_no_kubeconfig_is_exit_2_naming_the_path(tmp_path, capsys):
     code = cli.main(["status", "--kubeconfig", str(tmp_path / "none")])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("error: no Kubernetes API to talk to") and len(err.splitlines()) == 1
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err == f"error: no Kubernetes API to talk to: not in a cluster, and the kubeconfig --kubeconfig " \
+                  f"{tmp_path / 'none'}: no such file\n"
+
+
+@pytest.mark.parametrize("kubeconfig, named", [
+    ("{tmp}/a:{tmp}/b", "KUBECONFIG={tmp}/a:{tmp}/b: no such file"),
+    ("", "~/.kube/config (KUBECONFIG is unset): no such file"),
+])
+def test_without_the_option_the_kubeconfig_kubectl_would_read_is_named(tmp_path, monkeypatch, capsys, kubeconfig,
+                                                                        named):
+    monkeypatch.setenv("KUBECONFIG", kubeconfig.format(tmp=tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert cli.main(["status"]) == 2
+    assert capsys.readouterr().err.endswith(f"the kubeconfig {named.format(tmp=tmp_path)}\n")
 
 
 def test_a_cluster_that_does_not_answer_is_exit_2(tmp_path, capsys):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kai_fn.core.podsets import pod_sets, total_requests
+from kai_fn.core.podsets import count_problems, pod_sets, total_requests
 from tests.builders import container, rjob, runtime, trainjob, typed
 
 TORCH = {"numNodes": 2, "torch": {}}
@@ -182,3 +182,31 @@ def test_runtime_patches_can_move_the_trainer_ancestor_label():
     rt = runtime(rjob(ancestor=None, parallelism=2), ml_policy={"numNodes": 3, "torch": {}})
     (ps,) = pod_sets(*typed(job, rt))
     assert (ps.ancestor, ps.count) == ("trainer", 5)
+
+
+INT32_MAX = 2**31 - 1
+
+
+@pytest.mark.parametrize("job, rt, problems", [
+    pytest.param(trainjob(num_nodes=4), runtime(rjob("node"), ml_policy=TORCH), [], id="4-nodes"),
+    pytest.param(trainjob(num_nodes=INT32_MAX), runtime(rjob("node"), ml_policy=TORCH), [], id="int32-max"),
+    pytest.param(trainjob(num_nodes=0), runtime(rjob("node"), ml_policy=TORCH),
+                 [("TrainJob spec.trainer.numNodes", "is 0: a gang of no trainer pods")], id="numNodes-0"),
+    pytest.param(trainjob(num_nodes=0), runtime(rjob("node"), rjob("launcher", ancestor=None),
+                                                ml_policy={"mpi": {"runLauncherAsNode": True}}),
+                 [("TrainJob spec.trainer.numNodes", "is 0: a gang of no trainer pods")], id="numNodes-0-mpi"),
+    pytest.param(trainjob(num_nodes=10**30), runtime(rjob("node"), ml_policy=TORCH),
+                 [("TrainJob spec.trainer.numNodes", f"{10**30} is more than Trainer's CRD allows (an int32: at most "
+                                                     f"{INT32_MAX})")], id="numNodes-1e30"),
+    pytest.param(trainjob(num_nodes=INT32_MAX + 1), runtime(rjob("node"), ml_policy=TORCH),
+                 [("TrainJob spec.trainer.numNodes", f"{INT32_MAX + 1} is more than")], id="numNodes-int32-max+1"),
+    pytest.param(trainjob(), runtime(rjob("node", ancestor=None, parallelism=INT32_MAX + 1)),
+                 [("replicatedJob 'node'", f"{INT32_MAX + 1} pods or replicas is more than")], id="parallelism"),
+    pytest.param(trainjob(num_nodes=INT32_MAX), runtime(rjob("init", ancestor="dataset-initializer"), rjob("node"),
+                                                        ml_policy=TORCH),
+                 [("the gang", f"{INT32_MAX + 1} pods is more than a PodGroup's minMember")], id="gang-past-int32"),
+])
+def test_counts_no_gang_can_have_are_named_with_the_field_and_why(job, rt, problems):
+    found = count_problems(*typed(job, rt)[:1], pod_sets(*typed(job, rt)))
+    assert [(where, why[:len(expected)]) for (where, why), (_, expected) in zip(found, problems)] == problems
+    assert len(found) == len(problems)

@@ -7,6 +7,10 @@
 - every ``kubectl kai-fn`` command line quoted in README.md, docs/, knative/README.md and testbed/README.md parses
   with the CLI's own parser and its rules across options (kai_fn.commands.cli.parse_command_line);
 - docs/commands.md's table of `status` states is the state model's phases, in their order (kai_fn/core/state.py);
+- every path of this repository the docs, requirements, manifests' and samples' comments quote exists;
+- README.md's troubleshooting names every Event reason kai_fn posts;
+- every container image the manifests, func.yaml and the Dockerfile name has a tag (not `latest`) or a digest;
+- README.md's prose cites no issue numbers nor commit hashes (BENCHMARKS.md holds the provenance);
 - measured figures in README.md say where they come from, and are there. The convention: a paragraph (with the table
   that follows it) that quotes figures cites its source as ``BENCHMARKS.md, "<heading>"`` or
   ``docs/develop.md, "<heading>"`` (the start of a heading of that file); every figure in it, a number followed by
@@ -17,16 +21,19 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import json
 import re
 import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kai_fn.commands import cli
 from kai_fn.core.state import PHASES
 from kai_fn.function import metrics
 from kai_fn.settings import Settings
+from tests.kustomize import split_image
 from tests.manifests import BASE, FUNCTION, VARIANTS, bound_triples, render
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,3 +200,101 @@ def test_the_states_table_of_status_is_the_models_phases_in_their_order():
     table = text[text.index("| state | meaning |"):]
     rows = re.findall(r"^\| `([a-z-]+)` \|", table.split("\n\n", 1)[0], re.M)
     assert rows == [str(p) for p in PHASES]
+
+
+# --------------------------------------------------------------------------- paths, Events, images, the README's prose
+
+PATH_DOCS = [*DOCS, REPO / "CHANGELOG.md", REPO / "requirements.txt", REPO / "requirements-cli.txt",
+             REPO / "requirements-dev.txt", REPO / "pyproject.toml", REPO / "Dockerfile", REPO / "func.yaml",
+             *sorted((REPO / "samples").rglob("*.yaml")), *sorted((REPO / "knative").rglob("kustomization.yaml"))]
+# A path of this repository as the docs quote one: it starts with one of its top-level folders. One quoted right
+# after "KAI's " is a path of KAI's repository (docs/topology.md).
+REPO_PATH = re.compile(r"(?<![\w./:-])(?<!KAI's `)(?:kai_fn|tests|knative|docs|samples|testbed|bench|\.ci)/[\w./*-]*[\w*]")
+
+
+def quoted_paths(text: str) -> list[str]:
+    return [m.group(0).split("::")[0] for m in REPO_PATH.finditer(text)]
+
+
+def missing_paths(path: Path) -> list[str]:
+    text = path.read_text()
+    if path.suffix == ".yaml":  # a manifest's or sample's comments
+        text = "\n".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
+    return [p for p in quoted_paths(text) if not (list(REPO.glob(p)) if "*" in p else (REPO / p).exists())]
+
+
+@pytest.mark.parametrize("path", PATH_DOCS, ids=[p.relative_to(REPO).as_posix() for p in PATH_DOCS])
+def test_every_path_the_docs_quote_exists(path):
+    assert missing_paths(path) == []
+
+
+@pytest.mark.parametrize("text, found", [
+    ("see `kai_fn/core/plan.py` and tests/core/test_plan.py::test_x.", ["kai_fn/core/plan.py", "tests/core/test_plan.py"]),
+    ("KAI's `docs/topology/segments.md`, and docs/nope.md", ["docs/nope.md"]),
+    ("knative/overlays/kubernetes-1.3x and the-knative/x", ["knative/overlays/kubernetes-1.3x"]),
+])
+def test_the_path_check_finds_the_paths_a_text_quotes(text, found):
+    assert quoted_paths(text) == found
+
+
+def event_reasons() -> set[str]:
+    """Every reason of an Event kai_fn posts: kai_fn/core/reasons.py's, and the release's."""
+    from kai_fn.core import reasons
+    from kai_fn.commands import release
+    found = {v for k, v in vars(reasons).items() if k.isupper() and isinstance(v, str) and re.fullmatch(r"[A-Z]\w+", v)}
+    return found | {v for k, v in vars(release).items() if k.isupper() and v == "ReleasedByOperator"}
+
+
+def test_the_readmes_troubleshooting_names_every_event_reason():
+    assert len(event_reasons()) >= 15
+    named = set(re.findall(r"`([A-Z]\w+)`", section("README.md", "Troubleshoot")))
+    assert event_reasons() - named == set()
+
+
+def images() -> list[tuple[str, str]]:
+    """(where, image) of every container image the manifests, func.yaml, the Dockerfile and the settings name."""
+    from tests.manifests import INSTALLS, VARIANTS, with_monitoring
+    found = []
+    for variant in sorted({*VARIANTS, *INSTALLS.values()}) + [with_monitoring(v) for v in VARIANTS]:
+        for obj in render(variant):
+            text = json.dumps(obj)
+            found += [(f"{variant}: {obj['kind']}/{obj['metadata']['name']}", i)
+                      for i in re.findall(r'"image": "([^"]+)"', text)]
+            found += [(f"{variant}: {obj['kind']}/{obj['metadata']['name']} env", v) for v in
+                      re.findall(r'"name": "\w+_IMAGE", "value": "([^"]+)"', text)]
+    found.append(("func.yaml", yaml.safe_load((REPO / "func.yaml").read_text())["image"]))
+    arg = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", (REPO / "Dockerfile").read_text(), re.M)
+    found.append(("Dockerfile", arg.group(1) if arg else ""))
+    return found
+
+
+IMAGES = images()
+
+
+@pytest.mark.parametrize("where, image", IMAGES, ids=[f"{w}: {i}" for w, i in IMAGES])
+def test_every_image_has_a_tag_or_a_digest(where, image):
+    _, tag, digest = split_image(image)
+    assert tag not in (None, "latest") or digest, f"{where}: {image}"
+
+
+def test_the_image_check_sees_the_functions_and_the_dead_letter_sinks():
+    assert {i.rsplit(":", 1)[0] for _, i in IMAGES} >= {
+        "ghcr.io/example/kai-fn", "gcr.io/knative-releases/knative.dev/eventing/cmd/event_display"}
+
+
+ISSUE_OR_COMMIT = re.compile(r"\b(?:[Ii]ssues? \d+|#\d+|[0-9a-f]{7,40})\b")
+
+
+def readme_prose() -> str:
+    """README.md without its code blocks and inline code."""
+    text = re.sub(r"```.*?```", "", (REPO / "README.md").read_text(), flags=re.S)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def test_the_readmes_prose_cites_no_issue_numbers_nor_commit_hashes():
+    assert ISSUE_OR_COMMIT.findall(readme_prose()) == []
+
+
+@pytest.mark.parametrize("text", ["as issue 21 measured", "at code aefb12a", "(kubeflow/trainer#3429)"])
+def test_the_prose_check_finds_an_issue_number_or_a_commit_hash(text):
+    assert ISSUE_OR_COMMIT.search(text)

@@ -178,17 +178,20 @@ def test_dockerfile_installs_the_pinned_requirements_in_the_builder():
     builder = dockerfile()[0]
     runs = " ".join(i.args for i in builder.all("RUN"))
     assert re.search(r"pip install\b[^&;]*-r\s+\S*requirements\.txt", runs), runs
-    assert any("requirements.txt" in c.args for c in builder.all("COPY"))
+    copied = {w for c in builder.all("COPY") for w in shlex.split(c.args)[:-1]}
+    assert {"requirements.txt", "requirements-cli.txt"} <= copied, "requirements.txt and the file it includes"
     reqs = [
         line.split("#")[0].strip()
-        for line in (REPO / "requirements.txt").read_text().splitlines()
-        if line.split("#")[0].strip()
+        for name in ("requirements.txt", "requirements-cli.txt")
+        for line in (REPO / name).read_text().splitlines()
+        if line.split("#")[0].strip() and not line.startswith("-r ")
     ]
     assert reqs and all(re.fullmatch(r"[A-Za-z0-9_.\[\]-]+==[\w.]+", r) for r in reqs), reqs
 
 
 def test_dockerfile_builds_the_package_wheel_and_installs_it_with_the_constraints():
-    """The image runs what ``pip install .`` installs: the wheel of pyproject.toml (without kai_fn/local)."""
+    """The image runs what ``pip install .[function]`` installs: the wheel of pyproject.toml (without kai_fn/local)
+    with the server's extra."""
     builder = dockerfile()[0]
     copied = {w for c in builder.all("COPY") for w in shlex.split(c.args)[:-1]}
     assert {"pyproject.toml", "kai_fn/"} <= copied, copied
@@ -198,7 +201,7 @@ def test_dockerfile_builds_the_package_wheel_and_installs_it_with_the_constraint
     dist, source = wheel.groups()
     assert any(shlex.split(c.args)[-1].rstrip("/") == source.rstrip("/") for c in builder.all("COPY")
                if "pyproject.toml" in c.args), "the wheel is built from where pyproject.toml was copied"
-    install = rf"/opt/venv/bin/pip install\b[^&;]*{re.escape(dist)}/kai_fn-\*\.whl[^&;]*-c\s+\S*constraints\.txt"
+    install = rf"/opt/venv/bin/pip install\b[^&;]*{re.escape(dist)}/kai_fn-\*\.whl\)\[function\]\"[^&;]*-c\s+\S*constraints\.txt"
     assert re.search(install, runs), runs
 
 

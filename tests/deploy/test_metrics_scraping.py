@@ -52,13 +52,14 @@ def test_the_revision_template_asks_to_be_scraped_on_the_metrics_port_apart_from
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_the_monitoring_component_adds_its_three_objects_to_any_variant_and_changes_nothing_else(variant):
+def test_the_monitoring_component_adds_its_four_objects_to_any_variant_and_changes_nothing_else(variant):
     objs, alone = render(with_monitoring(variant)), render(variant)
     ids = {kustomize.object_id(o) for o in alone}
     assert {kustomize.object_id(o) for o in objs} - ids == {
         ("", "Service", NAMESPACE, "kai-fn-metrics"),
         ("monitoring.coreos.com", "ServiceMonitor", NAMESPACE, "kai-fn"),
-        ("monitoring.coreos.com", "PrometheusRule", NAMESPACE, "kai-fn")}
+        ("monitoring.coreos.com", "PrometheusRule", NAMESPACE, "kai-fn"),
+        ("", "ConfigMap", NAMESPACE, "kai-fn-dashboard")}
     assert [o for o in objs if kustomize.object_id(o) in ids] == alone
 
 

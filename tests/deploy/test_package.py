@@ -15,9 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from kai_fn import __version__
 from tests.commands.test_cli import run
-from tests.packaging import BLOCKER, REPO, build_wheel, wheel_files, wheel_text
+from tests.packaging import BLOCKED, BLOCKER, REPO, blocker, build_wheel, wheel_files, wheel_text
 
+# The function's server and what only it needs: never a requirement of the command line.
+SERVER = {"functions-framework", "flask", "gunicorn", "cloudevents", "prometheus-client", "werkzeug"}
+# The modules `kubectl kai-fn` runs, and the server's libraries they must do without.
+CLI_PACKAGES = ("kai_fn.commands", "kai_fn.kube", "kai_fn.core", "kai_fn.settings")
+SERVER_MODULES = ("functions_framework", "flask", "gunicorn", "cloudevents", "prometheus_client", "werkzeug")
+CLI_BLOCKER = blocker(BLOCKED + SERVER_MODULES, "is the server's or test-only: the command line must not import it")
 ENTRY_POINTS = {"kai-fn": "kai_fn.commands.cli:main", "kubectl-kai_fn": "kai_fn.commands.cli:kubectl_plugin"}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
@@ -71,30 +78,42 @@ def test_the_wheel_holds_kai_fn_without_its_workstation_harness(wheel):
     assert {"kai_fn/__main__.py", "kai_fn/commands/cli.py", "kai_fn/function/handler.py"} <= modules
 
 
+def test_the_wheel_carries_the_version_and_the_apache_licence(wheel):
+    metadata = wheel_text(wheel, ".dist-info/METADATA")
+    assert re.search(rf"^Version: {re.escape(__version__)}$", metadata, re.M)
+    assert re.search(r"^License-Expression: Apache-2\.0$", metadata, re.M)
+    assert wheel_text(wheel, ".dist-info/licenses/LICENSE") == (REPO / "LICENSE").read_text()
+
+
 def test_the_wheel_declares_the_two_console_scripts(wheel):
     entry_points = configparser.ConfigParser()
     entry_points.read_string(wheel_text(wheel, ".dist-info/entry_points.txt"))
     assert dict(entry_points["console_scripts"]) == ENTRY_POINTS
 
 
-def test_the_wheel_requires_python_311_and_the_pins_of_requirements_txt(wheel):
+def test_the_wheel_requires_python_311_the_clis_pins_and_the_servers_as_the_extra_function(wheel):
     metadata = wheel_text(wheel, ".dist-info/METADATA")
     assert re.search(r"^Name: kai-fn$", metadata, re.M) and re.search(r"^Requires-Python: >=3\.11$", metadata, re.M)
-    required = re.findall(r"^Requires-Dist: (\S+)==(\S+)$", metadata, re.M)
+    required = re.findall(r"^Requires-Dist: (\S+)==([\w.]+)(; extra == \"(\w+)\")?$", metadata, re.M)
     assert len(required) == len(re.findall(r"^Requires-Dist:", metadata, re.M)), "every requirement pinned exactly"
-    assert {normalise(n): v for n, v in required} == pins(REPO / "requirements.txt")
+    assert {normalise(n): v for n, v, _, extra in required if not extra} == pins(REPO / "requirements-cli.txt")
+    server = {normalise(n): v for n, v, _, extra in required if extra == "function"}
+    assert server == pins(REPO / "requirements.txt") and {extra for *_, extra in required} == {"", "function"}
+    assert re.findall(r"^Provides-Extra: (\S+)$", metadata, re.M) == ["function"]
 
 
 def test_every_pin_agrees_with_constraints_and_the_test_only_ones_stay_out_of_the_runtime():
     constraints = pins(REPO / "constraints.txt")
-    runtime, dev = pins(REPO / "requirements.txt"), pins(REPO / "requirements-dev.txt")
+    cli, runtime, dev = (pins(REPO / name) for name in ("requirements-cli.txt", "requirements.txt",
+                                                        "requirements-dev.txt"))
     (backend,) = PYPROJECT["build-system"]["requires"]
     name, _, version = backend.partition("==")
     build = {normalise(name): version}
     assert build == {"setuptools": dev["setuptools"]}, "the build backend: pyproject.toml pins what the tests use"
-    for source in (runtime, dev, build):
+    for source in (cli, runtime, dev, build):
         assert {n: constraints.get(n) for n in source} == source
-    assert not {"kmock", "aiohttp"} & set(runtime)
+    assert not {"kmock", "aiohttp"} & (set(cli) | set(runtime))
+    assert not SERVER & set(cli), "the command line needs no server"
     assert PYPROJECT["project"]["requires-python"] == ">=3.11"
 
 
@@ -115,10 +134,26 @@ def test_each_module_of_the_wheel_imports_with_the_test_only_libraries_refused(u
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.parametrize("module", [m for m in shipped_modules() if m.startswith(CLI_PACKAGES)])
+def test_the_command_lines_modules_import_with_the_servers_libraries_refused_too(unpacked, module):
+    """What `pip install kai-fn` installs (no extra) is enough for kubectl kai-fn: no module it runs needs the
+    function's server."""
+    code = CLI_BLOCKER + f"sys.path.insert(0, {str(unpacked)!r})\nimport {module}\n"
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=unpacked)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_servers_refusal_refuses():
+    code = CLI_BLOCKER + f"sys.path.insert(0, {str(REPO)!r})\nimport kai_fn.function.handler\n"
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "the command line must not import it" in done.stderr
+
+
 @pytest.mark.parametrize("script, prog", [("kai-fn", "kai-fn"), ("kubectl-kai_fn", "kubectl kai-fn")])
-def test_each_console_script_answers_help_with_the_test_only_libraries_refused(unpacked, script, prog):
+def test_each_console_script_answers_help_with_the_server_and_the_test_only_libraries_refused(unpacked, script, prog):
     module, _, function = ENTRY_POINTS[script].partition(":")
-    code = BLOCKER + f"sys.path.insert(0, {str(unpacked)!r})\nsys.argv = [{script!r}, '--help']\n" \
+    code = CLI_BLOCKER + f"sys.path.insert(0, {str(unpacked)!r})\nsys.argv = [{script!r}, '--help']\n" \
         f"from {module} import {function}\nsys.exit({function}())\n"
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=unpacked)

@@ -133,3 +133,26 @@ def test_renderer_refuses_what_it_does_not_support(tmp_path, kustomization, refu
     _write(tmp_path, {"d.yaml": DEPLOY, "p.yaml": "kind: Deployment\n", "kustomization.yaml": kustomization})
     with pytest.raises(kustomize.KustomizeError, match=refusal):
         kustomize.render(tmp_path)
+
+
+
+DELETE = "$patch: delete\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: any}\n"
+ROLE = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}\nrules: []\n"
+
+
+def _delete_with(tmp_path, target: str) -> None:
+    _write(tmp_path, {"d.yaml": DEPLOY, "r.yaml": ROLE, "p.yaml": DELETE,
+                      "kustomization.yaml": f"resources: [d.yaml, r.yaml]\npatches:\n  - target: {target}\n"
+                                            "    path: p.yaml\n"})
+
+
+@pytest.mark.parametrize("target", ["{kind: Deployment}", "{group: apps, version: v1, kind: Deployment, name: d}"])
+def test_a_delete_patch_removes_every_object_its_target_selects_and_no_other(tmp_path, target):
+    _delete_with(tmp_path, target)
+    assert [o["kind"] for o in kustomize.render(tmp_path)] == ["ClusterRole", "Role"]
+
+
+def test_a_delete_patch_whose_target_selects_nothing_is_refused(tmp_path):
+    _delete_with(tmp_path, "{kind: Deployment, version: v2}")
+    with pytest.raises(kustomize.KustomizeError, match="patch target matches nothing"):
+        kustomize.render(tmp_path)

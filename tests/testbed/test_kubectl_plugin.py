@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kai_fn import __version__
 from tests.packaging import REPO, build_wheel
 from tests.testbed.conftest import LiveCluster
 
@@ -60,11 +61,12 @@ def test_the_fresh_install_is_the_package_its_pinned_dependencies_and_nothing_te
     constraints = {normalise(line.split("==")[0]): line.split("==")[1].strip()
                    for line in (REPO / "constraints.txt").read_text().splitlines()
                    if line.strip() and not line.startswith("#")}
-    assert versions.pop("kai-fn") == "0.1.0"
+    assert versions.pop("kai-fn") == __version__
     for tool in ("pip", "setuptools"):  # what `python -m venv` puts in every virtualenv
         versions.pop(tool, None)
     assert {n: v for n, v in versions.items() if constraints.get(n) != v} == {}, "not at constraints.txt's pins"
     assert "kmock" not in versions
+    assert not {"functions-framework", "flask", "gunicorn", "cloudevents"} & set(versions), "the server is an extra"
     where = installed.run(str(installed.bin / "python"), "-c", "import importlib.util as u, kai_fn; "
                           "print(kai_fn.__file__, u.find_spec('kai_fn.local'), u.find_spec('kmock'))")
     path, local, kmock = where.stdout.split()
