@@ -202,8 +202,8 @@ def _ran_never_held(api, url):
 
 
 STATES = {
-    "its JobSet held by the policy, not yet decided": (_held_by_the_policy, "held",
-                                                       r"held by an earlier version.s admission policy; kai_fn has not made its gang"),
+    "its JobSet held by the policy, not yet decided": (
+        _held_by_the_policy, "held", r"held by an earlier version.s admission policy; kai_fn has not made its gang"),
     "Trainer has not made its JobSet": (_no_jobset_yet, "held", r"Trainer has not made its JobSet yet"),
     "refused by the queue pre-check": (_blocked_by_the_queue, "blocked", r"^GangExceedsQueue: .*team-a-small"),
     "refused: no runtime": (_blocked_without_runtime, "blocked", r"^RuntimeNotFound: ClusterTrainingRuntime"),
