@@ -4,10 +4,10 @@ chain testbed, in one run.
 - **podgrouper** (the anchor): what a user gets by installing KAI alone. TrainJobs submitted plainly in a namespace
   kai_fn does not take (no ``kai-fn.io/enabled``: no admission policy, no events); Trainer makes the JobSet, the
   Jobs make the pods, and KAI's podgrouper makes the PodGroup from them, as KAI does.
-- **kai-fn**: the same TrainJobs in an enabled namespace: the admission policy holds each JobSet Trainer makes,
-  Knative's own adapters deliver the events (with OIDC tokens; the held JobSet's event is the one that acts), the
-  function with knative/base's settings as they are (runtime and Queue caches on) makes the PodGroup and decides the
-  JobSet in one patch that resumes it; the TrainJob is never suspended nor written.
+- **kai-fn**: the same TrainJobs in an enabled namespace: the admission policy names the gang of each JobSet Trainer
+  makes at its create (nothing held), Knative's own adapters deliver the events (with OIDC tokens; the TrainJob's own
+  event usually acts, before the JobSet exists), the function with knative/base's settings as they are (runtime and
+  Queue caches on) makes the PodGroup; neither the TrainJob nor the JobSet is ever suspended nor written by kai_fn.
   The events reach the function through Knative Serving's queue-proxy, as in a Knative Service's pod.
 - **kai-fn-direct**: the same, with the adapters delivering straight to the function (no queue-proxy): the hop's
   cost is kai-fn's time minus this one's, in the same run (kai_fn and its sources restarted between the two).

@@ -9,7 +9,7 @@ from typing import Any
 
 from kai_fn.core.models import Runtime, TrainJob, parse
 from kai_fn.core.podsets import pod_sets
-from kai_fn.core.stages import stages
+from kai_fn.local.emulator import naming
 
 UID = "11111111-2222-4333-8444-555555555555"
 
@@ -113,20 +113,13 @@ def jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool = True,
 def named_jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool = False,
                      uid: str = "99999999-8888-4777-8666-555555555555") -> dict[str, Any]:
     """The JobSet Trainer would make, as the admission policy (knative/components/admission-policy) names it at
-    CREATE: labelled ``kai-fn/named``, KAI's podgrouper told to skip it, each pod template naming the PodGroup of its
-    start wave (the policy's CEL is held to :mod:`kai_fn.core.stages` on a real API server:
-    tests/testbed/test_gang_naming.py). Nothing suspended."""
-    out = jobset_for(job, rt, suspend=suspend, uid=uid)
-    out["metadata"]["labels"] = {"kai-fn/named": "true"}
-    out["metadata"]["annotations"] = {"kai.scheduler/skip-podgrouper": "true"}
-    trainjob_model, runtime_model = typed(job, rt)
-    main = f"pg-{job['metadata']['name']}-{job['metadata']['uid']}"
-    names = {ps.name: stage.podgroup_name(main)
-             for stage in stages(pod_sets(trainjob_model, runtime_model), reserve=True) for ps in stage.pod_sets}
-    for rj in out["spec"]["replicatedJobs"]:
-        pod = rj["template"]["spec"]["template"]
-        pod.setdefault("metadata", {}).setdefault("annotations", {})["pod-group-name"] = names[rj["name"]]
-    return out
+    CREATE: its twin (:mod:`kai_fn.local.emulator.naming`, held to the policy on one scenario table). Nothing
+    suspended unless ``suspend``."""
+    made = jobset_for(job, rt, suspend=suspend, uid=uid)
+    counts = {ps.name: ps.count for ps in pod_sets(*typed(job, rt))}
+    for rj in made["spec"]["replicatedJobs"]:  # Trainer writes each job's count (numNodes for the trainer)
+        rj["template"]["spec"]["parallelism"] = rj["template"]["spec"]["completions"] = counts[rj["name"]]
+    return naming.named(made)
 
 
 def typed(job: dict[str, Any], rt: dict[str, Any]) -> tuple[TrainJob, Runtime]:

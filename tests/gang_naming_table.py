@@ -51,13 +51,29 @@ def names_planned(sent: dict[str, Any], ml_policy: dict[str, Any] | None = None)
     return {ps.name: stage.podgroup_name(main) for stage in stages(sets, reserve=True) for ps in stage.pod_sets}
 
 
-def check(sent: dict[str, Any], made: dict[str, Any], named: bool, ml_policy: dict[str, Any] | None = None) -> None:
+def segment_marks_written(made: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each pod template's segment keys (what the pod policy reads, or its own SubGroup)."""
+    wanted = (keys.SEGMENT_SIZE_LABEL, keys.SEGMENT_PARENT_ANNOTATION, keys.SEGMENT_JOB_PODS_ANNOTATION,
+              keys.KAI_SUBGROUP_LABEL)
+    out = {}
+    for rj in made["spec"]["replicatedJobs"]:
+        meta = rj["template"]["spec"]["template"].get("metadata") or {}
+        found = {k: v for k, v in {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}.items()
+                 if k in wanted}
+        if found:
+            out[rj["name"]] = found
+    return out
+
+
+def check(sent: dict[str, Any], made: dict[str, Any], named: bool, ml_policy: dict[str, Any] | None = None,
+          segments: dict[str, dict[str, str]] | None = None) -> None:
     """``made`` as the admission left ``sent``: named as planned, or untouched."""
     labels = made["metadata"].get("labels") or {}
     notes = made["metadata"].get("annotations") or {}
     if named:
         assert names_written(made) == names_planned(sent, ml_policy)
         assert labels.get(NAMED) == "true" and notes.get(keys.KAI_SKIP_PODGROUPER) == "true"
+        assert segment_marks_written(made) == (segments or {})
     else:
         assert set(names_written(made).values()) == {None}
         assert NAMED not in labels and keys.KAI_SKIP_PODGROUPER not in notes
@@ -89,13 +105,34 @@ def _own_metadata() -> dict[str, Any]:
     return out
 
 
-# (id, the JobSet sent, in a namespace that opted in, named, its runtime's mlPolicy)
-Case = tuple[str, Callable[[], dict[str, Any]], bool, bool, "dict[str, Any] | None"]
+def _segmented(with_initializer: bool = False) -> dict[str, Any]:
+    """Segments of 4 asked on the trainer's pod template (the runtime's, or a runtimePatch), 8 nodes; a second job
+    in the trainer's wave gets its own SubGroup, an initializer's wave nothing."""
+    node = shapes.node()
+    node["template"]["spec"]["parallelism"] = node["template"]["spec"]["completions"] = 8
+    node["template"]["spec"]["template"]["metadata"] = {"annotations": {keys.KAI_SEGMENT_SIZE: "4"}}
+    side = shapes.initializer("side")
+    side["template"]["metadata"] = {"labels": {shapes.ANCESTOR: "trainer"}}
+    if with_initializer:
+        node["dependsOn"] = [{"name": "dataset-initializer", "status": "Complete"}]
+        side["dependsOn"] = [{"name": "dataset-initializer", "status": "Complete"}]
+        return jobset([shapes.initializer("dataset-initializer"), node, side])
+    return jobset([node, side])
+
+
+SEGMENTS = {"node": {keys.SEGMENT_SIZE_LABEL: "4", keys.SEGMENT_PARENT_ANNOTATION: "node",
+                     keys.SEGMENT_JOB_PODS_ANNOTATION: "8"},
+            "side": {keys.KAI_SUBGROUP_LABEL: "side"}}
+
+# (id, the JobSet sent, in a namespace that opted in, named, its runtime's mlPolicy, the segment keys written)
+Case = tuple[str, Callable[[], dict[str, Any]], bool, bool, "dict[str, Any] | None", "dict[str, dict[str, str]]"]
 TABLE: list[Case] = [
-    *[(f"shape-{s.name}", lambda s=s: jobset(list(s.jobs)), True, True, s.ml_policy) for s in shapes.SHAPES],
-    ("with-metadata-of-its-own", _own_metadata, True, True, None),
-    ("another-scheduler", lambda: jobset(_default_scheduler()), True, False, None),
-    ("no-owner", _unowned, True, False, None),
-    ("owner-not-controller", lambda: jobset(_kai_job(), controller=False), True, False, None),
-    ("namespace-not-opted-in", lambda: jobset(_kai_job()), False, False, None),
+    *[(f"shape-{s.name}", lambda s=s: jobset(list(s.jobs)), True, True, s.ml_policy, {}) for s in shapes.SHAPES],
+    ("with-metadata-of-its-own", _own_metadata, True, True, None, {}),
+    ("segments-on-the-trainers-template", _segmented, True, True, None, SEGMENTS),
+    ("segments-after-an-initializer", lambda: _segmented(True), True, True, None, SEGMENTS),
+    ("another-scheduler", lambda: jobset(_default_scheduler()), True, False, None, {}),
+    ("no-owner", _unowned, True, False, None, {}),
+    ("owner-not-controller", lambda: jobset(_kai_job(), controller=False), True, False, None, {}),
+    ("namespace-not-opted-in", lambda: jobset(_kai_job()), False, False, None, {}),
 ]

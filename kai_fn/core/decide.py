@@ -175,6 +175,8 @@ def named(state: State, context: Context, plan: Plan) -> Action:
         return Wait(HELD_BY_ITS_AUTHOR)
     if not context.resume:
         return Wait(RESUME_OFF)
+    if plan.segments is not None and context.jobset is None:
+        return Wait(NOT_CREATED)  # its pods must carry the segments' keys, which only the named JobSet shows
     if context.jobset is not None and (differences := name_differences(plan, context.jobset)):
         name = objects.meta(context.jobset).get("name")
         return Refuse(reasons.JOBSET_MISMATCH, f"JobSet {name}: {'; '.join(differences)}: its pods name other "
@@ -199,7 +201,21 @@ def name_differences(plan: Plan, jobset: dict[str, Any]) -> list[str]:
                                  ("labels", keys.SP_POD_GROUP_LABEL, change.labels.get(keys.SP_POD_GROUP_LABEL))):
             if want is not None and (got := (pod.get(where) or {}).get(key)) != want:
                 found.append(f"replicatedJob {change.replicated_job!r} names PodGroup {got!r}, not {want!r}")
+        asked = {k: v for k, v in {**change.labels, **change.annotations}.items() if k in _SEGMENT_MARKS}
+        carried = {k: v for k, v in {**(pod.get("labels") or {}), **(pod.get("annotations") or {})}.items()
+                   if k in _SEGMENT_MARKS}
+        if asked != carried:
+            why = ("segments asked on the TrainJob's own annotations do not reach its pods (Trainer does not copy "
+                   "them onto the JobSet); ask them on the runtime's trainer pod template or in the TrainJob's "
+                   "spec.runtimePatches" if asked and not carried else "its segments differ from the plan's")
+            found.append(f"replicatedJob {change.replicated_job!r} carries {carried or 'no segment keys'}, not "
+                         f"{asked or 'none'}: {why}")
     return found
+
+
+# What the admission policy writes on the pod templates of a gang in segments (kai_fn/core/segments.py).
+_SEGMENT_MARKS = frozenset({keys.SEGMENT_SIZE_LABEL, keys.SEGMENT_PARENT_ANNOTATION, keys.SEGMENT_JOB_PODS_ANNOTATION,
+                            keys.KAI_SUBGROUP_LABEL})
 
 
 def let_go(state: State, context: Context, why: str) -> Action:

@@ -135,6 +135,8 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
         except Gone:
             return Outcome("ignored", "the PodGroup was deleted meanwhile", ns, name, uid, pg_name)
         metrics.GANG_STATUS.labels(report.GANG_BOUND).inc()
+        if (created := objects.parse_time(objects.meta(trainjob).get("creationTimestamp"))) is not None:
+            metrics.GANG_BOUND_SECONDS.observe(max((datetime.datetime.now(datetime.UTC) - created).total_seconds(), 0))
         return Outcome("done", f"{report.GANG_BOUND}: {message}", ns, name, uid, pg_name, bound=True)
     waiting = f"waiting: {counted.summary()}"
     reasons = gang.unschedulable(podgroup)

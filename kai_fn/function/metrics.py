@@ -59,6 +59,11 @@ GANG_STATUS = Counter(
     "repeated by a duplicate delivery counts again, its Event (named by content) does not.",
     ["reason"], registry=REGISTRY,
 )
+GANG_BOUND_SECONDS = Histogram(
+    "kai_fn_gang_bound_seconds",
+    "Seconds from a TrainJob's creation to kai_fn seeing every pod of its gang on a node (GangBound), as the API "
+    "server's timestamps and this process's clock tell.",
+    buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600), registry=REGISTRY)
 PRECHECK_REFUSALS = Counter(
     "kai_fn_precheck_refusals", "Gangs held back by the queue pre-check, by Event reason "
     "(QueueNotFound, GangExceedsQueue).", ["reason"], registry=REGISTRY,

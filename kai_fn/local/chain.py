@@ -155,16 +155,23 @@ class Testbed:
 
     def trainjob(self, namespace: str, name: str, runtime: str = "chain", *, kind: str = "TrainingRuntime",
                  num_nodes: int = 4, labels: dict[str, str] | None = None,
-                 annotations: dict[str, str] | None = None) -> dict[str, Any]:
-        """Submits a TrainJob plainly (no suspend); in a labelled namespace the admission policy holds its JobSet.
-        ``labels``: e.g. ``kai.scheduler/queue``, ``priorityClassName``, ``kai.scheduler/preemptibility``. Trainer's
-        webhook checks the runtime in its informer's cache, which may not hold a runtime made a moment ago yet: that
-        refusal is retried for a few seconds, as a user would submit again."""
+                 annotations: dict[str, str] | None = None,
+                 node_annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        """Submits a TrainJob plainly (no suspend); in a labelled namespace the admission policy names its JobSet's
+        gang. ``labels``: e.g. ``kai.scheduler/queue``, ``priorityClassName``, ``kai.scheduler/preemptibility``.
+        ``node_annotations``: on the trainer's (``node``) pod template, by a runtimePatch, which Trainer copies onto
+        the JobSet (segments are asked there). Trainer's webhook checks the runtime in its informer's cache, which
+        may not hold a runtime made a moment ago yet: that refusal is retried for a few seconds, as a user would
+        submit again."""
         job = copy.deepcopy(sample("trainjob-chain.yaml"))
         job["metadata"] = {"name": name, "namespace": namespace, "labels": labels or {},
                            "annotations": annotations or {}}
         job["spec"]["runtimeRef"] = {"name": runtime, "kind": kind, "apiGroup": TRAINER[0]}
         job["spec"]["trainer"]["numNodes"] = num_nodes
+        if node_annotations:
+            job["spec"]["runtimePatches"] = [{"manager": "kai-fn.testbed/segments", "trainingRuntimeSpec": {
+                "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
+                    "metadata": {"annotations": dict(node_annotations)}}}}}]}}}}]
         deadline = time.monotonic() + 10
         while True:
             try:

@@ -99,7 +99,7 @@ def test_fragmented_the_gang_waits_whole_the_control_binds_across_racks_then_seg
         hold(chain, ns, rack[3])
     seen = lambda: table(chain, ns)  # noqa: E731
 
-    chain.trainjob(ns, "segmented", num_nodes=8, annotations=asking(topology))
+    chain.trainjob(ns, "segmented", num_nodes=8, node_annotations=asking(topology))
     warned = wait_for("KAI's reason on the TrainJob", lambda: trainjob_warnings(chain, ns, "segmented",
                                                                                  "GangUnschedulable"), explain=seen)
     assert len(pods(chain, ns, "segmented")) == 8 and bound(pods(chain, ns, "segmented")) == []
@@ -133,8 +133,9 @@ def test_the_whole_gang_within_one_block_and_each_segment_within_one_rack(chain,
     hold(chain, ns, rack_nodes[1][3])  # block 0: one free rack and one of 3 nodes; block 1: two free racks
     seen = lambda: table(chain, ns)  # noqa: E731
 
-    chain.trainjob(ns, "multilevel", num_nodes=8,
-                   annotations=asking(topology, **{keys.KAI_TOPOLOGY_REQUIRED: "block"}))
+    chain.trainjob(ns, "multilevel", num_nodes=8, annotations={keys.KAI_TOPOLOGY: topology,
+                                                               keys.KAI_TOPOLOGY_REQUIRED: "block"},
+                   node_annotations=asking(topology))
     where = wait_for("the gang binds", lambda: placed(chain, ns, "multilevel"), explain=seen)
     assert {labels[BLOCK] for labels in where.values()} == {f"{nodes.name}-b1"}
     assert [len(r) for r in segment_racks(where)] == [1, 1]

@@ -122,6 +122,7 @@ def test_gang_status_reports_are_counted(api, function):
     assert changed[key("kai_fn_api_calls_total", verb="list", resource="pods", code="200")] == 1
     assert changed[key("kai_fn_api_calls_total", verb="patch", resource="podgroups", code="200")] == 1  # the mark
     assert key("kai_fn_api_calls_total", verb="patch", resource="trainjobs", code="200") not in changed
+    assert changed[key("kai_fn_gang_bound_seconds_count")] == 1  # the time to a bound gang, for the dashboard
 
 
 def test_made_up_event_types_do_not_make_new_series(api, function):

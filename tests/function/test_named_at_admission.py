@@ -112,3 +112,49 @@ def test_the_resync_makes_the_gang_of_a_named_jobset_whose_events_were_lost(api,
     answer = send(function.url, ping())
     assert answer.status == 200 and podgroups(api) == [PG]
     assert not [w for w in writes(api) if w[1] in ("jobsets", "trainjobs")]
+
+
+# -- segments: what admission can name, and what it cannot --------------------------------------------------------
+
+RACKS = {"apiVersion": "kai.scheduler/v1alpha1", "kind": "Topology", "metadata": {"name": "racks"},
+         "spec": {"levels": [{"nodeLabel": "rack"}]}}
+ASKED = {"kai.scheduler/topology": "racks", "kai.scheduler/segment-size": "2",
+         "kai.scheduler/segment-topology-required-placement": "rack"}
+
+
+def seed_segmented(api, *, on_template: bool):
+    """llama-finetune (4 nodes) in segments of 2: asked on the runtime's trainer pod template (Trainer copies it onto
+    the JobSet, where the policy names the segments) or on the TrainJob itself (it does not)."""
+    tj = sample_object("trainjob-llama-finetune")
+    runtime = sample_object("clustertrainingruntime-torch-kai")
+    if on_template:
+        pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        pod.setdefault("metadata", {}).setdefault("annotations", {}).update(ASKED)
+    else:
+        tj["metadata"].setdefault("annotations", {}).update(ASKED)
+    seed(api, sample_object("queue-team-a"), RACKS, runtime, tj, named_jobset_for(tj, runtime))
+    return api.get(TRAINER, "TrainJob", NS, NAME)
+
+
+def test_segments_asked_on_the_runtimes_template_are_named_at_admission_and_the_gang_made_in_them(api, function):
+    tj = seed_segmented(api, on_template=True)
+    answer = send(function.url, resource(tj))
+    assert answer.headers.get("X-Kai-Fn-Outcome") == "done"
+    (pg,) = api.list(KAI_PG, "PodGroup", NS)
+    assert [g["name"] for g in pg["spec"]["subGroups"]] == ["node", "node-0", "node-1"]
+    assert not [w for w in writes(api) if w[1] in ("jobsets", "trainjobs")]
+
+
+def test_segments_asked_on_the_trainjob_alone_cannot_reach_its_pods_and_get_no_gang(api, function):
+    tj = seed_segmented(api, on_template=False)
+    answer = send(function.url, resource(tj))
+    assert answer.status == 200 and podgroups(api) == []
+    (warning,) = warnings(api, "JobSetMismatch")
+    assert "spec.runtimePatches" in warning["message"] and "kai-fn/segment-size" in warning["message"]
+
+
+def test_a_gang_in_segments_waits_for_its_named_jobset(api, function):
+    tj = seed_segmented(api, on_template=True)
+    api.delete(JOBSET, "JobSet", NS, NAME)  # Trainer has not made it yet
+    answer = send(function.url, resource(tj))
+    assert answer.headers.get("X-Kai-Fn-Outcome") == "waiting" and podgroups(api) == []

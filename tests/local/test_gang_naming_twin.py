@@ -23,12 +23,12 @@ def naming() -> Iterator[Emulator]:
         yield emulator
 
 
-@pytest.mark.parametrize("make,in_enabled,named,ml_policy", [c[1:] for c in TABLE], ids=[c[0] for c in TABLE])
-def test_the_shared_table_on_the_twin(naming, make, in_enabled, named, ml_policy):
+@pytest.mark.parametrize("make,in_enabled,named,ml_policy,segments", [c[1:] for c in TABLE], ids=[c[0] for c in TABLE])
+def test_the_shared_table_on_the_twin(naming, make, in_enabled, named, ml_policy, segments):
     sent = make()
     made = CustomObjectsApi(naming.client()).create_namespaced_custom_object(
         *JOBSETS, ENABLED if in_enabled else OFF, "jobsets", copy.deepcopy(sent), dry_run="All")
-    check(sent, made, named, ml_policy)
+    check(sent, made, named, ml_policy, segments)
 
 
 def test_a_write_that_drops_a_name_of_a_named_jobset_gets_it_back(naming):

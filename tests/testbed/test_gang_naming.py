@@ -127,12 +127,12 @@ def test_generated_dependson_graphs_are_named_as_the_planner_names_them(testbed:
 
 # -- the scenario table the emulator's twin shares ------------------------------------------------------------------
 
-@pytest.mark.parametrize("make,in_enabled,named,ml_policy", [c[1:] for c in TABLE], ids=[c[0] for c in TABLE])
+@pytest.mark.parametrize("make,in_enabled,named,ml_policy,segments", [c[1:] for c in TABLE], ids=[c[0] for c in TABLE])
 def test_the_shared_table_on_the_real_policy(testbed: LiveCluster, naming: str, make, in_enabled: bool, named: bool,
-                                            ml_policy):
+                                            ml_policy, segments):
     namespace = naming if in_enabled else enabled_namespace(testbed, "naming-off", labels=None)
     sent = make()
-    check(sent, _named(testbed, namespace, sent), named, ml_policy)
+    check(sent, _named(testbed, namespace, sent), named, ml_policy, segments)
 
 
 # -- what survives ----------------------------------------------------------------------------------------------------

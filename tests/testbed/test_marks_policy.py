@@ -1,8 +1,9 @@
 """kai_fn's marks are kai_fn's alone, on a real API server with knative/base's policies and RBAC (docs/security.md):
 the ValidatingAdmissionPolicy ``kai-fn-own-marks`` refuses every write of a ``kai-fn/*`` decision by a tenant (here a
 ServiceAccount allowed everything on TrainJobs, runtimes, JobSets and PodGroups in its namespace), and lets kai_fn's
-ServiceAccount, an operator bound to ``kai-fn-marks`` and cluster admins write them; the function, under its own
-token, still decides a held JobSet with both policies in place."""
+ServiceAccount, an operator bound to ``kai-fn-marks`` and cluster admins write them; the label the naming policy writes
+at a JobSet's CREATE is admitted only on a JobSet a TrainJob controls; the function, under its own token, still makes
+the gang of a named JobSet with both policies in place, writing nothing on the JobSet."""
 from __future__ import annotations
 
 import copy
@@ -137,9 +138,17 @@ CREATES: list[tuple[str, str, Callable[[client.ApiClient, str], Any], str | None
      lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
          *JOBSETS, ns, "jobsets", _jobset("s", annotations={keys.MARKER_SKIPPED: "x"}), dry_run="All"),
      "kai-fn/skipped"),
-    ("tenant: a plain JobSet, held by the other policy", "tenant",
+    ("tenant: a plain JobSet, named by the other policy", "tenant",
      lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
          *JOBSETS, ns, "jobsets", _jobset("plain"), dry_run="All"), None),
+    ("tenant: a JobSet no TrainJob controls, claiming to be named", "tenant",
+     lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
+         *JOBSETS, ns, "jobsets", _jobset("claims", owner=False, labels={keys.NAMED_LABEL: "true"}), dry_run="All"),
+     keys.NAMED_LABEL),
+    ("tenant: a JobSet claiming the previous version's hold", "tenant",
+     lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
+         *JOBSETS, ns, "jobsets", _jobset("hold", owner=False, labels={keys.HELD_LABEL: "true"}), dry_run="All"),
+     keys.HELD_LABEL),
     ("tenant: a PodGroup labelled managed-by kai-fn", "tenant",
      lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
          *KAI_PG, ns, "podgroups", _podgroup("pg-y", {keys.MANAGED_BY_LABEL: keys.MANAGED_BY}), dry_run="All"),
@@ -167,55 +176,54 @@ def test_who_may_write_kai_fns_marks_at_create(team: dict[str, Any], who: str,
     assert POLICY in denied.value.body and refused in denied.value.body
 
 
-def _held(testbed: LiveCluster, ns: str, name: str) -> dict[str, Any]:
-    """A JobSet as Trainer makes it for a TrainJob, held by the mutating policy."""
+def _named(testbed: LiveCluster, ns: str, name: str) -> dict[str, Any]:
+    """A JobSet as Trainer makes it for a TrainJob, named by the mutating policy."""
     job = create_trainjob(testbed, ns, trainjob(name, "torch-distributed-kai"))
     body = _jobset(name)
     body["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
     made = client.CustomObjectsApi(testbed.api).create_namespaced_custom_object(*JOBSETS, ns, "jobsets", body)
-    assert made["metadata"]["labels"][keys.HELD_LABEL] == "true"
+    assert made["metadata"]["labels"][keys.NAMED_LABEL] == "true" and not made["spec"].get("suspend")
     return made
 
 
-def _release(api: client.ApiClient, ns: str, name: str, annotations: dict[str, str]) -> dict[str, Any]:
-    ops = [{"op": "add", "path": "/metadata/annotations", "value": annotations},
-           {"op": "remove", "path": "/metadata/labels/kai-fn~1held"},
-           {"op": "replace", "path": "/spec/suspend", "value": False}]
+def _decide(api: client.ApiClient, ns: str, name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    ops = [{"op": "add", "path": f"/metadata/annotations/{k.replace('/', '~1')}", "value": v}
+           for k, v in annotations.items()]
     return client.CustomObjectsApi(api).patch_namespaced_custom_object(
         *JOBSETS, ns, "jobsets", name, ops, dry_run="All", _content_type="application/json-patch+json")
 
 
 UPDATES = [
-    ("held-1", "tenant", {keys.MARKER_SKIPPED: "out-of-scope"}, "kai-fn/skipped"),
-    ("held-2", "tenant", {keys.MARKER_PODGROUP: "pg-z"}, "kai-fn/podgroup"),
-    ("held-3", "operator", {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}, None),
-    ("held-4", "kai-fn", {keys.MARKER_PODGROUP: "pg-held"}, None),
+    ("named-1", "tenant", {keys.MARKER_SKIPPED: "out-of-scope"}, "kai-fn/skipped"),
+    ("named-2", "tenant", {keys.MARKER_PODGROUP: "pg-z"}, "kai-fn/podgroup"),
+    ("named-3", "operator", {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}, None),
+    ("named-4", "kai-fn", {keys.MARKER_PODGROUP: "pg-held"}, None),
 ]
 
 
 @pytest.mark.parametrize("name, who, annotations, refused", UPDATES,
-                         ids=["tenant: skipped and suspend false", "tenant: its own PodGroup as the decision",
-                              "operator: released by operator", "kai_fn: its decision"])
-def test_who_may_end_a_hold_with_a_decision(testbed: LiveCluster, team: dict[str, Any], name: str, who: str,
-                                            annotations: dict[str, str], refused: str | None):
-    _held(testbed, team["ns"], name)
+                         ids=["tenant: skipped", "tenant: its own PodGroup as the decision",
+                              "operator: released by operator", "kai_fn: a decision"])
+def test_who_may_write_a_decision_on_a_named_jobset(testbed: LiveCluster, team: dict[str, Any], name: str, who: str,
+                                                    annotations: dict[str, str], refused: str | None):
+    _named(testbed, team["ns"], name)
     if refused is None:
-        assert _release(team[who], team["ns"], name, annotations)["spec"]["suspend"] is False
+        assert _decide(team[who], team["ns"], name, annotations)["metadata"]["annotations"].items() >= \
+            annotations.items()
         return
     with pytest.raises(ApiException, match=r"\(403\)") as denied:
-        _release(team[who], team["ns"], name, annotations)
+        _decide(team[who], team["ns"], name, annotations)
     assert POLICY in denied.value.body and refused in denied.value.body
 
 
-def test_a_tenant_may_not_drop_the_hold_nor_mark_a_gang_bound_but_may_change_anything_else(
+def test_a_tenant_may_not_drop_the_naming_nor_mark_a_gang_bound_but_may_change_anything_else(
         testbed: LiveCluster, team: dict[str, Any]):
     ns, objs = team["ns"], client.CustomObjectsApi(team["tenant"])
-    _held(testbed, ns, "kept")
-    # The label alone: the mutating policy holds the JobSet again in the same request (so nothing changes a mark).
+    _named(testbed, ns, "kept")
+    # The label alone: the naming policy writes it again in the same request (so nothing changes a mark).
     kept = objs.patch_namespaced_custom_object(*JOBSETS, ns, "jobsets", "kept", [
-        {"op": "remove", "path": "/metadata/labels/kai-fn~1held"},
-        {"op": "replace", "path": "/spec/suspend", "value": False}], _content_type="application/json-patch+json")
-    assert kept["metadata"]["labels"][keys.HELD_LABEL] == "true" and kept["spec"]["suspend"] is True
+        {"op": "remove", "path": "/metadata/labels/kai-fn~1named"}], _content_type="application/json-patch+json")
+    assert kept["metadata"]["labels"][keys.NAMED_LABEL] == "true"
     objs.patch_namespaced_custom_object(*JOBSETS, ns, "jobsets", "kept", {"metadata": {"labels": {"team": "a"}}})
     pg = copy.deepcopy(_podgroup("pg-kept", {keys.MANAGED_BY_LABEL: keys.MANAGED_BY}))
     client.CustomObjectsApi(team["kai-fn"]).create_namespaced_custom_object(*KAI_PG, ns, "podgroups", pg)
@@ -227,18 +235,22 @@ def test_a_tenant_may_not_drop_the_hold_nor_mark_a_gang_bound_but_may_change_any
         "team": "a"}}})
 
 
-def test_the_function_under_its_own_token_still_decides_a_held_jobset_with_both_policies(
+def test_the_function_under_its_own_token_makes_the_gang_of_a_named_jobset_with_both_policies(
         testbed: LiveCluster, team: dict[str, Any]):
     seed_samples(testbed)
     ns = team["ns"]
-    job = create_trainjob(testbed, ns, trainjob("decided-by-kai-fn", "torch-distributed-kai",
+    job = create_trainjob(testbed, ns, trainjob("made-by-kai-fn", "torch-distributed-kai",
                                                 labels={"kai.scheduler/queue": "team-a"}))
-    body = _jobset("decided-by-kai-fn")
+    body = _jobset("made-by-kai-fn")
     body["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
-    client.CustomObjectsApi(testbed.api).create_namespaced_custom_object(*JOBSETS, ns, "jobsets", body)
+    made = client.CustomObjectsApi(testbed.api).create_namespaced_custom_object(*JOBSETS, ns, "jobsets", body)
     with function_process(testbed) as fn:
         answer = send(fn.url, resource(job))
     assert answer.status == 200 and answer.headers["X-Kai-Fn-Outcome"] == "done", answer.body
     live = client.CustomObjectsApi(testbed.api).get_namespaced_custom_object(*JOBSETS, ns, "jobsets",
-                                                                             "decided-by-kai-fn")
-    assert live["spec"]["suspend"] is False and live["metadata"]["annotations"][keys.MARKER_PODGROUP]
+                                                                             "made-by-kai-fn")
+    assert live["metadata"]["generation"] == made["metadata"]["generation"]
+    assert keys.MARKER_PODGROUP not in (live["metadata"].get("annotations") or {})
+    name = f"pg-made-by-kai-fn-{job['metadata']['uid']}"
+    pg = client.CustomObjectsApi(testbed.api).get_namespaced_custom_object(*KAI_PG, ns, "podgroups", name)
+    assert pg["metadata"]["labels"][keys.MANAGED_BY_LABEL] == keys.MANAGED_BY

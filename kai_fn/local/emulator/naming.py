@@ -13,7 +13,7 @@ from typing import Any
 from kai_fn.core import keys
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.podsets import pod_sets
-from kai_fn.core.stages import stages
+from kai_fn.core.stages import main_stage, stages
 
 ENABLED_LABEL = "kai-fn.io/enabled"
 
@@ -42,8 +42,8 @@ def applies(jobset: dict[str, Any], namespace_labels: dict[str, str], old: dict[
     return old is None or ((old.get("metadata") or {}).get("labels") or {}).get(keys.NAMED_LABEL) is not None
 
 
-def podgroup_names(jobset: dict[str, Any]) -> dict[str, str]:
-    """Each replicatedJob's PodGroup, by the planner's start waves: what the policy's CEL computes."""
+def _model(jobset: dict[str, Any]) -> tuple[TrainJob, Runtime, str]:
+    """The JobSet read as the planner reads a TrainJob on a runtime whose template it is, and its main gang's name."""
     owner = controller(jobset)
     assert owner is not None
     job = parse(TrainJob, {"apiVersion": keys.TRAINER_API, "kind": keys.TRAINJOB_KIND,
@@ -52,16 +52,42 @@ def podgroup_names(jobset: dict[str, Any]) -> dict[str, str]:
     runtime = parse(Runtime, {"apiVersion": keys.TRAINER_API, "kind": keys.TRAINING_RUNTIME,
                               "metadata": {"name": "twin", "namespace": "twin"},
                               "spec": {"template": {"spec": {"replicatedJobs": jobset["spec"]["replicatedJobs"]}}}})
-    main = f"pg-{owner.get('name')}-{owner.get('uid')}"
+    return job, runtime, f"pg-{owner.get('name')}-{owner.get('uid')}"
+
+
+def podgroup_names(jobset: dict[str, Any]) -> dict[str, str]:
+    """Each replicatedJob's PodGroup, by the planner's start waves: what the policy's CEL computes."""
+    job, runtime, main = _model(jobset)
     return {ps.name: stage.podgroup_name(main) for stage in stages(pod_sets(job, runtime), reserve=True)
             for ps in stage.pod_sets}
+
+
+def segment_marks(jobset: dict[str, Any]) -> dict[str, tuple[dict[str, str], dict[str, str]]]:
+    """With segments asked on the trainer's pod template, the (labels, annotations) each job of the main wave gets:
+    what the policy's second mutation writes (the keys of :func:`kai_fn.core.segments.template_changes`)."""
+    job, runtime, _ = _model(jobset)
+    sets = pod_sets(job, runtime)
+    main = main_stage(stages(sets, reserve=True))
+    target = next((ps for ps in sets if ps.name == keys.NODE),
+                  next((ps for ps in sets if ps.ancestor == keys.ANCESTOR_TRAINER), None))
+    templates = {rj["name"]: rj["template"]["spec"]["template"] for rj in jobset["spec"]["replicatedJobs"]}
+    size = ((templates[target.name].get("metadata") or {}).get("annotations") or {}).get(
+        keys.KAI_SEGMENT_SIZE) if target is not None and target in main.pod_sets else None
+    if size is None or target is None:
+        return {}
+    parallelism = next(rj["template"]["spec"].get("parallelism", 1) for rj in jobset["spec"]["replicatedJobs"]
+                       if rj["name"] == target.name)
+    out = {ps.name: ({keys.KAI_SUBGROUP_LABEL: ps.name}, {}) for ps in main.pod_sets if ps.name != target.name}
+    out[target.name] = ({keys.SEGMENT_SIZE_LABEL: size}, {keys.SEGMENT_PARENT_ANNOTATION: target.name,
+                                                          keys.SEGMENT_JOB_PODS_ANNOTATION: str(parallelism)})
+    return out
 
 
 def named(jobset: dict[str, Any]) -> dict[str, Any]:
     """The JobSet as the policy's mutation leaves it: labelled, KAI's podgrouper told to skip it, every pod template
     naming its PodGroup. A JobSet the planner cannot read is left as it is (the real API server refuses it first)."""
     try:
-        names = podgroup_names(jobset)
+        names, marks = podgroup_names(jobset), segment_marks(jobset)
     except InputError:
         return jobset
     out = copy.deepcopy(jobset)
@@ -71,6 +97,9 @@ def named(jobset: dict[str, Any]) -> dict[str, Any]:
     for rj in out["spec"]["replicatedJobs"]:
         pod = rj["template"]["spec"]["template"]
         pod_meta = pod.setdefault("metadata", {})
+        labels, notes = marks.get(rj["name"], ({}, {}))
         pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}),
-                                   keys.KAI_POD_GROUP_ANNOTATION: names[rj["name"]]}
+                                   keys.KAI_POD_GROUP_ANNOTATION: names[rj["name"]], **notes}
+        if labels:
+            pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **labels}
     return out
