@@ -49,12 +49,14 @@ class Mismatch(ValueError):
 def jobset_patch_of(result: Plan, trainjob: dict[str, Any], jobset: dict[str, Any], resume_setting: bool,
                     now: datetime.datetime) -> tuple[list[Op], str | None]:
     """The JSON Patch the function's pass would apply to ``jobset`` now, by the pass's own decision
-    (:func:`kai_fn.core.decide.gang`), and a problem to report beside it (the JobSet runs already: the patch marks it
-    TooLate)."""
+    (:func:`kai_fn.core.decide.with_plan`), and a problem to report beside it (the JobSet runs already: the patch
+    marks it TooLate; named at admission: no patch, and why kai_fn waits)."""
     context = decide.Context(trainjob=trainjob, jobset=jobset, now=now, watched=True, resume=resume_setting)
-    action = decide.gang(facts(trainjob, jobset), context, result)
+    action = decide.with_plan(facts(trainjob, jobset), context, result)
     if isinstance(action, decide.Refuse):
         raise Mismatch(action.message)
+    if isinstance(action, decide.Wait):
+        return [], f"no gang yet ({action.token}): the JobSet was named at admission; nothing is patched"
     if isinstance(action, decide.MarkTooLate):
         return list(action.ops), f"{reasons.TOO_LATE}: {decide.TOO_LATE_MESSAGE}"
     assert isinstance(action, decide.MakeGang), action

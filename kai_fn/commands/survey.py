@@ -68,7 +68,7 @@ def reading_of(session: ApiSession, settings: Settings, trainjob: dict[str, Any]
     jobset = jobset_of(session, trainjob)
     mine = (session.podgroups(podgroup_api(settings.flavor), namespace, f"{keys.TRAINJOB_UID_LABEL}={uid}")
             if uid else [])
-    main = state.main_podgroup(state.facts(trainjob, jobset), mine)
+    main = state.main_of(trainjob, jobset, mine)
     marks = state.facts(trainjob, jobset, main)
     if pods is None:
         pods = session.jobset_pods(namespace, name) if _needs_pods(marks, main) else []
@@ -79,8 +79,9 @@ def reading_of(session: ApiSession, settings: Settings, trainjob: dict[str, Any]
 
 def _undecided(session: ApiSession, settings: Settings, trainjob: dict[str, Any], marks: Facts,
                runtimes: verdicts.Runtimes) -> decide.Planned | None:
-    """The plan (or why there is none) of a TrainJob kai_fn has yet to decide; None once decided or running."""
-    if marks.decided or marks.running:
+    """The plan (or why there is none) of a TrainJob kai_fn has yet to decide; None once decided, or running with no
+    gang to come (a JobSet named at admission runs while its pods wait for their gang)."""
+    if marks.decided or (marks.running and not marks.named):
         return None
     return verdicts.planned(session, settings, trainjob, runtimes)
 

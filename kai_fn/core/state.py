@@ -51,7 +51,7 @@ class Phase(StrEnum):
 PHASES: tuple[Phase, ...] = tuple(Phase)
 _SKIPPED = {
     "out-of-scope": "released without a gang: it does not ask for KAI",
-    "running": "TooLate: its JobSet ran without being held, its pods could not join a gang",
+    "running": "TooLate: its JobSet ran without being named at admission, its pods could not join a gang",
     keys.SKIPPED_BY_OPERATOR: "released without a gang by an operator (kubectl kai-fn release)",
 }
 _GPUS = ("nvidia.com/gpu", "amd.com/gpu")
@@ -107,8 +107,10 @@ class Facts:
 
     @property
     def may_be_refused(self) -> bool:
-        """Undecided and still stopped: only kai_fn's Warnings tell ``blocked`` from ``held``."""
-        return self.owes_release or ((self.jobset_suspended or not self.has_jobset) and not self.decided)
+        """Undecided and its pods kept from binding (held, suspended, not made yet, or named and waiting for their
+        gang): kai_fn's decision tells ``blocked`` from ``held``."""
+        return self.owes_release or ((self.jobset_suspended or not self.has_jobset or self.named)
+                                     and not self.decided and not self.deleting)
 
     def owes_pass(self, watched: bool) -> bool:
         """A pass is owed: the policy holds its JobSet, or named it and kai_fn has not made its gang, or its JobSet
@@ -317,8 +319,8 @@ def _undecided(marks: Facts, refused: Sequence[Refusal]) -> _Placed:
     if not marks.has_jobset:
         return Phase.HELD, "Trainer has not made its JobSet yet", None
     if marks.jobset_suspended:
-        return Phase.SUSPENDED, marks.kueue or marks.hold or "suspended by its user; its JobSet was never held", None
-    return Phase.RUNNING_WITHOUT_GANG, "its JobSet ran without being held: kai_fn never made its gang", None
+        return Phase.SUSPENDED, marks.kueue or marks.hold or "suspended by its user; its JobSet was never named", None
+    return Phase.RUNNING_WITHOUT_GANG, "its JobSet ran without being named at admission: kai_fn never made its gang", None
 
 
 def _decided(marks: Facts, mine: Sequence[dict[str, Any]], main: dict[str, Any] | None,

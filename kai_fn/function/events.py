@@ -149,10 +149,10 @@ _PODGROUP_APIS = (keys.KAI_PODGROUP_API, keys.SP_PODGROUP_API)
 
 
 def _jobset(ce_id: str, ce_type: str, mode: str, action: str, data: dict[str, Any]) -> Event:
-    """A held JobSet: the pass of the TrainJob that controls it. Its leaving the source's label selector (kai_fn's
-    decision removed the label) comes as a delete."""
+    """A named (or an earlier version's held) JobSet: the pass of the TrainJob that controls it. A delete (the
+    JobSet gone, or a held one leaving the source's selector once decided) needs nothing."""
     if action == "delete":
-        return Ignored(ce_id, ce_type, "a JobSet no longer held needs nothing")
+        return Ignored(ce_id, ce_type, "a deleted JobSet needs nothing")
     if mode != "resource":
         return Ignored(ce_id, ce_type, "JobSet events name their TrainJob only in Resource mode")
     if data.get("kind") != keys.JOBSET_KIND or data.get("apiVersion") != keys.JOBSET_API:

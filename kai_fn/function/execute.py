@@ -31,8 +31,8 @@ class Retry(Exception):
 
 class NotYet(Exception):
     """The work cannot be done yet, but a later event brings it (answered 2xx, outcome ``waiting``): the JobSet
-    source sends the held JobSet the moment Trainer makes it, and the resync finds any held JobSet whose event was
-    lost. A 503 instead would hold up every later event of the namespace for 3.1 s of the adapter's retries."""
+    source sends the named JobSet the moment Trainer makes it, and the resync finds any named JobSet whose gang is
+    owed. A 503 instead would hold up every later event of the namespace for 3.1 s of the adapter's retries."""
 
 
 class Changed(Exception):
@@ -100,7 +100,7 @@ class Execution:
         return self.outcome("done", f"released without a gang: {action.why}")
 
     def too_late(self, ops: list[dict[str, Any]]) -> Outcome:
-        """Its JobSet runs and was never held (no admission policy, or it matched too late). Marked on the JobSet,
+        """Its JobSet runs and was never named (no admission policy, or it matched too late). Marked on the JobSet,
         so later events cost nothing."""
         try:
             if ops:

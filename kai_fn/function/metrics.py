@@ -31,8 +31,9 @@ API_CALLS = Counter(
     ["verb", "resource", "code"], registry=REGISTRY,
 )
 WAITING = Counter(
-    "kai_fn_waiting_events", "TrainJob events answered 2xx without work because Trainer has not caught up yet "
-    "(no_jobset, jobset_replaced); the held JobSet's event does the work, or the resync.", ["reason"],
+    "kai_fn_waiting_events", "TrainJob events answered 2xx without a gang made yet: Trainer has not caught up "
+    "(no_jobset: a gang in segments waits for its named JobSet; jobset_replaced), or its author or the settings say "
+    "wait (kai_fn_hold, resume_off); a later event does the work, or the resync.", ["reason"],
     registry=REGISTRY,
 )
 WORK = Counter(

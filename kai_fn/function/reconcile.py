@@ -1,11 +1,12 @@
 """From one TrainJob to its gang: read, plan, decide (:mod:`kai_fn.core.decide`), carry out
 (:mod:`kai_fn.function.execute`).
 
-The admission policy holds every JobSet a TrainJob controls whose pods ask for the flavor's scheduler
-(``spec.suspend: true``, label ``kai-fn/held``), and turns Trainer's re-applies of ``suspend: false`` back while the
-hold stands. The pass makes the gang, then writes the pod templates, the decision and ``suspend: false`` in one
-patch: no pod exists before its PodGroups, and the TrainJob itself is never written on the way (its Events say what
-was done). Every step is idempotent, so duplicates, retries and concurrent deliveries are harmless.
+The admission policy names, at its CREATE, the gang of every JobSet a TrainJob controls whose pods ask for the
+flavor's scheduler: each pod template names its PodGroup, and KAI binds none before it exists. The pass makes the
+PodGroups (usually from the TrainJob's own event, before the JobSet exists) and writes neither the JobSet nor the
+TrainJob (its Events say what was done). A JobSet the previous version's policy held is decided as it was: the gang,
+then the pod templates, the decision and ``suspend: false`` in one guarded patch. Every step is idempotent, so
+duplicates, retries and concurrent deliveries are harmless.
 
 An event's body is never acted on, whoever sent it: the plan comes from a fresh GET (or the resync's LIST), made
 with kai_fn's own identity.

@@ -1,10 +1,10 @@
 """The periodic resync (a PingSource, every minute), apart from the event handlers as kopf keeps its timers.
 
-It finds what no event brought: JobSets still held (an adapter restarted and replayed nothing, a pass ran out of
-tries, the function was down), released gangs not yet known to be bound
-(binding changes no PodGroup, so no event says it), and overdue schedule timeouts. Held JobSets go to the work queue
-all at once (bounded by the queue's capacity, not by a count per ping); without one, ``KAI_FN_RESYNC_LIMIT`` are
-reconciled here, in turn. A resync that got this far renews the heartbeat.
+It finds what no event brought: JobSets named at admission whose gang kai_fn has not made (an adapter restarted and
+replayed nothing, a pass ran out of tries, the function was down), JobSets an earlier version held, released gangs
+not yet known to be bound (binding changes no PodGroup, so no event says it), and overdue schedule timeouts. Owed
+passes go to the work queue all at once (bounded by the queue's capacity, not by a count per ping); without one,
+``KAI_FN_RESYNC_LIMIT`` are reconciled here, in turn. A resync that got this far renews the heartbeat.
 """
 from __future__ import annotations
 

@@ -189,5 +189,5 @@ def run() -> int:
     print("\nOn a cluster (pip install . puts the kubectl plugin on your PATH):"
           "\n  kubectl kai-fn status -A                  exit 1 when a gang is owed longer than --held-for"
           "\n  kubectl kai-fn explain NAMESPACE/NAME     why one TrainJob's gang waits, and the next step"
-          "\n  kubectl kai-fn release --held -A          let held JobSets go without a gang when the function is down")
+          "\n  kubectl kai-fn release --held -A          make the gangs kai_fn owes when the function is down")
     return 0

@@ -221,7 +221,7 @@ STATES = {
                                             r"gang made, left suspended: Kueue admits it"),
     "out of scope, released without a gang": (_out_of_scope_released, "running-without-gang", r"does not ask for KAI"),
     "submitted running: too late": (_too_late, "running-without-gang", r"^TooLate"),
-    "its JobSet ran, never held": (_ran_never_held, "running-without-gang", r"ran without being held"),
+    "its JobSet ran, never held": (_ran_never_held, "running-without-gang", r"ran without being named"),
 }
 
 

@@ -45,7 +45,7 @@ def test_policy_acts_on_jobset_create_and_update_only_in_the_namespaces_the_sour
 
 def test_policy_is_a_json_patch_that_fails_closed_and_says_why():
     spec = one(render(BASE), "MutatingAdmissionPolicy", POLICY)["spec"]
-    assert [m["patchType"] for m in spec["mutations"]] == ["JSONPatch"]
+    assert [m["patchType"] for m in spec["mutations"]] == ["JSONPatch", "JSONPatch"]  # the names, then segments
     assert spec["failurePolicy"] == "Fail"
     text = (COMPONENTS / "admission-policy" / "policy.yaml").read_text()
     assert re.search(r"#.*Fail, not Ignore", text), "the manifest states why Fail was chosen"

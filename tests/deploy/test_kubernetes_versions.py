@@ -62,10 +62,10 @@ def test_each_versions_install_keeps_the_marks_policy(version):
     ("1.34", "admissionregistration.k8s.io/v1beta1"),
     ("1.33", None),
 ])
-def test_the_hold_and_segment_policies_are_there_wherever_the_api_server_serves_them(version, mutating):
+def test_the_naming_and_segment_policies_are_there_wherever_the_api_server_serves_them(version, mutating):
     objs = render(INSTALLS[version])
     found = sorted((o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in objs if o["kind"] in MUTATING)
-    names = (keys.POLICY_NAME, keys.SEGMENT_POLICY_NAME)
+    names = (keys.NAMING_POLICY_NAME, keys.SEGMENT_POLICY_NAME)
     assert found == ([] if mutating is None else sorted((mutating, k, n) for k in MUTATING for n in names))
 
 
