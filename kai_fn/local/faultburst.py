@@ -348,14 +348,15 @@ def _burst_with_faults(chain: Chain, burst: Burst, record: Record, small_queue: 
 
 
 def _trainer_versions(chain: Chain, jobs: list[Job]) -> dict[str, str] | None:
-    """The jobs' resourceVersions, once Trainer has made each one's JobSet and written its status; else None."""
+    """The jobs' resourceVersions, once Trainer has made each one's JobSet; else None. (Its status has no condition
+    while the JobSet runs with its pods waiting for their gang: nothing is suspended.)"""
     objs, out = client.CustomObjectsApi(chain.api), {}
     try:
         for ns in {job.namespace for job in jobs}:
             made = {j["metadata"]["name"] for j in objs.list_namespaced_custom_object(
                 "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", _request_timeout=10)["items"]}
             for tj in objs.list_namespaced_custom_object(*TRAINER, ns, "trainjobs", _request_timeout=10)["items"]:
-                if tj["metadata"]["name"] in made and (tj.get("status") or {}).get("conditions"):
+                if tj["metadata"]["name"] in made:
                     out[f"{ns}/{tj['metadata']['name']}"] = tj["metadata"]["resourceVersion"]
     except Exception:  # noqa: BLE001 - the API server still coming back
         return None

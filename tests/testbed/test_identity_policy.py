@@ -36,6 +36,21 @@ def identity_policy(testbed: LiveCluster) -> Iterator[None]:
     testbed.kubectl("delete", "validatingadmissionpolicybindings.admissionregistration.k8s.io", POLICY,
                     "--ignore-not-found")
     testbed.kubectl("delete", "validatingadmissionpolicies.admissionregistration.k8s.io", POLICY, "--ignore-not-found")
+    # The API server unloads a policy asynchronously: the testbed is shared, so the next module must not meet it.
+    plain = enabled_namespace(testbed, "unloaded", labels=None)
+    kai_fn = testbed.client_for_token(testbed.sa_token(NAMESPACE, "kai-fn"))
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            try:
+                _create_pod(kai_fn, _pod(plain, image="busybox"))
+                break
+            except ApiException as error:
+                if POLICY not in str(error.body) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        client.CoreV1Api(testbed.api).delete_namespace(plain)
 
 
 @pytest.fixture(scope="module")
