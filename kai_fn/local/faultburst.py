@@ -286,13 +286,12 @@ def run(chain: Chain, burst: Burst, namespaces: list[str], pool: str,
             (during or _burst_with_faults)(chain, burst, record, small)
             end = record.faults_over + burst.settle
             while time.monotonic() < end:
-                if _read_end(record, objs, core, pods, namespaces):
+                if _read_end(record, objs, core, pods, groups, namespaces):
                     record.settled = time.monotonic()
                     break
                 time.sleep(2)
-        _read_end(record, objs, core, pods, namespaces)  # the watches' last word
+        _read_end(record, objs, core, pods, groups, namespaces)  # the watches' last word
         record.binds = {f"{w.namespace}/{name}" for w in binds for name in w.seen}
-        record.podgroups = {f"{w.namespace}/{name}": obj for w in groups for name, obj in w.objects.items()}
         record.missing_podgroups = [v for w in pods for v in w.violations]
     finally:
         objs.delete_cluster_custom_object(*QUEUE_API, small)
@@ -364,8 +363,9 @@ def _trainer_versions(chain: Chain, jobs: list[Job]) -> dict[str, str] | None:
 
 
 def _read_end(record: Record, objs: client.CustomObjectsApi, core: client.CoreV1Api, pods: list[PodWatch],
-              namespaces: list[str]) -> bool:
-    """Reads TrainJobs, kai_fn's Warnings and the pods watched into ``record``; True once nothing is unsettled."""
+              groups: list[ObjectWatch], namespaces: list[str]) -> bool:
+    """Reads TrainJobs, kai_fn's Warnings, the pods and PodGroups watched into ``record``; True once nothing is
+    unsettled (a gang is made when its PodGroup is)."""
     try:
         for ns in namespaces:
             for tj in objs.list_namespaced_custom_object(*TRAINER, ns, "trainjobs", _request_timeout=10)["items"]:
@@ -378,6 +378,7 @@ def _read_end(record: Record, objs: client.CustomObjectsApi, core: client.CoreV1
                     record.warnings.setdefault(f"{ns}/{e.involved_object.name}", set()).add(e.reason)
     except Exception:  # noqa: BLE001 - an API server still coming back: read again
         return False
+    record.podgroups = {f"{w.namespace}/{name}": obj for w in groups for name, obj in list(w.objects.items())}
     record.pods = {}
     for watch in pods:
         for p in watch.snapshot():
