@@ -6,8 +6,9 @@ so the real RBAC authorizer judges each of its calls against what knative/base g
 from __future__ import annotations
 
 import tempfile
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -142,3 +143,17 @@ def create_ignoring_conflict(create) -> None:
     except ApiException as e:
         if e.status != 409:
             raise
+
+
+def wait_until_refused(policy: str, write: Callable[[], Any]) -> None:
+    """The API server loads a policy asynchronously: a write it refuses, naming ``policy``, says it acts."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            write()
+        except ApiException as error:
+            if error.status in (403, 422) and policy in str(error.body):
+                return
+            raise
+        time.sleep(0.5)
+    raise AssertionError(f"{policy} did not act within 60 s")

@@ -17,7 +17,9 @@ from kubernetes.client.rest import ApiException
 
 from kai_fn.core.reserve import DEFAULT_IMAGE
 from tests.core.test_reserve import launcher, make, mpi
-from tests.testbed.kai_fn_install import NAMESPACE, apply, create_trainjob, enabled_namespace, rendered, trainjob
+from tests.testbed.kai_fn_install import (
+    NAMESPACE, apply, create_trainjob, enabled_namespace, rendered, trainjob, wait_until_refused,
+)
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
@@ -58,24 +60,10 @@ def places(testbed: LiveCluster, identity_policy: None) -> Iterator[dict[str, An
     """An opted-in namespace, one that never opted in, and kai_fn's client (its ServiceAccount's token)."""
     enabled, plain = enabled_namespace(testbed, "ident"), enabled_namespace(testbed, "plain", labels=None)
     kai_fn = testbed.client_for_token(testbed.sa_token(NAMESPACE, "kai-fn"))
-    _wait_until_refused(lambda: _create_pod(kai_fn, _pod(enabled, image="busybox")))
+    wait_until_refused(POLICY, lambda: _create_pod(kai_fn, _pod(enabled, image="busybox")))
     yield {"enabled": enabled, "plain": plain, "kube-system": "kube-system", "kai-fn": kai_fn}
     for ns in (enabled, plain):
         client.CoreV1Api(testbed.api).delete_namespace(ns)
-
-
-def _wait_until_refused(write: Callable[[], Any]) -> None:
-    """The API server loads a policy asynchronously: a refused dry run says it acts."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            write()
-        except ApiException as error:
-            if error.status in (403, 422) and POLICY in str(error.body):
-                return
-            raise
-        time.sleep(0.5)
-    raise AssertionError(f"{POLICY} did not act within 60 s")
 
 
 def _pod(namespace: str, **change: Any) -> dict[str, Any]:

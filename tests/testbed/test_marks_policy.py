@@ -7,7 +7,6 @@ the gang of a named JobSet with both policies in place, writing nothing on the J
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,7 @@ from kai_fn.core import keys
 from tests.ce import resource, send
 from tests.testbed.kai_fn_install import (
     NAMESPACE, TRAINER, admission_policy, apply, create_trainjob, enabled_namespace, function_process, rendered,
-    seed_samples, trainjob,
+    seed_samples, trainjob, wait_until_refused,
 )
 from tests.testbed.test_admission import JOBSETS, _jobset
 
@@ -70,24 +69,10 @@ def team(testbed: LiveCluster, marks_policy: None) -> Iterator[dict[str, Any]]:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kai-fn-marks"},
         "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": ns}]})
     kai_fn = testbed.client_for_token(testbed.sa_token(NAMESPACE, "kai-fn"))
-    _wait_until_refused(lambda: _create_trainjob(tenant, ns, "probe", {keys.MARKER_SKIPPED: "x"}))
+    wait_until_refused(POLICY, lambda: _create_trainjob(tenant, ns, "probe", {keys.MARKER_SKIPPED: "x"}))
     yield {"ns": ns, "tenant": tenant, "operator": operator, "kai-fn": kai_fn, "admin": testbed.api}
     client.CoreV1Api(testbed.api).delete_namespace(ns)
     client.RbacAuthorizationV1Api(testbed.api).delete_cluster_role_binding(f"kai-fn-marks-{ns}")
-
-
-def _wait_until_refused(write: Callable[[], Any]) -> None:
-    """The API server loads a policy asynchronously: a refused dry run says it acts."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            write()
-        except ApiException as error:
-            if error.status in (403, 422) and POLICY in str(error.body):
-                return
-            raise
-        time.sleep(0.5)
-    raise AssertionError(f"{POLICY} did not act within 60 s")
 
 
 def _create_trainjob(api: client.ApiClient, ns: str, name: str, annotations: dict[str, str] | None = None,
