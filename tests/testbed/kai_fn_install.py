@@ -157,3 +157,19 @@ def wait_until_refused(policy: str, write: Callable[[], Any]) -> None:
             raise
         time.sleep(0.5)
     raise AssertionError(f"{policy} did not act within 60 s")
+
+
+def remove_validating_policy(testbed: LiveCluster, policy: str, write: Callable[[], Any]) -> None:
+    """Deletes ``policy`` and its binding, then waits until ``write`` (one it refused) is admitted: the API server
+    unloads a policy asynchronously, and the testbed is shared, so the next module must not meet it."""
+    for plural in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+        testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", policy, "--ignore-not-found")
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            write()
+            return
+        except ApiException as error:
+            if policy not in str(error.body) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)

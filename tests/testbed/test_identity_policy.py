@@ -18,7 +18,8 @@ from kubernetes.client.rest import ApiException
 from kai_fn.core.reserve import DEFAULT_IMAGE
 from tests.core.test_reserve import launcher, make, mpi
 from tests.testbed.kai_fn_install import (
-    NAMESPACE, apply, create_trainjob, enabled_namespace, rendered, trainjob, wait_until_refused,
+    NAMESPACE, apply, create_trainjob, enabled_namespace, remove_validating_policy, rendered, trainjob,
+    wait_until_refused,
 )
 
 if TYPE_CHECKING:
@@ -35,22 +36,15 @@ def identity_policy(testbed: LiveCluster) -> Iterator[None]:
     apply(testbed, [o for o in rendered(_KINDS)
                     if not o["kind"].startswith("ValidatingAdmissionPolicy") or o["metadata"]["name"] == POLICY])
     yield
-    testbed.kubectl("delete", "validatingadmissionpolicybindings.admissionregistration.k8s.io", POLICY,
-                    "--ignore-not-found")
-    testbed.kubectl("delete", "validatingadmissionpolicies.admissionregistration.k8s.io", POLICY, "--ignore-not-found")
-    # The API server unloads a policy asynchronously: the testbed is shared, so the next module must not meet it.
+    remove_identity_policy(testbed)
+
+
+def remove_identity_policy(testbed: LiveCluster) -> None:
+    """The policy gone, and unloaded: kai_fn's ServiceAccount may make any pod in a namespace that never opted in."""
     plain = enabled_namespace(testbed, "unloaded", labels=None)
     kai_fn = testbed.client_for_token(testbed.sa_token(NAMESPACE, "kai-fn"))
-    deadline = time.monotonic() + 60
     try:
-        while True:
-            try:
-                _create_pod(kai_fn, _pod(plain, image="busybox"))
-                break
-            except ApiException as error:
-                if POLICY not in str(error.body) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        remove_validating_policy(testbed, POLICY, lambda: _create_pod(kai_fn, _pod(plain, image="busybox")))
     finally:
         client.CoreV1Api(testbed.api).delete_namespace(plain)
 

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.ce import resource, send
 from tests.conftest import sample_object
 from tests.manifests import BASE, BROKER, KNATIVE, SCHEDULER_PLUGINS, render, with_monitoring
+from tests.testbed.test_identity_policy import remove_identity_policy
 from tests.testbed.kai_fn_install import (
     seed_samples,
     AUDIENCE, NAMESPACE, POLICY, SOURCE, SOURCE_SA, TRAINER, apply, enabled_namespace,
@@ -62,6 +63,7 @@ def base_applied(testbed: LiveCluster) -> Iterator[None]:
     for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
         for name in (POLICY, SEGMENT_POLICY):
             testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", name, "--ignore-not-found")
+    remove_identity_policy(testbed)  # it would refuse the function's writes in other tests' namespaces
 
 
 VARIANTS = [
