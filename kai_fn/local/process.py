@@ -59,6 +59,8 @@ class FunctionProcess(Started):
                  source: Path = REPO / "main.py", target: str = "handle", threads: int = 8) -> None:
         self.port = free_port()
         self.env = {**os.environ, "THREADS": str(threads), "PYTHONUNBUFFERED": "1", **env}
+        if self.env.get("KAI_FN_METRICS_PORT", "0") != "0":  # each pod has its own; processes here share one host
+            self.env["KAI_FN_METRICS_PORT"] = str(free_port())
         self.source, self.target = source, target
         self.log = log
         self.serves_kai_fn = source == REPO / "main.py" and target == "handle"
