@@ -19,7 +19,7 @@ from typing import Any
 from kai_fn.core import gang, keys, segments
 from kai_fn.core.objects import labels, meta, notes
 from kai_fn.core.objects import stamp
-from kai_fn.core.state import Facts, Reading, facts, main_of, reasons, reservation
+from kai_fn.core.state import Facts, Reading, facts, main_of, named_at_admission, reasons, reservation
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.decide import name_differences
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
@@ -256,7 +256,7 @@ def _jobset_state(result: Plan, jobset: dict[str, Any] | None) -> str:
     if jobset is None:
         return "missing"
     running = (jobset.get("spec") or {}).get("suspend") is not True
-    if labels(jobset).get(keys.NAMED_LABEL) == "true":
+    if named_at_admission(jobset):
         named = "names the plan's PodGroups" if not name_differences(result, jobset) else "names other PodGroups"
         return f"named at admission, {named}" + (", running" if running else ", suspended")
     try:

@@ -142,7 +142,7 @@ def facts(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None,
     has made the JobSet."""
     set_notes, pg_notes = notes(jobset), notes(podgroup)
     held_label = jobset is not None and labels(jobset).get(keys.HELD_LABEL) == "true"
-    named = jobset is not None and labels(jobset).get(keys.NAMED_LABEL) == "true" and not held_label
+    named = named_at_admission(jobset)
     made = made_by_kai_fn(podgroup, meta(trainjob).get("uid")) and (jobset is None or named)
     marked = set_notes.get(keys.MARKER_PODGROUP)
     podgroup_name = marked or (meta(podgroup).get("name") if made else None)
@@ -162,6 +162,13 @@ def facts(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None,
         hold=hold_reason(trainjob),
         kueue=queued_by_kueue(trainjob),
     )
+
+
+def named_at_admission(jobset: dict[str, Any] | None) -> bool:
+    """The admission policy named the JobSet's gang at its CREATE (and the previous version's policy does not hold
+    it): its main PodGroup, once kai_fn made it, is the decision."""
+    return (jobset is not None and labels(jobset).get(keys.NAMED_LABEL) == "true"
+            and labels(jobset).get(keys.HELD_LABEL) != "true")
 
 
 def made_by_kai_fn(podgroup: dict[str, Any] | None, uid: str | None) -> bool:

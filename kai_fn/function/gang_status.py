@@ -14,7 +14,7 @@ import datetime
 from typing import Any
 
 from kai_fn.core import gang, keys, objects
-from kai_fn.core.state import Entry, facts, gang_names, reserving
+from kai_fn.core.state import Entry, facts, gang_names, named_at_admission, reserving
 from kai_fn.function import metrics, report, reserve
 from kai_fn.kube import Gone, Transient
 from kai_fn.function.cluster import Session
@@ -83,23 +83,25 @@ def hand_over(session: Session, podgroup: dict[str, Any], owner: dict[str, Any])
     if trainjob is None or objects.meta(trainjob).get("uid") != uid:
         return Outcome("ignored", "its TrainJob no longer exists", ns, name, uid, pg_name)
     jobset = session.jobset(ns, name)
-    if jobset is None or not objects.controlled_by(jobset, uid) or facts(trainjob, jobset, podgroup).podgroup != pg_name:
+    if jobset is None or not objects.controlled_by(jobset, uid):
         return None
-    done, changed = reserve.settle(session, trainjob, jobset, pg_name, None, unmarked=True,
-                                   reserves=facts(trainjob, jobset, podgroup).reserves)
+    marks = facts(trainjob, jobset, podgroup)
+    if marks.podgroup != pg_name:
+        return None
+    done, changed = reserve.settle(session, trainjob, jobset, pg_name, None, unmarked=True, reserves=marks.reserves)
     return Outcome("done", done, ns, name, uid, pg_name) if changed else None
 
 
 def made_gang(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
               podgroup: dict[str, Any]) -> dict[str, Any] | None:
-    """The main PodGroup, where it is the decision (a JobSet named at admission, or not made yet): this one, or read."""
-    if jobset is not None and objects.labels(jobset).get(keys.NAMED_LABEL) != "true":
+    """The main PodGroup, where it is the decision (a JobSet named at admission, or not made yet): this one, or read
+    (this one is a stage's: KAI's flavor, whose main PodGroup is ``pg-<name>-<uid>``)."""
+    if jobset is not None and not named_at_admission(jobset):
         return None
-    api = podgroup.get("apiVersion") or keys.KAI_PODGROUP_API
-    name = next((n for n in gang_names(trainjob) if n == objects.meta(podgroup).get("name")), None)
-    if name is not None:
+    if objects.meta(podgroup).get("name") in gang_names(trainjob):
         return podgroup
-    return session.podgroup(api, objects.meta(trainjob).get("namespace", ""), gang_names(trainjob)[0])
+    return session.podgroup(podgroup.get("apiVersion") or keys.KAI_PODGROUP_API,
+                            objects.meta(trainjob).get("namespace", ""), gang_names(trainjob)[0])
 
 
 def owning_trainjob(podgroup: dict[str, Any]) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import adopt, decide, keys, objects, segments, state
+from kai_fn.core import adopt, decide, objects, segments, state
 from kai_fn.core.decide import Action, Context, MakeGang
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.plan import Plan, plan
@@ -139,7 +139,7 @@ class Reconciler(Execution):
     def made_gang(self) -> dict[str, Any] | None:
         """The main PodGroup, read where it is the decision: the JobSet was named at admission. (Before Trainer has
         made the JobSet, the plan comes first: a gang made already is found by its create, 409, and adopted.)"""
-        if self.jobset is None or objects.labels(self.jobset).get(keys.NAMED_LABEL) != "true":
+        if not state.named_at_admission(self.jobset):
             return None
         flavor = self.settings.flavor
         return self.session.podgroup(state.podgroup_api(flavor), self.namespace, state.gang_name(self.obj, flavor))
