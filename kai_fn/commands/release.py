@@ -34,7 +34,7 @@ from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.patch import jobset_patch
 from kai_fn.core.plan import plan
 from kai_fn.core.runtime import target
-from kai_fn.core.state import Phase, Reading, facts
+from kai_fn.core.state import Phase, Reading, facts, named_at_admission
 from kai_fn.kube import Gone, GuardFailed, ApiSession, Stale, Transient
 from kai_fn.settings import Settings
 from kai_fn.kube.events import event_body
@@ -117,9 +117,9 @@ def release_one(session: ApiSession, settings: Settings, candidate: Candidate, u
     Event."""
     meta = candidate.trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    if _gets_its_gang(session, candidate):
-        return _with_gang(session, settings, candidate, user, reason)
     jobset = survey.jobset_of(session, candidate.trainjob)
+    if _gets_its_gang(jobset):
+        return _with_gang(session, settings, candidate, user, reason)
     marks = facts(candidate.trainjob, jobset)
     try:
         if jobset is not None:
@@ -137,10 +137,9 @@ def release_one(session: ApiSession, settings: Settings, candidate: Candidate, u
     return Released(namespace, name, Outcome.RELEASED, event_posted=_post(session, candidate, message))
 
 
-def _gets_its_gang(session: ApiSession, candidate: Candidate) -> bool:
-    jobset = survey.jobset_of(session, candidate.trainjob)
-    marks = facts(candidate.trainjob, jobset)
-    return not marks.held and (jobset is None or marks.named)
+def _gets_its_gang(jobset: dict[str, Any] | None) -> bool:
+    """Its JobSet was named at admission, or is not made yet (the policy will name it): it is released with its gang."""
+    return jobset is None or named_at_admission(jobset)
 
 
 def _with_gang(session: ApiSession, settings: Settings, candidate: Candidate, user: str, reason: str) -> Released:
@@ -169,7 +168,7 @@ def _with_gang(session: ApiSession, settings: Settings, candidate: Candidate, us
 
 
 def _would(session: ApiSession, candidates: list[Candidate]) -> str:
-    with_gang = [_gets_its_gang(session, c) for c in candidates]
+    with_gang = [_gets_its_gang(survey.jobset_of(session, c.trainjob)) for c in candidates]
     if all(with_gang):
         return "would release, with its gang made from kai_fn's plan:"
     return "would release, without a gang:" if not any(with_gang) else "would release (with its gang where named):"
