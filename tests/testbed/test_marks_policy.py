@@ -21,6 +21,7 @@ from tests.testbed.kai_fn_install import (
     seed_samples, trainjob, wait_until_refused,
 )
 from tests.testbed.test_admission import JOBSETS, _jobset
+from tests.testbed.test_identity_policy import remove_identity_policy
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
@@ -40,6 +41,7 @@ def marks_policy(testbed: LiveCluster) -> Iterator[None]:
                         "--ignore-not-found")
         testbed.kubectl("delete", "validatingadmissionpolicies.admissionregistration.k8s.io", POLICY,
                         "--ignore-not-found")
+        remove_identity_policy(testbed)  # rendered with the rest; it would refuse the function's writes elsewhere
 
 
 def _grant(testbed: LiveCluster, namespace: str, sa: str, rules: list[dict[str, Any]]) -> client.ApiClient:
