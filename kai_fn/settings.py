@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     api_timeout_seconds: float = Field(5.0, gt=0, alias="KAI_FN_API_TIMEOUT_SECONDS")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="KAI_FN_LOG_LEVEL")
     resync_limit: int = Field(50, ge=1, alias="KAI_FN_RESYNC_LIMIT")
+    # The first delay before the resync offers a refused TrainJob again, doubling to 10 minutes
+    # (kai_fn.function.backoff); 0: every resync offers it.
+    resync_backoff_seconds: float = Field(60.0, ge=0, le=600, alias="KAI_FN_RESYNC_BACKOFF_SECONDS")
     # Threads that reconcile TrainJob events after answering them 202 (kai_fn.function.workqueue); 0: each event
     # is reconciled before its answer, which then says how the work went (503 asks for a redelivery).
     background_workers: int = Field(4, ge=0, le=64, alias="KAI_FN_BACKGROUND_WORKERS")

@@ -1,5 +1,6 @@
 """The process's memory around the kube layer (:mod:`kai_fn.kube`): the runtime and Queue caches, the resync's
-cursors (:mod:`kai_fn.core.turns`) and what it did lately (:mod:`kai_fn.function.recent`). The calls themselves,
+cursors (:mod:`kai_fn.core.turns`), what it did lately (:mod:`kai_fn.function.recent`) and what it refused
+(:mod:`kai_fn.function.backoff`). The calls themselves,
 and what their refusals mean, are the kube layer's."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kai_fn.core import turns
 from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.runtime import RuntimeTarget
 from kai_fn.function import metrics
+from kai_fn.function.backoff import Backoff
 from kai_fn.function.recent import Recent
 from kai_fn.settings import Settings
 
@@ -30,14 +32,16 @@ class Cluster(kube.Cluster):
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _fetching: dict[RuntimeTarget | str, threading.Lock] = field(default_factory=dict)
     _queues: tuple[float, QueueTree] | None = None
+    _queue_versions: frozenset[tuple[str, str]] | None = None  # the Queues last read (a change lifts the back-offs)
     _cursors: dict[str, str] = field(default_factory=dict)  # the resync's turns (kai_fn/core/turns.py)
     recent: Recent = field(default_factory=Recent)  # what this process did lately (kai_fn.function.recent)
+    backoff: Backoff = field(default_factory=Backoff)  # refused and failing TrainJobs (kai_fn.function.backoff)
 
     @classmethod
     def from_settings(cls, settings: Settings, kubeconfig: str | None = None, context: str | None = None) -> Cluster:
         meter = metrics.Meter()
         return cls(kube.api_client(kubeconfig, context, meter), settings.api_timeout_seconds, meter,
-                   runtime_ttl=settings.runtime_cache_seconds)
+                   runtime_ttl=settings.runtime_cache_seconds, backoff=Backoff(first=settings.resync_backoff_seconds))
 
     def session(self) -> Session:
         return Session(self)
@@ -58,6 +62,16 @@ class Cluster(kube.Cluster):
         with self._lock:
             hit = self._queues
         return hit[1] if hit and hit[0] > time.monotonic() else None
+
+    def saw_queues(self, tree: QueueTree) -> None:
+        """A read of the Queues: when one was made, changed or deleted since the last, every refused TrainJob is due
+        again."""
+        seen = frozenset((name, q.metadata.resource_version or "") for name, q in tree.queues.items())
+        with self._lock:
+            changed = self._queue_versions is not None and seen != self._queue_versions
+            self._queue_versions = seen
+        if changed:
+            self.backoff.clear()
 
     def remember_queues(self, tree: QueueTree) -> None:
         if self.runtime_ttl > 0:
@@ -107,5 +121,6 @@ class Session(kube.Session):
             if not fresh and (hit := self.cluster.cached_queues()) is not None:
                 return hit, True
             tree, _ = super().queues()
+            self.cluster.saw_queues(tree)
             self.cluster.remember_queues(tree)
             return tree, False

@@ -42,6 +42,7 @@ class App:
         self.auth = Authenticator(self.settings.audience, self.settings.senders) if self.settings.audience else None
         self.work: WorkQueue | None = None
         self.resyncs = resync.OneAtATime()
+        metrics.BACKING_OFF.set_function(self.cluster.backoff.waiting)
         self._started_lock, self._caught_up = threading.Lock(), False
         if self.settings.background_workers:
             self.work = WorkQueue(self.pass_after_answer, self.settings.background_workers, on_drop=_dropped)
@@ -73,9 +74,10 @@ class App:
             log.warning("catch-up", exc_info=error, extra={"fields": {"outcome": "retry", "reason": str(error)[:200]}})
             metrics.CATCH_UP.labels("retry").inc()
             return
-        owed = [e for e in entries if inventory.owed(e, self.settings)]
+        owed, backing_off = inventory.due(entries, self.settings, self.cluster.backoff)
         queued = sum(1 for e in owed if self.offer(resync.as_event(e)))
-        log.info("catch-up", extra={"fields": {"outcome": "done", "owed": len(owed), "queued": queued,
+        log.info("catch-up", extra={"fields": {"outcome": "done", "owed": len(owed), "backing_off": backing_off,
+                                                "queued": queued,
                                                 "api_calls": session.calls}})
         metrics.CATCH_UP.labels("done").inc()  # after the offers: a reader of it sees them in kai_fn_work_queue
 

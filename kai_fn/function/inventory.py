@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kai_fn.core import turns
 from kai_fn.core.state import Entry, join, podgroup_api
+from kai_fn.function.backoff import Backoff, Key
 from kai_fn.function.cluster import Session
 from kai_fn.settings import Settings
 
@@ -24,3 +25,19 @@ def take(session: Session, settings: Settings, namespace: str | None = None) -> 
 def owed(entry: Entry, settings: Settings) -> bool:
     """A pass is owed (:meth:`kai_fn.core.state.Facts.owes_pass`) or the gang holds places (``Entry.holding``)."""
     return entry.marks.owes_pass(settings.watches(entry.key[0])) or entry.holding
+
+
+def backoff_key(entry: Entry) -> Key:
+    namespace, name = entry.key
+    return namespace, name, str((entry.trainjob.get("metadata") or {}).get("uid") or "")
+
+
+def version_of(entry: Entry) -> str:
+    return str((entry.trainjob.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def due(entries: list[Entry], settings: Settings, backoff: Backoff) -> tuple[list[Entry], int]:
+    """The entries owed a pass now, and how many more are owed but backing off (:mod:`kai_fn.function.backoff`)."""
+    owed_now = [e for e in entries if owed(e, settings)]
+    ready = [e for e in owed_now if backoff.due(backoff_key(e), version_of(e))]
+    return ready, len(owed_now) - len(ready)

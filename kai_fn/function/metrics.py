@@ -45,6 +45,11 @@ WORK_QUEUE = Gauge(
     "kai_fn_work_queue", "TrainJobs whose pass after the answer is queued, waiting to be tried again, or running.",
     registry=REGISTRY,
 )
+BACKING_OFF = Gauge(
+    "kai_fn_backing_off", "TrainJobs owed a pass that the resync leaves for later: refused or failing in a row, "
+    "each after a growing delay (kai_fn/function/backoff.py).",
+    registry=REGISTRY,
+)
 CATCH_UP = Counter(
     "kai_fn_catch_up", "The catch-up pass of a started process, once, by outcome: 'done' (the held JobSets owed are "
     "queued), 'retry' (the API was not reachable: the first ping does it), 'off' (no work queue: the resync does it).",

@@ -49,7 +49,8 @@ def answer_without_a_read(event: TrainJobEvent, session: Session, settings: Sett
 
 def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
     """One TrainJob's pass, planned from the TrainJob as the API server returns it to kai_fn: read now, or listed
-    by the resync a moment ago. An event's body, authenticated or not, never decides a gang."""
+    by the resync a moment ago. An event's body, authenticated or not, never decides a gang. How it ended sets the
+    TrainJob's back-off from the resync (:mod:`kai_fn.function.backoff`); a pass the API failed is no refusal."""
     if (answer := answer_without_a_read(event, session, settings)) is not None:
         return answer
     obj = event.object if event.via is Via.RESYNC else None
@@ -59,8 +60,12 @@ def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Out
             return Outcome("ignored", "the TrainJob no longer exists", event.namespace, event.name, event.uid)
     failed = Outcome("error", "the pass failed unexpectedly (logged, Warning on the TrainJob)", event.namespace,
                      event.name, event.uid)
-    return apart("pass", session, obj, Reconciler(session, settings, obj).run, failed,
-                 let_through=(Retry, Transient))
+    meta = obj.get("metadata") or {}
+    outcome = apart("pass", session, obj, Reconciler(session, settings, obj).run, failed,
+                    let_through=(Retry, Transient))
+    session.cluster.backoff.record((event.namespace, event.name, str(meta.get("uid") or "")), outcome.result,
+                                   str(meta.get("resourceVersion") or ""))
+    return outcome
 
 
 def now() -> datetime.datetime:

@@ -3,11 +3,13 @@
 It finds what no event brought: JobSets named at admission whose gang kai_fn has not made (an adapter restarted and
 replayed nothing, a pass ran out of tries, the function was down), JobSets an earlier version held, released gangs
 not yet known to be bound (binding changes no PodGroup, so no event says it), and overdue schedule timeouts. Owed
-passes go to the work queue all at once (bounded by the queue's capacity, not by a count per ping); without one,
+passes go to the work queue all at once (bounded by the queue's capacity, not by a count per ping; a refused or
+failing TrainJob only once its back-off is over, :mod:`kai_fn.function.backoff`); without one,
 ``KAI_FN_RESYNC_LIMIT`` are reconciled here, in turn. A resync that got this far renews the heartbeat.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable
@@ -68,7 +70,11 @@ def as_event(entry: Entry) -> TrainJobEvent:
 def resync(session: Session, settings: Settings, offer: Offer | None = None) -> Outcome:
     moment = now()
     entries = inventory.take(session, settings)
-    owed = [e for e in entries if inventory.owed(e, settings)]
+    backoff = session.cluster.backoff
+    if backoff.any() and settings.flavor == "kai":
+        with contextlib.suppress(Transient):  # read to lift the back-offs when a Queue changed (from the cache)
+            session.queues()
+    owed, backing_off = inventory.due(entries, settings, backoff)
     tally: dict[str, int] = {}
     queued = [e for e in owed if offer is not None and offer(as_event(e))]
     if queued:
@@ -77,10 +83,12 @@ def resync(session: Session, settings: Settings, offer: Offer | None = None) -> 
     for entry in session.cluster.take_turn("owed", inline, settings.resync_limit, inventory.creation_order):
         result = tally_of("resync", session, entry.trainjob, lambda e=entry: Reconciler(
             session, settings, e.trainjob, e.jobset, moment).run().result, retried=(Retry, Transient))
+        backoff.record(inventory.backoff_key(entry), result, inventory.version_of(entry))
         tally[result] = tally.get(result, 0) + 1
     left = max(len(inline) - settings.resync_limit, 0)
     summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "nothing to do"
-    summary = f"resync: {len(owed)} owed a pass; {summary}" + (f"; {left} left for the next run" if left else "")
+    summary = (f"resync: {len(owed)} owed a pass" + (f" ({backing_off} more backing off)" if backing_off else "")
+               + f"; {summary}" + (f"; {left} left for the next run" if left else ""))
     released = [e for e in entries if e.podgroup is not None and e.marks.settled() is None
                 and settings.watches(e.key[0])]
     if released:

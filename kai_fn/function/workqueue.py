@@ -13,6 +13,11 @@ number of times. A graceful stop (SIGTERM: a rollout, a scale-down) first drains
 what the adapter would have dropped after its own retries: the resync (every minute) finds every suspended
 TrainJob still owed its gang.
 A full queue refuses the offer, and the caller then does the work before answering, as with no workers.
+
+The queue is fair between namespaces (issue 39, attack 5): each namespace has a lane, first come first served within
+it, and the workers take from the lanes in turn. A team that queues a thousand passes (a resync that found a thousand
+of its TrainJobs owed, refused ones included) delays another team's next pass by at most one pass of each other
+namespace with work queued, not by its thousand.
 """
 from __future__ import annotations
 
@@ -20,8 +25,8 @@ import heapq
 import itertools
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,17 +43,71 @@ class Item:
     attempt: int = 1
 
 
+def namespace_of(key: Hashable) -> Hashable:
+    """A TrainJob's lane: its namespace, the first of its ``(namespace, name)`` key."""
+    return key[0] if isinstance(key, tuple) and key else key
+
+
+class _Lanes:
+    """The pending passes: one first-come-first-served lane per namespace, taken in turn. A mapping of key to item
+    for what the queue needs of it (``in``, get, set, ``len``, truth)."""
+
+    def __init__(self, lane: Callable[[Hashable], Hashable]) -> None:
+        self.lane = lane
+        self._lanes: dict[Hashable, OrderedDict[Hashable, Item]] = {}
+        self._turns: deque[Hashable] = deque()  # the lanes with work, the next to serve first
+        self._size = 0
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._lanes.get(self.lane(key), ())
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[Hashable]:
+        for lane in self._turns:
+            yield from self._lanes[lane]
+
+    def __setitem__(self, key: Hashable, item: Item) -> None:
+        """A new key joins the end of its lane; a known one is replaced in its place."""
+        lane = self.lane(key)
+        if lane not in self._lanes:
+            self._lanes[lane] = OrderedDict()
+            self._turns.append(lane)
+        if key not in self._lanes[lane]:
+            self._size += 1
+        self._lanes[lane][key] = item
+
+    def setdefault(self, key: Hashable, item: Item) -> Item:
+        if key not in self:
+            self[key] = item
+        return self._lanes[self.lane(key)][key]
+
+    def pop_next(self) -> tuple[Hashable, Item]:
+        """The oldest pass of the lane whose turn it is; that lane then waits behind the others."""
+        lane = self._turns.popleft()
+        queue = self._lanes[lane]
+        key, item = queue.popitem(last=False)
+        self._size -= 1
+        if queue:
+            self._turns.append(lane)
+        else:
+            del self._lanes[lane]
+        return key, item
+
+
 class WorkQueue:
     """``work(item)`` runs on one of ``workers`` daemon threads, started with the first offer (after any fork).
     ``clock`` (monotonic seconds) says when a retry is due; tests pass one they move."""
 
     def __init__(self, work: Callable[[Item], None], workers: int, *, capacity: int = 10000, tries: int = 6,
                  first_delay: float = 0.5, on_drop: Callable[[Item, BaseException | None], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, lane: Callable[[Hashable], Hashable] = namespace_of
+                 ) -> None:
         self.work, self.workers, self.capacity, self.tries = work, workers, capacity, tries
-        self.first_delay, self.on_drop, self.clock = first_delay, on_drop, clock
+        self.first_delay, self.on_drop, self.clock, self.lane = first_delay, on_drop, clock, lane
         self._cond = threading.Condition()
-        self._pending: OrderedDict[Hashable, Item] = OrderedDict()
+        self._pending = _Lanes(lane)
         self._active: set[Hashable] = set()
         self._dirty: dict[Hashable, Item] = {}  # offered while active: queued again when that pass ends
         self._later: list[tuple[float, int, Item]] = []  # retries, by when they are due
@@ -110,7 +169,7 @@ class WorkQueue:
                     else:
                         self._pending.setdefault(item.key, item)
                 if self._pending:
-                    key, item = self._pending.popitem(last=False)
+                    key, item = self._pending.pop_next()
                     self._active.add(key)
                     return item
                 self._cond.wait(max(0.0, self._later[0][0] - now) if self._later else None)

@@ -155,3 +155,26 @@ def test_drain_waits_for_the_work_in_hand_and_says_what_is_left_when_its_time_is
     assert queue.drain(0.2) == 2  # the first pass is held at the gate: nothing finished
     threading.Timer(0.1, gate.set).start()
     assert queue.drain(5) == 0 and [key for key, _, _ in rec.seen] == ["a", "b"]
+
+
+@pytest.mark.parametrize("offers, served", [
+    # (namespace, name) keys offered while the one worker is busy, and the order they are then worked on
+    ([("team-a", f"bad-{i}") for i in range(5)] + [("team-b", "good")],
+     [("team-a", "bad-0"), ("team-b", "good"), ("team-a", "bad-1"), ("team-a", "bad-2"), ("team-a", "bad-3"),
+      ("team-a", "bad-4")]),
+    ([("a", "1"), ("a", "2"), ("b", "1"), ("c", "1"), ("b", "2")],
+     [("a", "1"), ("b", "1"), ("c", "1"), ("a", "2"), ("b", "2")]),
+    ([("a", "1"), ("a", "2"), ("a", "1")],
+     [("a", "1"), ("a", "2")]),
+], ids=["a thousand of one team's passes delay another team's by one", "namespaces in turn", "one lane, in order"])
+def test_the_queue_serves_namespaces_in_turn_first_come_first_served_within_each(offers, served):
+    gate = threading.Event()
+    rec = Recorder(gate)
+    queue = WorkQueue(rec.work, workers=1)
+    queue.offer(("busy", "x"), 0)  # holds the only worker while the others queue
+    until(lambda: rec.seen)
+    for key in offers:
+        assert queue.offer(key, 0)
+    gate.set()
+    until(queue.idle)
+    assert [key for key, _, _ in rec.seen[1:]] == served
