@@ -1,5 +1,9 @@
 import sys
 
+if sys.argv[1:2] == ["burst"]:
+    from bench.burst import main as burst_main
+
+    sys.exit(burst_main(sys.argv[2:]))
 if sys.argv[1:2] == ["chain"]:
     from bench.chain import main as chain_main
 
