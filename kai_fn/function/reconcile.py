@@ -21,8 +21,9 @@ from kai_fn.core.decide import Action, Context, MakeGang
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.plan import Plan, plan
 from kai_fn.core.runtime import target
-from kai_fn.function import kai_cluster, migration
-from kai_fn.kube import Gone, Transient
+from kai_fn.function import kai_cluster, migration, report
+from kai_fn.kube import Gone, GuardFailed, Invalid, Transient
+from kai_fn.kube.errors import status_body
 from kai_fn.function.cluster import Session
 from kai_fn.function.events import TrainJobEvent, Via
 from kai_fn.function.execute import Changed, Execution, NotYet, Retry
@@ -89,6 +90,11 @@ class Reconciler(Execution):
             return migration.after_pass(self.session, self.settings, self.obj, self.jobset, action, outcome)
         except Gone:
             return self.outcome("ignored", "the TrainJob no longer exists")
+        except GuardFailed:
+            raise Retry("the JobSet kept changing under kai_fn's patch") from None
+        except Invalid as refused:  # not a guard: the API server refuses what the write would make; say so, once
+            why = status_body(refused.body).get("message") or str(refused)
+            return self.warn(report.UNPROCESSABLE, f"the API server refused kai_fn's write: {str(why)[:400]}")
         except NotYet as wait:
             return self.carry_out(decide.Wait(str(wait)))
         except adopt.NotAdopted as taken:

@@ -3,8 +3,11 @@
 One table for every call (:func:`classify`): 404 :class:`NotFound`; 409 :class:`AlreadyExists` (a create whose name
 is taken) or :class:`Conflict` (a stale ``resourceVersion``, a failed precondition); 403 :class:`Terminating` (the
 namespace is being deleted: a ``NamespaceTerminating`` cause) or :class:`Forbidden`; 401 :class:`Unauthorized`;
-422 :class:`Invalid` (a failed JSON Patch ``test`` too); and :class:`Transient` for what a retry may fix: 429, 5xx,
-timeouts, no answer, and any other status. Forbidden and Unauthorized are Transient as well: a grant may come later,
+422 :class:`GuardFailed` (a JSON Patch that does not apply to the object as it now stands: a failed ``test``, a
+``remove`` of a path no longer there; the API server's patch handler answers it with a Status about no object, no
+kind and no causes) or :class:`Invalid` (the object the write would make is refused: its schema, a CEL rule, an
+admission policy); and :class:`Transient` for what a retry may fix: 429, 5xx, timeouts, no answer, and any other
+status. Forbidden and Unauthorized are Transient as well: a grant may come later,
 and the function answers the sender 503 rather than drop the event.
 
 They subclass the client's ``ApiException`` (``status``, ``reason``, ``body``), so code written against it still
@@ -72,7 +75,8 @@ class Gone(ApiError):
 
 
 class GuardFailed(Invalid):
-    """422 on a JSON Patch: a guard no longer holds (the JobSet was resumed, replaced or reordered)."""
+    """422 on a JSON Patch that does not apply: a guard no longer holds (the object was resumed, replaced or
+    reordered). Read again and decide again; any other 422 is a refusal a retry will not lift."""
 
 
 class Stale(Conflict):
@@ -103,6 +107,10 @@ def kind_of(status: int | None, body: Any) -> type[ApiError]:
     for cause in causes if isinstance(causes, list) else []:
         if isinstance(cause, dict) and (status, str(cause.get("reason"))) in _BY_CAUSE:
             return _BY_CAUSE[status, str(cause.get("reason"))]
+    if status == 422 and found.get("kind") == "Status" and not causes and not (found.get("details") or {}).get("kind"):
+        # A JSON Patch that did not apply: k8s.io/apiserver's patch handler (endpoints/handlers/patch.go,
+        # applyJSPatch) answers it with a generic 422 about no object; validation names the kind and each field.
+        return GuardFailed
     return _BY_REASON.get((status, str(found.get("reason") or "")), _BY_STATUS.get(status, Transient))
 
 

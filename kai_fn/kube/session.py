@@ -24,7 +24,7 @@ from kai_fn.core.runtime import RuntimeTarget
 from kai_fn.kube import listing
 from kai_fn.kube.client import Observer, api_client, read_body
 from kai_fn.kube.errors import (
-    AlreadyExists, ApiError, Conflict, Gone, GuardFailed, Invalid, NotFound, NotServed, Stale, Terminating, Transient,
+    AlreadyExists, ApiError, Conflict, Gone, Invalid, NotFound, NotServed, Stale, Terminating, Transient,
     classify, unreachable,
 )
 from kai_fn.settings import Settings
@@ -254,14 +254,12 @@ class ApiSession:
         return True
 
     def patch_jobset(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
-        """A JSON Patch, its ``test`` ops the guard: :class:`GuardFailed` when one fails, :class:`Gone` when the
-        JobSet is."""
+        """A JSON Patch, its ``test`` ops the guard: :class:`GuardFailed` when one fails, :class:`Invalid` when the
+        API server refuses the JobSet it would make (its schema, a policy), :class:`Gone` when the JobSet is gone."""
         try:
             self._call("patch jobset", "PATCH", path(keys.JOBSET_API, "jobsets", namespace, name), Invalid, NotFound,
                        body=ops, content_type=JSON_PATCH, query=[("fieldManager", keys.FIELD_MANAGER)],
                        namespace=namespace, name=name)
-        except Invalid as error:
-            raise GuardFailed(str(error.body)[:200], error.status, error.reason, error.body) from None
         except NotFound:
             raise Gone(f"JobSet {namespace}/{name}") from None
 

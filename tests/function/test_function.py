@@ -610,6 +610,21 @@ def test_a_jobset_changed_under_the_patch_is_read_again_and_decided(api, functio
     assert sum(1 for c in api.calls if c.verb == "create" and c.resource == "podgroups" and c.status == 201) == 1
 
 
+def test_a_jobset_patch_the_api_server_refuses_is_reported_once_not_retried_as_a_guard(api, function):
+    """A 422 that names the JobSet and its fields (its schema, a CEL rule) is no guard that stopped holding: one
+    patch, a Warning with the API server's message, ``blocked``; on main it was retried three times, then 503 for
+    ever."""
+    tj = seed_llama(api)
+    refused = Fault(status=422, details={"name": NAME, "group": "jobset.x-k8s.io", "kind": "JobSet", "causes": [
+        {"reason": "FieldValueInvalid", "field": "spec.replicatedJobs", "message": "a rule of the tenant's"}]})
+    api.faults = lambda call: refused if call.verb == "patch" and call.resource == "jobsets" else None
+    answer = send(function.url, resource(tj))
+    assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "blocked")
+    assert [c.status for c in jobset_patches(api)] == [422]
+    (warning,) = events_of(api, "Unprocessable")
+    assert warning["message"].startswith("the API server refused kai_fn's write: injected fault: HTTP 422")
+
+
 STEPS = {
     "get trainjob": lambda c: c.verb == "get" and c.resource == "trainjobs",
     "get jobset": lambda c: c.verb == "get" and c.resource == "jobsets",

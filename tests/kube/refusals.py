@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kai_fn.kube import AlreadyExists, ApiError, ApiSession, Conflict, Invalid, NotFound
+from kai_fn.kube import AlreadyExists, ApiError, ApiSession, Conflict, GuardFailed, Invalid, NotFound
 from kai_fn.kube.session import JSON_PATCH, MERGE_PATCH, path
 
 
@@ -45,6 +45,19 @@ def _failed_test(session: ApiSession, ns: str) -> None:
                     body=[{"op": "test", "path": "/metadata/name", "value": "another"}], content_type=JSON_PATCH)
 
 
+def _missing_path(session: ApiSession, ns: str) -> None:
+    configmap(session, ns, "moved")
+    session.request("PATCH", path("v1", "configmaps", ns, "moved"), namespace=ns, name="moved",
+                    body=[{"op": "remove", "path": "/metadata/labels/gone"}], content_type=JSON_PATCH)
+
+
+def _refused_patch(session: ApiSession, ns: str) -> None:
+    configmap(session, ns, "refused")
+    session.request("PATCH", path("v1", "configmaps", ns, "refused"), namespace=ns, name="refused",
+                    body=[{"op": "add", "path": "/metadata/labels", "value": {"a": "not a label value!"}}],
+                    content_type=JSON_PATCH)
+
+
 def _bad_name(session: ApiSession, ns: str) -> None:
     configmap(session, ns, "Not_A_Name")
 
@@ -55,6 +68,8 @@ CASES: dict[str, tuple[Callable[[ApiSession, str], None], type[ApiError], int]] 
     "a create of a name that is taken: 409 AlreadyExists": (_taken, AlreadyExists, 409),
     "a patch naming an old resourceVersion: 409 Conflict": (_stale, Conflict, 409),
     "a delete whose uid precondition fails: 409 Conflict": (_other_uid, Conflict, 409),
-    "a JSON Patch whose test op fails: 422 Invalid": (_failed_test, Invalid, 422),
+    "a JSON Patch whose test op fails: 422 GuardFailed": (_failed_test, GuardFailed, 422),
+    "a JSON Patch removing a path no longer there: 422 GuardFailed": (_missing_path, GuardFailed, 422),
+    "a JSON Patch that applies, of an object refused: 422 Invalid, no guard": (_refused_patch, Invalid, 422),
     "a create of an invalid object: 422 Invalid": (_bad_name, Invalid, 422),
 }

@@ -22,6 +22,7 @@ class Fault:
     after: bool = False
     retry_after: int | None = None
     until: threading.Event | None = None
+    details: dict[str, Any] | None = None  # the Status's details (e.g. a validation refusal's kind and causes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +56,8 @@ _FAULT_MESSAGES = {
 
 def fault_response(fault: Fault) -> aiohttp.web.Response:
     assert fault.status is not None
-    details = {"retryAfterSeconds": fault.retry_after} if fault.retry_after is not None else None
+    details = {**(fault.details or {}),
+               **({"retryAfterSeconds": fault.retry_after} if fault.retry_after is not None else {})} or None
     message = _FAULT_MESSAGES.get(fault.status, f"injected fault: HTTP {fault.status}")
     return aiohttp.web.json_response(ApiError(fault.status, message, details=details).body(), status=fault.status)
 

@@ -65,7 +65,8 @@ def patched(info: KindInfo, old: dict[str, Any], body: Any, media: str | None) -
         try:
             return _JsonPatch(body).apply(copy.deepcopy(old))
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, KeyError, TypeError) as exc:
-            raise ApiError(422, f"the server rejected our request due to an error in our request: {exc}") from exc
+            # As k8s.io/apiserver's patch handler answers it: a generic 422 naming no object, kind or cause.
+            raise ApiError(422, "the server rejected our request due to an error in our request") from exc
     if media == MERGE_PATCH or (media == STRATEGIC_PATCH and not info.custom):
         if not isinstance(body, dict):
             raise ApiError(422, f'"" is invalid: patch: Invalid value: {json.dumps(json.dumps(body))}: couldn\'t '
