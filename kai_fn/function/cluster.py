@@ -16,6 +16,7 @@ from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.runtime import RuntimeTarget
 from kai_fn.function import metrics
 from kai_fn.function.backoff import Backoff
+from kai_fn.function.keylocks import KeyLocks
 from kai_fn.function.recent import Recent
 from kai_fn.settings import Settings
 
@@ -36,6 +37,7 @@ class Cluster(kube.Cluster):
     _cursors: dict[str, str] = field(default_factory=dict)  # the resync's turns (kai_fn/core/turns.py)
     recent: Recent = field(default_factory=Recent)  # what this process did lately (kai_fn.function.recent)
     backoff: Backoff = field(default_factory=Backoff)  # refused and failing TrainJobs (kai_fn.function.backoff)
+    locks: KeyLocks = field(default_factory=KeyLocks)  # one worker at a time on a TrainJob (kai_fn.function.keylocks)
 
     @classmethod
     def from_settings(cls, settings: Settings, kubeconfig: str | None = None, context: str | None = None) -> Cluster:

@@ -62,8 +62,9 @@ def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Out
     failed = Outcome("error", "the pass failed unexpectedly (logged, Warning on the TrainJob)", event.namespace,
                      event.name, event.uid)
     meta = obj.get("metadata") or {}
-    outcome = apart("pass", session, obj, Reconciler(session, settings, obj).run, failed,
-                    let_through=(Retry, Transient))
+    with session.cluster.locks.hold((event.namespace, event.name)):
+        outcome = apart("pass", session, obj, Reconciler(session, settings, obj).run, failed,
+                        let_through=(Retry, Transient))
     session.cluster.backoff.record((event.namespace, event.name, str(meta.get("uid") or "")), outcome.result,
                                    str(meta.get("resourceVersion") or ""))
     return outcome

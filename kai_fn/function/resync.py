@@ -81,8 +81,9 @@ def resync(session: Session, settings: Settings, offer: Offer | None = None) -> 
         tally["queued"] = len(queued)
     inline = [e for e in owed if e not in queued]
     for entry in session.cluster.take_turn("owed", inline, settings.resync_limit, inventory.creation_order):
-        result = tally_of("resync", session, entry.trainjob, lambda e=entry: Reconciler(
-            session, settings, e.trainjob, e.jobset, moment).run().result, retried=(Retry, Transient))
+        with session.cluster.locks.hold(entry.key):
+            result = tally_of("resync", session, entry.trainjob, lambda e=entry: Reconciler(
+                session, settings, e.trainjob, e.jobset, moment).run().result, retried=(Retry, Transient))
         backoff.record(inventory.backoff_key(entry), result, inventory.version_of(entry))
         tally[result] = tally.get(result, 0) + 1
     left = max(len(inline) - settings.resync_limit, 0)
