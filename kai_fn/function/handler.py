@@ -29,7 +29,7 @@ from kai_fn.settings import Settings, load
 from kai_fn.function.workqueue import Again, Item, WorkQueue
 
 RETRY_AFTER_SECONDS = 2
-DRAIN_SECONDS = 20  # after SIGTERM's answers (kai_fn.function.serve, 5 s): under the pod's 30 s grace, then SIGKILL
+DRAIN_SECONDS = 20  # after SIGTERM's answers (kai_fn.function.serve, 10 s at most): 30 s in all, as gunicorn's was
 
 
 class App:

@@ -17,9 +17,11 @@ one byte resets; :class:`Server` adds the deadline for the whole request. The bo
 - connections: as many as 256 MiB of buffered bodies allow (63 at 4 MiB), and never fewer than the threads + 8; past
   that waitress accepts none until one closes, so a client holding them all costs at most T of service at a time.
 
-SIGTERM (Knative's stop, 30 s grace): no connection is accepted any more, the requests in hand get up to
-``ANSWER_SECONDS`` to be answered, then the process exits and ``App.drain`` (atexit) finishes the passes answered
-202 within its ``DRAIN_SECONDS`` (20). One process, no fork: main.py starts the metrics server once, at import.
+SIGTERM (Knative's stop): no connection is accepted any more, and the loop goes on until the requests in hand are
+answered, ``ANSWER_SECONDS`` at most; waitress's own shutdown then waits up to 5 s for a thread still running (its
+answer is lost: the sender retries), and ``App.drain`` (atexit) finishes the passes answered 202 within
+``DRAIN_SECONDS`` (20): 30 s at most, gunicorn's graceful timeout before, under the pod's grace (``timeoutSeconds``).
+One process, no fork: main.py starts the metrics server once, at import.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ from kai_fn.settings import Settings, load
 HEADER_BYTES = 64 * 1024
 BODY_SLACK = 64 * 1024  # past KAI_FN_MAX_BODY_BYTES, so that a body a little over gets the handler's logged 413
 BUFFERED_BYTES = 256 * 1024 * 1024  # bodies held at once, at most: KAI_FN_MAX_BODY_BYTES x connections
-ANSWER_SECONDS = 5.0  # at SIGTERM, for the requests in hand; with DRAIN_SECONDS, under the pod's 30 s grace
+ANSWER_SECONDS = 5.0  # at SIGTERM, for the requests in hand; + waitress's 5 s + DRAIN_SECONDS: 30 s at most
 
 
 class Channel(HTTPChannel):
