@@ -44,7 +44,7 @@ BUFFERED_BYTES = 256 * 1024 * 1024  # bodies held at once, at most: KAI_FN_MAX_B
 ANSWER_SECONDS = 5.0  # at SIGTERM, for the requests in hand; + waitress's 5 s + DRAIN_SECONDS: 30 s at most
 
 
-class Channel(HTTPChannel):
+class Channel(HTTPChannel):  # type: ignore[misc]
     """A connection that knows since when it owes a whole request: its opening, then each request's first byte."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -60,7 +60,9 @@ class Channel(HTTPChannel):
 
 class Server(TcpWSGIServer):  # type: ignore[misc]
     """waitress's server, whose once-a-second maintenance also closes each connection owing a request past its
-    deadline, and which stops (SIGTERM) once the requests in hand are answered."""
+    deadline, and which stops (SIGTERM) once the requests in hand are answered. Subclassed, not patched: it uses
+    waitress 3.0.2's ``channel_class``, ``maintenance``, ``active_channels`` and a channel's ``request``/``requests``
+    (pinned; tests/function/test_slow_clients.py fails if they change)."""
 
     channel_class = Channel
     stop_by: float | None = None
@@ -95,7 +97,7 @@ def adjustments(settings: Settings) -> dict[str, Any]:
 def serve(host: str, port: int, source: str = "main.py", target: str = "handle") -> None:
     """Serve ``target`` of ``source`` until SIGTERM or SIGINT; a bad setting stops it before it listens."""
     settings = load()
-    app = functions_framework.create_app(target=target, source=source, signature_type="http")
+    app = functions_framework.create_app(target=target, source=source, signature_type="http")  # type: ignore[no-untyped-call]
     limits = adjustments(settings)
     server = Server(app, host=host, port=port, **limits)
     signal.signal(signal.SIGTERM, server.stop)
