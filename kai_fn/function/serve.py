@@ -14,8 +14,9 @@ one byte resets; :class:`Server` adds the deadline for the whole request. The bo
 - its headers: 64 KiB; its body: ``KAI_FN_MAX_BODY_BYTES`` (4 MiB) + 64 KiB, refused (413) by waitress as soon as
   its Content-Length says more; a body in between gets the handler's own 413, logged. Bodies are buffered in memory,
   never in /tmp: an in-memory emptyDir of 16 MiB, which, overfilled, has the pod evicted;
-- connections: as many as 256 MiB of buffered bodies allow (63 at 4 MiB), and never fewer than the threads + 8; past
-  that waitress accepts none until one closes, so a client holding them all costs at most T of service at a time.
+- connections: as many as 256 MiB of buffered bodies allow (63 at 4 MiB; waitress counts its listener and wake-up pipe
+  among them: 61 clients), and never fewer than the threads + 8; past that waitress accepts none until one closes, so
+  a client holding them all delays new ones by T at most at a time (and waitress logs a warning).
 
 SIGTERM (Knative's stop): no connection is accepted any more, and the loop goes on until the requests in hand are
 answered, ``ANSWER_SECONDS`` at most; waitress's own shutdown then waits up to 5 s for a thread still running (its
@@ -26,6 +27,7 @@ One process, no fork: main.py starts the metrics server once, at import.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import time
@@ -101,6 +103,7 @@ def serve(host: str, port: int, source: str = "main.py", target: str = "handle")
     limits = adjustments(settings)
     server = Server(app, host=host, port=port, **limits)
     signal.signal(signal.SIGTERM, server.stop)
+    _json_lines(logging.getLogger("waitress"))
     log.info("serving", extra={"fields": {"port": server.effective_port, "threads": limits["threads"],
                                           "connections": limits["connection_limit"],
                                           "request_seconds": settings.request_seconds}})
@@ -108,6 +111,14 @@ def serve(host: str, port: int, source: str = "main.py", target: str = "handle")
         server.run()
     finally:
         server.close()
+
+
+def _json_lines(logger: logging.Logger) -> None:
+    """waitress's warnings (a connection limit reached, a queue of requests) as kai_fn's JSON lines, not plain text
+    amid them."""
+    logger.handlers[:] = log.handlers
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,11 +1,15 @@
 """The function's server (kai_fn/function/serve.py): its bounds follow the settings, a body too large is refused from
-its Content-Length before any of it is read, and SIGTERM answers the requests in hand before the process exits."""
+its Content-Length before any of it is read, a client holding every connection is cut off at the deadline, and
+SIGTERM answers the requests in hand before the process exits."""
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import threading
 import time
+import urllib.request
+from contextlib import ExitStack
 
 from kai_fn.function.serve import BODY_SLACK, BUFFERED_BYTES, adjustments
 from kai_fn.local.emulator.faults import Fault
@@ -52,3 +56,19 @@ def test_a_request_in_hand_at_sigterm_is_answered_then_the_process_exits(api, em
         code = fn.proc.wait(30)
     api.faults = None
     assert [a.status for a in answers] == [200] and code == 0
+
+
+def test_a_client_holding_every_connection_is_cut_off_at_the_deadline_and_the_log_says_so(emulator, tmp_path):
+    """The residual cost of a slow client (docs/security.md): with every connection held, a new one waits in the
+    listen backlog until the deadline frees the held ones, and waitress's warning is one of kai_fn's JSON lines."""
+    settings = {"KUBECONFIG": emulator.kubeconfig, "KAI_FN_THREADS": "2", "KAI_FN_REQUEST_SECONDS": "2",
+                "KAI_FN_MAX_BODY_BYTES": str(BUFFERED_BYTES)}  # connections: 2 threads + 8
+    path = tmp_path / "log"
+    with path.open("wb") as log, FunctionProcess(settings, log=log) as fn, ExitStack() as held:
+        for _ in range(2 + 8):
+            held.enter_context(socket.create_connection(("127.0.0.1", fn.port), timeout=30)).sendall(b"GET / HTTP/1.1\r\n")
+        with urllib.request.urlopen(f"{fn.url}/healthz", timeout=30) as response:
+            answer = (response.status, response.read())
+    assert answer == (200, b"ok\n")
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+    assert any(line["level"] == "warning" and "connection limit" in line["msg"] for line in lines)
