@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 #
-# kai-fn image: functions-framework serving main.handle on $PORT (8080).
+# kai-fn image: kai_fn's server (waitress, python -m kai_fn.function.serve) serving main.handle on $PORT (8080).
 #
 #   docker build -t ghcr.io/<you>/kai-fn:<version> .
 #   docker push ghcr.io/<you>/kai-fn:<version>     # then pin the pushed digest
@@ -25,7 +25,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 # The dependencies first, in their own layer (cached while only kai_fn/ changes);
 # then the package as `pip install .` would: a wheel built with the backend
 # pinned in pyproject.toml, without kai_fn/local (tests and demos only), with
-# its extra `function` (the server: functions-framework and what it needs).
+# its extra `function` (the server: waitress, functions-framework and what they need).
 RUN python -m venv /opt/venv
 COPY requirements.txt requirements-cli.txt constraints.txt /src/
 RUN /opt/venv/bin/pip install --no-cache-dir -r /src/requirements.txt -c /src/constraints.txt
@@ -39,8 +39,8 @@ FROM ${PYTHON_IMAGE}
 
 # PYTHONDONTWRITEBYTECODE: the root filesystem is read-only at run time (the
 # bytecode is compiled below, at build time). HOME/TMPDIR point at /tmp, the
-# only writable path (an emptyDir in the Knative Service): gunicorn puts its
-# worker heartbeat file in TMPDIR and its control socket under $HOME.
+# only writable path (an emptyDir in the Knative Service), for any library that
+# writes a temporary file; the server buffers request bodies in memory.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -58,7 +58,7 @@ USER 65532:65532
 
 EXPOSE 8080
 
-# The CLI reads the port from $PORT (click envvar; default 8080), which Knative
-# sets, and the host from $HOST (default 0.0.0.0). Workers/threads come from
-# $WORKERS/$THREADS, set in the Service.
-ENTRYPOINT ["functions-framework", "--source", "main.py", "--target", "handle", "--signature-type", "http"]
+# One process: waitress on 0.0.0.0:$PORT (Knative sets PORT; default 8080),
+# KAI_FN_THREADS threads (set in the Service, equal to its containerConcurrency).
+# kai_fn/function/serve.py says why not functions-framework's own CLI (gunicorn).
+ENTRYPOINT ["python", "-m", "kai_fn.function.serve", "--source", "main.py", "--target", "handle"]

@@ -65,7 +65,7 @@ class Drain:
 
     def sample(self, fn: Function) -> None:
         while not self.done.wait(0.2):
-            self.peak_rss = max(self.peak_rss, fn.worker.memory_info().rss)
+            self.peak_rss = max(self.peak_rss, fn.server.memory_info().rss)
             self.peak_queue = max(self.peak_queue, fn.queue_depth())
 
 
@@ -74,8 +74,7 @@ class Function:
 
     def __init__(self, chain, log: Path) -> None:
         self.url, self.log = chain.function.url, log
-        root = psutil.Process(chain.function.proc.pid)
-        self.worker = (root.children(recursive=True) or [root])[-1]  # gunicorn's worker, or the server itself
+        self.server = psutil.Process(chain.function.proc.pid)  # the server: one process
         sa = SOURCE_SAS["ping"]
         token = _token(client.CoreV1Api(chain.api), NAMESPACE, sa, ["kai-fn"], 6 * 3600)
         self.headers = {**ping_event().headers, "Authorization": f"Bearer {token}"}
@@ -95,21 +94,21 @@ class Function:
         return sum(sample.value for sample in self.samples("kai_fn_work_queue"))
 
     def hwm(self) -> int:
-        for line in Path(f"/proc/{self.worker.pid}/status").read_text().splitlines():
+        for line in Path(f"/proc/{self.server.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
         return 0
 
     def ping(self, audit: Path | None) -> Ping:
-        Path(f"/proc/{self.worker.pid}/clear_refs").write_text("5")  # VmHWM := current RSS
+        Path(f"/proc/{self.server.pid}/clear_refs").write_text("5")  # VmHWM := current RSS
         before, offset = self.calls(), self.log.stat().st_size
         audit_at = audit.stat().st_size if audit and audit.exists() else None
-        rss = self.worker.memory_info().rss
+        rss = self.server.memory_info().rss
         peak, done = [rss], threading.Event()
 
         def sample() -> None:
             while not done.wait(0.01):
-                peak[0] = max(peak[0], self.worker.memory_info().rss)
+                peak[0] = max(peak[0], self.server.memory_info().rss)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()

@@ -2,7 +2,7 @@
 
 Order of work (about two minutes on 2 cores):
   1. the kmock emulator in this process, seeded with the sample runtimes and queues;
-  2. the real function server (FunctionProcess, THREADS=16, default settings, so a 30 s runtime cache), warmed up;
+  2. the real function server (FunctionProcess, KAI_FN_THREADS=16, default settings, so a 30 s runtime cache), warmed up;
   3. per client concurrency 1, 4, 16: (a) new TrainJobs, the bare API write mix, (c) stale duplicates, the bare
      API read mix, (b) marked duplicates, (d) out-of-scope events; memory is sampled during the concurrency-16 runs;
   4. cold starts, kai_fn and a bare function alternating; import times, alternating.
@@ -105,17 +105,10 @@ class Bench:
         self.fn = FunctionProcess(self.env, threads=SERVER_THREADS).start()
 
     def server_cpu(self) -> float:
-        """CPU seconds (user + system) used so far by the function server: gunicorn master and its worker."""
+        """CPU seconds (user + system) used so far by the function server, one process."""
         assert self.fn is not None and self.fn.proc is not None
-        root = psutil.Process(self.fn.proc.pid)
-        total = 0.0
-        for p in [root, *root.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-            except psutil.Error:
-                continue
-            total += t.user + t.system
-        return total
+        t = psutil.Process(self.fn.proc.pid).cpu_times()
+        return float(t.user + t.system)
 
     def prewarm(self) -> None:
         """Refresh both runtime cache entries and the Queues (a 30 s TTL) right before a measured run, then clear
@@ -239,7 +232,7 @@ class Bench:
 
     def bare_function(self) -> dict[str, Any]:
         """The floor: the bare functions-framework function (bench/bare_main.py) answering the same CloudEvents
-        (duplicates carrying the marker, the cheapest kai_fn path), same server THREADS, same client."""
+        (duplicates carrying the marker, the cheapest kai_fn path), same server and threads, same client."""
         jobs = workload.seed_new(self.api, self.prefix("ref"), 200)
         runs = []
         with FunctionProcess(self.env, source=BARE, threads=SERVER_THREADS) as fn:
@@ -313,7 +306,7 @@ def judge(results: dict[str, Any]) -> list[dict[str, Any]]:
         ("import time, main / functions_framework (medians; production deps)", results["import"]["ratio_prod_deps"],
          "<=", TARGETS["import"]),
         ("import time, as above, dev venv as installed", results["import"]["ratio"], "<=", TARGETS["import"]),
-        ("peak RSS of the server (master + worker) at concurrency 16, MB", mem, "<=", TARGETS["rss_mb"]),
+        ("peak RSS of the server (one process) at concurrency 16, MB", mem, "<=", TARGETS["rss_mb"]),
     ]
     correct = all(r["statuses"].keys() <= {"200"} and not r["errors"]
                   and set(r["outcomes"]) <= {SCENARIOS[name][1]} for name, runs in sc.items() for r in runs)
@@ -327,7 +320,7 @@ def judge(results: dict[str, Any]) -> list[dict[str, Any]]:
 def table(results: dict[str, Any]) -> str:
     m = results["machine"]
     lines = [f"kai_fn benchmark - {m['nproc']} CPUs ({m['cpu']}), Python {m['python']}, "
-             f"server THREADS={SERVER_THREADS}, {results['settings']['seconds']} s per run",
+             f"server KAI_FN_THREADS={SERVER_THREADS}, {results['settings']['seconds']} s per run",
              "",
              f"{'scenario':<32} {'conc':>4} {'events':>6} {'ev/s':>7} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} "
              f"{'API/ev':>6} {'CPU ms/ev':>9}  outcomes"]
@@ -373,9 +366,7 @@ def table(results: dict[str, Any]) -> str:
               + ", ".join(f"{k} {v:.0f}" for k, v in imp["breakdown_prod_deps_ms"].items()),
               f"memory: idle after warm-up RSS {mem['idle_after_warmup']['rss_mb']:.1f} MB "
               f"(PSS {mem['idle_after_warmup']['pss_mb']:.1f}); peak RSS at concurrency 16 "
-              f"{mem['during_concurrency_16']['peak_rss_total_mb']:.1f} MB over "
-              f"{mem['during_concurrency_16']['processes']} processes "
-              f"({', '.join(f'{k} {v:.1f}' for k, v in mem['during_concurrency_16']['peak_rss_by_process_mb'].items())}); "
+              f"{mem['during_concurrency_16']['peak_rss_total_mb']:.1f} MB (one process); "
               f"after it PSS {mem['after_concurrency_16']['pss_mb']:.1f} MB",
               "", "targets:"]
     for t in results["targets"]:

@@ -27,7 +27,8 @@ COLD_TIMEOUT = 60.0
 
 
 def cold_start(env: dict[str, str], request: Post, *, source: Path, threads: int) -> dict[str, float]:
-    """Seconds from Popen of ``functions-framework`` to the first TCP accept and to the first answered POST.
+    """Seconds from Popen of the server (``python -m kai_fn.function.serve``) to the first TCP accept and to the
+    first answered POST.
 
     The command and environment are FunctionProcess's own; only the readiness probe differs: a real event,
     retried every 5 ms, instead of GET /healthz every 50 ms."""

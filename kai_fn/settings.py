@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     # The port of GET /metrics, apart from the event port (a NetworkPolicy lets the monitoring namespace reach this
     # one alone); 0: /metrics on the event port, as the tests and the demo serve it.
     metrics_port: int = Field(0, ge=0, le=65535, alias="KAI_FN_METRICS_PORT")
+    # The HTTP server's (kai_fn/function/serve.py): threads that run requests (knative/base's containerConcurrency),
+    # and the seconds a connection has to deliver a whole request (a slow client costs a socket, never a thread).
+    threads: int = Field(8, ge=1, le=64, alias="KAI_FN_THREADS")
+    request_seconds: float = Field(30.0, gt=0, le=300, alias="KAI_FN_REQUEST_SECONDS")
 
     @field_validator("default_queue")
     @classmethod

@@ -87,6 +87,8 @@ SETTINGS_DEFAULTS = {
     "KAI_NODEPOOL_LABEL_KEY": "kai.scheduler/node-pool",
     "KAI_DEFAULTS_CONFIGMAP": "",
     "KAI_FN_METRICS_PORT": "9095",
+    "KAI_FN_THREADS": "8",
+    "KAI_FN_REQUEST_SECONDS": "30",
 }
 
 # The exact API calls kai_fn makes: (apiGroup, resource, verb).

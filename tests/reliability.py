@@ -2,7 +2,7 @@
 
 The specifications: API faults and crashes half-way, concurrent and duplicate deliveries, bad input, stale events.
 
-Everything runs against the real function server (functions-framework, gunicorn, 8 threads) and the kmock API
+Everything runs against the real function server (kai_fn.function.serve: waitress, 8 threads) and the kmock API
 emulator over loopback HTTP, with the function's API timeout at 1 s (the ``functions`` fixture). Deliveries go
 through :class:`kai_fn.local.delivery.Adapter`, which retries exactly as the ApiServerSource adapter does for a direct
 sink, with its backoff period shortened from 50 ms to 5 ms to fit the time budget.

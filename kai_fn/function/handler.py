@@ -29,7 +29,7 @@ from kai_fn.settings import Settings, load
 from kai_fn.function.workqueue import Again, Item, WorkQueue
 
 RETRY_AFTER_SECONDS = 2
-DRAIN_SECONDS = 20  # under gunicorn's graceful timeout (30 s), after which its master kills the worker
+DRAIN_SECONDS = 20  # after SIGTERM's answers (kai_fn.function.serve, 10 s at most): 30 s in all, as gunicorn's was
 
 
 class App:

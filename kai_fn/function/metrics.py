@@ -1,8 +1,8 @@
 """Prometheus metrics, served on ``GET /metrics`` in the text format.
 
 One registry for the process, not prometheus_client's default one: that one adds ``process_*`` and
-``python_*`` series, and every name here starts with ``kai_fn_``. The Knative Service runs one gunicorn worker
-(``WORKERS=1``), so one in-memory registry sees every request; more workers would each count their own.
+``python_*`` series, and every name here starts with ``kai_fn_``. The function is one process with threads
+(kai_fn/function/serve.py), so one in-memory registry sees every request.
 
 Label values come from bounded sets only (event types are mapped, never copied from the request), so an
 attacker posting odd CloudEvents cannot grow the series without bound.
@@ -136,9 +136,8 @@ _SERVING_LOCK = threading.Lock()
 
 def serve(port: int, host: str = "0.0.0.0") -> None:  # noqa: S104 - scraped from the monitoring namespace
     """``/metrics`` on a port of its own (``KAI_FN_METRICS_PORT``), in a daemon thread: a scrape never takes one of
-    the event port's threads, and the event port is reachable from queue-proxy alone (knative/base's NetworkPolicy).
-    Once per process, in the process that counts: gunicorn imports main.py in its master and forks the worker that
-    serves (and counts), so main.py calls this on each request and only the first one in a process starts it."""
+    the event port's threads, and knative/base's NetworkPolicy opens this port alone to the monitoring namespace.
+    Once per process (main.py calls it at import): a second call in the same process starts nothing."""
     with _SERVING_LOCK:
         if _SERVING.get("pid") == os.getpid():
             return

@@ -151,7 +151,7 @@ def run() -> int:
         # Every event's work before its answer, so that each step shows the calls it caused.
         env = {"KUBECONFIG": api.kubeconfig, "KAI_FN_BACKGROUND_WORKERS": "0"}
         with log_path.open("wb") as log, FunctionProcess(env, log=log) as fn:
-            print(f"kmock Kubernetes API emulator on {api.url}; function (functions-framework) on {fn.url}\n")
+            print(f"kmock Kubernetes API emulator on {api.url}; function (python -m kai_fn.function.serve) on {fn.url}\n")
             for sample_name, what, before in STEPS:
                 print(f"-- {sample_name}: {what}")
                 if before is not None:

@@ -1,11 +1,10 @@
-"""The function as a real local process: ``functions-framework`` serving ``main.py`` on a loopback port.
+"""The function as a real local process: ``python -m kai_fn.function.serve`` serving ``main.py`` on a loopback port.
 
 Used by the demo, the tests and the benchmarks, so all of them exercise the same server Knative runs.
 """
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,10 +28,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def functions_framework_command(port: int, source: Path = REPO / "main.py", target: str = "handle") -> list[str]:
-    exe = shutil.which("functions-framework", path=str(Path(sys.executable).parent)) or shutil.which("functions-framework")
-    base = [exe] if exe else [sys.executable, "-m", "functions_framework"]
-    return [*base, "--source", str(source), "--target", target, "--signature-type", "http",
+def serve_command(port: int, source: Path = REPO / "main.py", target: str = "handle") -> list[str]:
+    """The container's command (knative/base/service.yaml), on loopback."""
+    return [sys.executable, "-m", "kai_fn.function.serve", "--source", str(source), "--target", target,
             "--host", "127.0.0.1", "--port", str(port)]
 
 
@@ -58,7 +56,7 @@ class FunctionProcess(Started):
     def __init__(self, env: dict[str, str], *, log: IO[bytes] | int | None = subprocess.DEVNULL,
                  source: Path = REPO / "main.py", target: str = "handle", threads: int = 8) -> None:
         self.port = free_port()
-        self.env = {**os.environ, "THREADS": str(threads), "PYTHONUNBUFFERED": "1", **env}
+        self.env = {**os.environ, "KAI_FN_THREADS": str(threads), "PYTHONUNBUFFERED": "1", **env}
         if self.env.get("KAI_FN_METRICS_PORT", "0") != "0":  # each pod has its own; processes here share one host
             self.env["KAI_FN_METRICS_PORT"] = str(free_port())
         self.source, self.target = source, target
@@ -79,7 +77,7 @@ class FunctionProcess(Started):
 
     @property
     def command(self) -> list[str]:
-        return functions_framework_command(self.port, self.source, self.target)
+        return serve_command(self.port, self.source, self.target)
 
     def start(self, ready_timeout: float = 60.0) -> Self:
         """Until it answers its readiness probe and, serving kai_fn, its catch-up pass has ended: what that pass
@@ -101,9 +99,8 @@ class FunctionProcess(Started):
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the function exited with {self.proc.returncode} before it answered")
-            # One request at a time, each closed before the next: gunicorn's gthread worker closes a connection
-            # gracefully on its main loop, waiting for the client's side, so a second request made while the first
-            # is open stalls both.
+            # One request at a time, each closed before the next: a probe needs no more (a server that closed
+            # connections on its main loop, gunicorn's gthread worker, stalled on two at once: 0a723c8).
             try:
                 with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:
                     answered = response.status == 200
@@ -118,7 +115,7 @@ class FunctionProcess(Started):
         raise RuntimeError(f"the function did not answer on {self.url} within {ready_timeout}s")
 
     def listening(self) -> bool:
-        """Whether this process (gunicorn's master or a worker) listens on the port, not another that bound it."""
+        """Whether this process (or a child of it) listens on the port, not another that bound it."""
         try:
             main = psutil.Process(self.proc.pid if self.proc else -1)
             group = [main, *main.children(recursive=True)]

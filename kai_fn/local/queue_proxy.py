@@ -225,11 +225,11 @@ def scale_down(chain: Any, *, grace_seconds: float | None = None) -> ScaleDown:
 
     The new pod's function starts first (a rollout's new pod is ready before the old goes). Then the old pod is
     deleted: its queue-proxy gets SIGTERM and drains while the preStop hook of the function's container waits on
-    ``/wait-for-drain``; once it returns, the function gets SIGTERM and drains its work queue (gunicorn's graceful
-    timeout, 30 s, under the pod's terminationGracePeriodSeconds = ``timeoutSeconds``); the old queue-proxy exits
-    once its requests in flight are done, and the new pod's queue-proxy takes the sink's port. Deliveries in that
-    gap are refused, and the adapters' tries cover it (3.1 s). ``chain.function`` and ``chain.queue_proxy`` are the
-    new pod's afterwards."""
+    ``/wait-for-drain``; once it returns, the function gets SIGTERM, answers the requests in hand and drains its work
+    queue (kai_fn.function.serve: 5 + 20 s, under the pod's terminationGracePeriodSeconds = ``timeoutSeconds``); the
+    old queue-proxy exits once its requests in flight are done, and the new pod's queue-proxy takes the sink's port.
+    Deliveries in that gap are refused, and the adapters' tries cover it (3.1 s). ``chain.function`` and
+    ``chain.queue_proxy`` are the new pod's afterwards."""
     old_fn, old_qp = chain.function, chain.queue_proxy
     if old_qp is None:
         raise RuntimeError("the chain runs without queue-proxy (KAI_FN_CHAIN_QUEUE_PROXY=0)")

@@ -14,8 +14,8 @@ import kai_fn.core
 REPO = Path(__file__).resolve().parents[2]
 
 # Packages core must never load: the shell and the local tools are built on them.
-FORBIDDEN = ("kubernetes", "flask", "functions_framework", "cloudevents", "requests", "urllib3", "aiohttp", "kmock",
-             "kai_fn.function", "kai_fn.local")
+FORBIDDEN = ("kubernetes", "flask", "functions_framework", "waitress", "cloudevents", "requests", "urllib3", "aiohttp",
+             "kmock", "kai_fn.function", "kai_fn.local")
 CORE = sorted(info.name for info in pkgutil.iter_modules(kai_fn.core.__path__, "kai_fn.core."))
 
 

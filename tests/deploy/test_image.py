@@ -8,6 +8,7 @@ import shlex
 from dataclasses import dataclass, field
 from functools import cache
 
+from kai_fn.local.process import serve_command
 from tests.manifests import BASE, REPO, container, ksvc, render
 
 
@@ -156,18 +157,19 @@ def test_dockerfile_exposes_the_service_port():
     assert exposed == {str(port)} == {"8080"}
 
 
-def test_dockerfile_runs_functions_framework_on_main_handle():
+def test_dockerfile_runs_kai_fns_server_on_main_handle():
+    """The server that reads each request whole before a thread takes it (kai_fn/function/serve.py), as
+    FunctionProcess runs it for the tests."""
     st = final_stage()
     argv: list[str] = []
     for cmd in ("ENTRYPOINT", "CMD"):
         found = st.all(cmd)
         if found:
             argv += exec_form(found[-1].args)
-    assert argv[0] == "functions-framework"
-    pairs = dict(zip(argv[1::2], argv[2::2]))
+    assert argv[:3] == ["python", "-m", "kai_fn.function.serve"] and serve_command(8080)[1:3] == argv[1:3]
+    pairs = dict(zip(argv[3::2], argv[4::2]))
     assert pairs["--target"] == "handle"
     assert pairs["--source"] == "main.py"
-    assert pairs.get("--signature-type", "http") == "http"
     assert "--port" not in argv, "the port must come from $PORT, which Knative sets"
     # --source is relative: it must resolve against WORKDIR, where main.py is copied.
     workdir = st.all("WORKDIR")[-1].args

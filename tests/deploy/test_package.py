@@ -20,10 +20,11 @@ from tests.commands.test_cli import run
 from tests.packaging import BLOCKED, BLOCKER, REPO, blocker, build_wheel, wheel_files, wheel_text
 
 # The function's server and what only it needs: never a requirement of the command line.
-SERVER = {"functions-framework", "flask", "gunicorn", "cloudevents", "prometheus-client", "werkzeug"}
+SERVER = {"functions-framework", "flask", "gunicorn", "cloudevents", "prometheus-client", "werkzeug", "waitress"}
 # The modules `kubectl kai-fn` runs, and the server's libraries they must do without.
 CLI_PACKAGES = ("kai_fn.commands", "kai_fn.kube", "kai_fn.core", "kai_fn.settings")
-SERVER_MODULES = ("functions_framework", "flask", "gunicorn", "cloudevents", "prometheus_client", "werkzeug")
+SERVER_MODULES = ("functions_framework", "flask", "gunicorn", "cloudevents", "prometheus_client", "werkzeug",
+                  "waitress")
 CLI_BLOCKER = blocker(BLOCKED + SERVER_MODULES, "is the server's or test-only: the command line must not import it")
 ENTRY_POINTS = {"kai-fn": "kai_fn.commands.cli:main", "kubectl-kai_fn": "kai_fn.commands.cli:kubectl_plugin"}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

@@ -803,6 +803,7 @@ def test_warm_runtime_cache_saves_the_runtime_get(api, functions):
     ("KAI_FN_STALENESS_GRACE_PERIOD", "60"),
     ("KAI_FN_HEARTBEAT_LEASE", "kai-fn-resync"), ("KAI_FN_BACKGROUND_WORKERS", "-1"),
     ("KAI_FN_RESYNC_BACKOFF_SECONDS", "forever"),
+    ("KAI_FN_THREADS", "0"), ("KAI_FN_REQUEST_SECONDS", "0"), ("KAI_FN_REQUEST_SECONDS", "soon"),
 ])
 def test_an_invalid_setting_stops_the_server_at_start_up_naming_it(emulator, name, value):
     with tempfile.TemporaryFile() as log:

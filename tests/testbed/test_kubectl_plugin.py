@@ -66,7 +66,7 @@ def test_the_fresh_install_is_the_package_its_pinned_dependencies_and_nothing_te
         versions.pop(tool, None)
     assert {n: v for n, v in versions.items() if constraints.get(n) != v} == {}, "not at constraints.txt's pins"
     assert "kmock" not in versions
-    assert not {"functions-framework", "flask", "gunicorn", "cloudevents"} & set(versions), "the server is an extra"
+    assert not {"functions-framework", "flask", "gunicorn", "waitress", "cloudevents"} & set(versions), "the server is an extra"
     where = installed.run(str(installed.bin / "python"), "-c", "import importlib.util as u, kai_fn; "
                           "print(kai_fn.__file__, u.find_spec('kai_fn.local'), u.find_spec('kmock'))")
     path, local, kmock = where.stdout.split()

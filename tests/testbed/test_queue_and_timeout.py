@@ -1,7 +1,7 @@
 """The queue pre-check and the schedule timeout against a real API server: real Queue objects (KAI's CRD, validated
 by the server; KAI itself does not run here), real merge patches with resourceVersion preconditions, real Events.
 
-The function runs as the real server (functions-framework) with the testbed's admin kubeconfig, restricted to a
+The function runs as the real server (``python -m kai_fn.function.serve``) with the testbed's admin kubeconfig, restricted to a
 fresh namespace per test (``KAI_FN_NAMESPACES``); Queues and runtimes, being cluster-scoped, get unique names.
 """
 from __future__ import annotations
