@@ -37,7 +37,6 @@ def test_work_on_one_trainjob_waits_for_the_work_under_way_and_another_trainjob_
 
 def test_no_lock_is_kept_once_no_one_holds_or_waits_for_it():
     locks = KeyLocks()
-    with locks.hold(("team-a", "x")):
-        with locks.hold(("team-a", "y")):
-            assert len(locks) == 2
+    with locks.hold(("team-a", "x")), locks.hold(("team-a", "y")):
+        assert len(locks) == 2
     assert len(locks) == 0
