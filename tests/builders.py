@@ -149,3 +149,10 @@ def owned_by(obj: dict[str, Any], uid: str) -> dict[str, Any]:
     else:
         out["metadata"]["uid"] = uid
     return out
+
+
+def job_owner(jobset: str, replicated_job: str = "node", index: int = 0) -> list[dict[str, Any]]:
+    """A pod's ownerReferences as the Job controller writes them: its Job, ``<jobset>-<replicatedJob>-<index>``
+    (JobSet's naming), as controller. kai_fn counts a gang's pods only under such a Job (kai_fn/core/gang.py)."""
+    return [{"apiVersion": "batch/v1", "kind": "Job", "name": f"{jobset}-{replicated_job}-{index}",
+             "uid": f"job-uid-{jobset}-{replicated_job}-{index}", "controller": True, "blockOwnerDeletion": True}]
