@@ -203,7 +203,8 @@ def unlike_its_plan(plan: Plan, jobset: dict[str, Any]) -> Refuse | None:
 def shape_differences(plan: Plan, jobset: dict[str, Any]) -> list[str]:
     """Where a JobSet's replicatedJobs differ from what Trainer makes of the plan's pod sets, in words: each planned
     job's ``replicas``, and its ``parallelism`` and ``completions``, which Trainer sets to the pod set's count
-    (SyncParallelCount); and, in KAI's flavor, a replicatedJob the plan lacks, whatever scheduler its pods name.
+    (SyncParallelCount; unset, a Job runs one pod at a time, or ``parallelism`` with no ``completions``, none more
+    at once than planned); and, in KAI's flavor, a replicatedJob the plan lacks, whatever scheduler its pods name.
     Trainer makes every replicatedJob of the runtime the plan is made from, so one the plan lacks (on KAI, or on
     another scheduler) means the JobSet is not Trainer's for this TrainJob, and kai_fn vouches for no part of it.
     (scheduler-plugins gangs only the main wave: the others' jobs are not in its plan.)"""
@@ -220,7 +221,7 @@ def shape_differences(plan: Plan, jobset: dict[str, Any]) -> list[str]:
             continue
         for field, got, want in (("replicas", rj.get("replicas", 1), ps.replicas),
                                  ("parallelism", job.get("parallelism", 1), ps.count),
-                                 ("completions", job.get("completions"), ps.count)):
+                                 ("completions", job.get("completions", ps.count), ps.count)):
             if got != want:
                 found.append(f"replicatedJob {name!r} has {field} {got}, where Trainer's arithmetic gives {want}")
     return found

@@ -13,7 +13,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import gang, keys, objects
+from kai_fn.core import adopt, gang, keys, objects
+from kai_fn.core.plan import Plan
 from kai_fn.core.state import Entry, facts, gang_names, judged, named_at_admission, reserving
 from kai_fn.function import gang_plan, metrics, report, reserve
 from kai_fn.kube import Gone, Transient
@@ -124,6 +125,8 @@ def report_on(session: Session, settings: Settings, trainjob: dict[str, Any], po
     main = main_name == pg_name
     pods = session.jobset_pods(ns, name)
     planned = gang_plan.of(session, settings, trainjob)
+    if planned is not None:
+        warn_if_edited(session, trainjob, podgroup, planned)
     counted = judged(planned, podgroup, pods)
     if counted.bound and not main:
         return Outcome("skipped", f"stage bound ({counted.summary()}); GangBound waits for the main gang",
@@ -154,6 +157,21 @@ def report_on(session: Session, settings: Settings, trainjob: dict[str, Any], po
         raise Transient("GangUnschedulable could not be posted")  # the report is this delivery's whole work
     metrics.GANG_STATUS.labels(report.GANG_UNSCHEDULABLE).inc()
     return Outcome("blocked", f"{report.GANG_UNSCHEDULABLE}: {message}", ns, name, uid, pg_name)
+
+
+def warn_if_edited(session: Session, trainjob: dict[str, Any], podgroup: dict[str, Any], planned: Plan) -> None:
+    """A Warning ``PodGroupEdited`` when the gang's shape on its PodGroup is no longer the plan's, and nothing put
+    back (docs/how-it-decides.md, "Bound"): only writers the admission policy trusts get an edit through, on
+    purpose; and "bound" never reads the spec. The same edit is one Event, however often it is seen."""
+    pg_name = podgroup["metadata"]["name"]
+    mine = next((p for p in planned.podgroups if p["metadata"]["name"] == pg_name), None)
+    if mine is None or not (edits := adopt.gang_edits(podgroup, mine)):
+        return
+    message = (f"PodGroup {pg_name}: {'; '.join(edits)}. KAI schedules the gang as its PodGroup says; kai_fn "
+               "still calls it bound only when its plan's pods are on nodes")
+    if session.create_event(objects.meta(trainjob).get("namespace", ""), event_body(
+            trainjob, report.PODGROUP_EDITED, message, warning=True, key=f"{pg_name}|{'; '.join(edits)}")):
+        metrics.GANG_STATUS.labels(report.PODGROUP_EDITED).inc()
 
 
 def sweep(session: Session, settings: Settings, entries: list[Entry]) -> dict[str, int]:

@@ -7,6 +7,8 @@ posts no ``GangBound``, writes no ``kai-fn/bound``, and the schedule timeout sti
 
 Attack 9: a JobSet under the TrainJob's ownerReference, named at admission, whose ``node`` job runs 64 pods where the
 plan has 4, beside a replicatedJob on ``default-scheduler``: kai_fn makes no PodGroup and posts ``JobSetMismatch``.
+
+The edit itself is told (``PodGroupEdited``), never put back: docs/how-it-decides.md, "Bound", says why.
 """
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ def test_a_tenants_pods_on_nodes_under_a_min_member_edited_to_one_post_no_gang_b
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "blocked")  # GangUnschedulable, KAI says why
     assert events(api, "GangBound") == []
     assert keys.GANG_BOUND_ANNOTATION not in api.get(KAI_PG, "PodGroup", NS, pg_name)["metadata"]["annotations"]
+    (edited,) = events(api, "PodGroupEdited")  # told, not put back (docs/how-it-decides.md, "Bound")
+    assert f"PodGroup {pg_name}: spec.minMember is 1, not 4" in edited["message"]
+    assert api.get(KAI_PG, "PodGroup", NS, pg_name)["spec"]["minMember"] == 1
 
     assert send(function.url, ping()).status == 200  # the resync: the gang-status sweep, then the timeout
     (warning,) = events(api, "ScheduleTimeout")
