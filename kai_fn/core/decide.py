@@ -200,6 +200,16 @@ def unlike_its_plan(plan: Plan, jobset: dict[str, Any]) -> Refuse | None:
                                            "makes of its TrainJob and runtime, so kai_fn makes no gang for it")
 
 
+def made_before_its_jobset(state: State, context: Context, planned: Planned) -> Refuse | None:
+    """The Warning for a gang made from its TrainJob's event, before the JobSet existed, whose named JobSet turned out
+    unlike the plan. The gang stays: KAI holds its pods to the PodGroup's minMember and counts every pod of it
+    against the gang's queue, so a bigger job runs no pod outside KAI's limits that the tenant could not run under
+    a PodGroup of its own, and its "bound" is still counted against the plan (docs/how-it-decides.md)."""
+    if state.podgroup is None or not state.named or context.jobset is None or not isinstance(planned, Plan):
+        return None
+    return unlike_its_plan(planned, context.jobset)
+
+
 def shape_differences(plan: Plan, jobset: dict[str, Any]) -> list[str]:
     """Where a JobSet's replicatedJobs differ from what Trainer makes of the plan's pod sets, in words: each planned
     job's ``replicas``, and its ``parallelism`` and ``completions``, which Trainer sets to the pod set's count

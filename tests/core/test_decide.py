@@ -176,6 +176,17 @@ def test_a_suspended_jobset_kai_fn_names_itself_unlike_its_plan_is_refused_too(c
     assert isinstance(action, Refuse) and action.reason == "JobSetMismatch" and says in action.message, action
 
 
+@pytest.mark.parametrize("change, says", [(lambda rjs: None, None), *UNLIKE.values()],
+                         ids=["like its plan", *UNLIKE.keys()])
+def test_a_gang_made_before_its_jobset_is_kept_and_a_jobset_unlike_its_plan_is_told(change, says):
+    seen, context = reshaped(change)
+    made = state.facts(context.trainjob, context.jobset, PLAN.podgroup)
+    assert decide.before_plan(made, context) == Skip("already gang-scheduled", PLAN.podgroup_name)
+    told = decide.made_before_its_jobset(made, context, PLAN)
+    assert (told is None) if says is None else (told is not None and told.reason == "JobSetMismatch"
+                                                 and says in told.message)
+
+
 def test_a_named_jobset_whose_gang_kai_fn_made_is_decided():
     job = trainjob()
     js = named(job)

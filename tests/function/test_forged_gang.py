@@ -84,3 +84,23 @@ def test_a_named_jobset_of_64_pods_where_the_plan_has_4_and_a_default_scheduler_
     assert "replicatedJob 'node' has parallelism 64, where Trainer's arithmetic gives 4" in warning["message"]
     assert "replicatedJob 'side' (pods on default-scheduler) is not in the runtime" in warning["message"]
     assert api.list(KAI_PG, "PodGroup", NS) == []
+
+
+@pytest.mark.usefixtures("forgetful")
+def test_a_gang_made_before_its_jobset_is_kept_and_a_jobset_unlike_its_plan_seen_later_gets_one_warning(
+        api, function):
+    tj, runtime = sample_object("trainjob-llama-finetune"), sample_object("clustertrainingruntime-torch-kai")
+    seed(api, sample_object("queue-team-a"), runtime, tj)
+    assert send(function.url, resource(api.get(TRAINER, "TrainJob", NS, NAME))).headers["X-Kai-Fn-Outcome"] == "done"
+    js = named_jobset_for(tj, runtime)
+    js["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = 64
+    seed(api, js)
+    answer = send(function.url, resource(js))
+    assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "skipped")  # the gang stays, as made
+    (warning,) = events(api, "JobSetMismatch")
+    assert "replicatedJob 'node' has parallelism 64, where Trainer's arithmetic gives 4" in warning["message"]
+    (pg,) = api.list(KAI_PG, "PodGroup", NS)
+    assert pg["spec"]["minMember"] == 4
+    api.reset_calls()
+    assert send(function.url, resource(js, "update")).headers["X-Kai-Fn-Outcome"] == "skipped"
+    assert api.writes() == []  # told once: this process remembers the JobSet
