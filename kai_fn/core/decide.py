@@ -213,8 +213,8 @@ def made_before_its_jobset(state: State, context: Context, planned: Planned) -> 
 def shape_differences(plan: Plan, jobset: dict[str, Any]) -> list[str]:
     """Where a JobSet's replicatedJobs differ from what Trainer makes of the plan's pod sets, in words: each planned
     job's ``replicas``, and its ``parallelism`` and ``completions``, which Trainer sets to the pod set's count
-    (SyncParallelCount; unset, a Job runs one pod at a time, or ``parallelism`` with no ``completions``, none more
-    at once than planned); and, in KAI's flavor, a replicatedJob the plan lacks, whatever scheduler its pods name.
+    (SyncParallelCount; ``completions`` left unset is let through: no more pods run at once than ``parallelism``);
+    and, in KAI's flavor, a replicatedJob the plan lacks, whatever scheduler its pods name.
     Trainer makes every replicatedJob of the runtime the plan is made from, so one the plan lacks (on KAI, or on
     another scheduler) means the JobSet is not Trainer's for this TrainJob, and kai_fn vouches for no part of it.
     (scheduler-plugins gangs only the main wave: the others' jobs are not in its plan.)"""

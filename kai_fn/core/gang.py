@@ -9,11 +9,11 @@ conditions alone cannot say "bound".
 What counts is kai_fn's own: the plan's ``minMember`` (:class:`Planned`), never the PodGroup's spec, which anyone
 allowed to patch PodGroups could lower; and only pods that name the PodGroup **and** whose controller is a Job the
 plan's replicatedJobs produce (``<jobset>-<replicatedJob>-<index>``). A pod's labels and annotations are its
-creator's to write, so a tenant's pod made with ``nodeName`` (bound without any scheduler) and the gang's labels
-counted once. It can still forge the controller reference: the Job's name and uid are readable in its namespace.
-That is enough: a pod naming a uid no Job has is deleted by the garbage collector, and one naming the real Job is
-that Job's own to the Job controller, which deletes the pods above its parallelism; all a tenant gains is its own
-gang called bound (its own schedule timeout ended), which it may already ask for with
+creator's to write: a tenant's pod made with ``nodeName`` (bound without any scheduler) and the gang's labels used to
+count as one of the gang. It can still forge the controller reference: the Job's name and uid are readable in its
+namespace. That is enough: a pod naming a uid no Job has is deleted by the garbage collector, and one naming the
+real Job is that Job's own to the Job controller, which deletes the pods above its parallelism; all a tenant gains
+is its own gang called bound (its own schedule timeout ended), which it may already ask for with
 ``kai-fn/schedule-timeout-seconds``. Reading the Jobs would prove no more and cost a LIST per look.
 """
 from __future__ import annotations
