@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kai_fn.core.models import Runtime, TrainJob, parse
+from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.podsets import pod_sets
 from kai_fn.local.emulator import naming
 
@@ -91,6 +91,13 @@ def jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool = True,
     kai_fn's admission policy leaves it, labelled ``kai-fn/held: "true"`` (pass ``suspend=True`` with it)."""
     spec = copy.deepcopy(rt["spec"]["template"]["spec"])
     spec["suspend"] = suspend
+    try:  # Trainer writes each job's count (numNodes for the trainer) as its parallelism and completions
+        counts = {ps.name: ps.count for ps in pod_sets(*typed(job, rt))}
+    except (InputError, ValueError):
+        counts = {}
+    for rj in spec.get("replicatedJobs") or []:
+        if rj.get("name") in counts:
+            rj["template"]["spec"]["parallelism"] = rj["template"]["spec"]["completions"] = counts[rj["name"]]
     out = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
@@ -115,11 +122,7 @@ def named_jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool =
     """The JobSet Trainer would make, as the admission policy (knative/components/admission-policy) names it at
     CREATE: its twin (:mod:`kai_fn.local.emulator.naming`, held to the policy on one scenario table). Nothing
     suspended unless ``suspend``."""
-    made = jobset_for(job, rt, suspend=suspend, uid=uid)
-    counts = {ps.name: ps.count for ps in pod_sets(*typed(job, rt))}
-    for rj in made["spec"]["replicatedJobs"]:  # Trainer writes each job's count (numNodes for the trainer)
-        rj["template"]["spec"]["parallelism"] = rj["template"]["spec"]["completions"] = counts[rj["name"]]
-    return naming.named(made)
+    return naming.named(jobset_for(job, rt, suspend=suspend, uid=uid))
 
 
 def typed(job: dict[str, Any], rt: dict[str, Any]) -> tuple[TrainJob, Runtime]:
@@ -149,3 +152,10 @@ def owned_by(obj: dict[str, Any], uid: str) -> dict[str, Any]:
     else:
         out["metadata"]["uid"] = uid
     return out
+
+
+def job_owner(jobset: str, replicated_job: str = "node", index: int = 0) -> list[dict[str, Any]]:
+    """A pod's ownerReferences as the Job controller writes them: its Job, ``<jobset>-<replicatedJob>-<index>``
+    (JobSet's naming), as controller. kai_fn counts a gang's pods only under such a Job (kai_fn/core/gang.py)."""
+    return [{"apiVersion": "batch/v1", "kind": "Job", "name": f"{jobset}-{replicated_job}-{index}",
+             "uid": f"job-uid-{jobset}-{replicated_job}-{index}", "controller": True, "blockOwnerDeletion": True}]

@@ -19,7 +19,7 @@ from typing import Any
 from kai_fn.core import gang, keys, segments
 from kai_fn.core.objects import labels, meta, notes
 from kai_fn.core.objects import stamp
-from kai_fn.core.state import Facts, Reading, facts, main_of, named_at_admission, reasons, reservation
+from kai_fn.core.state import Facts, Reading, facts, judged, main_of, named_at_admission, reasons, reservation
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.decide import name_differences
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
@@ -173,7 +173,7 @@ def _made(session: ApiSession, settings: Settings, look: _Look, result: Plan, ou
                                         queue_problem))
     if queue_problem:
         return out.verdict("blocked", queue_problem)
-    return out.verdict(*_released(podgroup, pods, found, out))
+    return out.verdict(*_released(result, podgroup, pods, found, out))
 
 
 def _unreleased(session: ApiSession, settings: Settings, look: _Look, marks: Facts,
@@ -197,11 +197,11 @@ def _unreleased(session: ApiSession, settings: Settings, look: _Look, marks: Fac
     return _before_release(marks)
 
 
-def _released(podgroup: dict[str, Any] | None, pods: list[dict[str, Any]], found: tuple[gang.Reason, ...],
-              out: Report) -> tuple[str, str]:
+def _released(result: Plan, podgroup: dict[str, Any] | None, pods: list[dict[str, Any]],
+              found: tuple[gang.Reason, ...], out: Report) -> tuple[str, str]:
     if podgroup is None:
         return "blocked", "its PodGroup is gone, so its pods never schedule: delete the TrainJob and resubmit it"
-    counted = gang.count(podgroup, pods)
+    counted = judged(result, podgroup, pods)
     out.kai["gang"] = counted.summary()
     if described := segments.of_podgroup(podgroup):
         out.kai["segments"] = described

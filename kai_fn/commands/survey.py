@@ -56,8 +56,10 @@ def entries(session: ApiSession, settings: Settings, namespace: str | None) -> l
         if state.in_scope(entry.trainjob, entry.jobset, mine):
             found = _undecided(session, settings, entry.trainjob, entry.marks, runtimes)
             refused = _refused(settings, entry.marks, entry.trainjob, entry.jobset, found, queues)
+            planned = _plan(found) or _judged_by(session, settings, entry.trainjob, entry.marks, entry.podgroup,
+                                                 runtimes)
             readings.append((entry.trainjob, state.read(entry.trainjob, entry.jobset, mine,
-                                                        by_jobset.get(entry.key, []), refused, _plan(found))))
+                                                        by_jobset.get(entry.key, []), refused, planned)))
     return readings
 
 
@@ -74,7 +76,8 @@ def reading_of(session: ApiSession, settings: Settings, trainjob: dict[str, Any]
         pods = session.jobset_pods(namespace, name) if _needs_pods(marks, main) else []
     found = _undecided(session, settings, trainjob, marks, {})
     refused = _refused(settings, marks, trainjob, jobset, found, verdicts.queue_reader(session))
-    return state.read(trainjob, jobset, mine, pods, refused, _plan(found)), mine
+    planned = _plan(found) or _judged_by(session, settings, trainjob, marks, main, {})
+    return state.read(trainjob, jobset, mine, pods, refused, planned), mine
 
 
 def _undecided(session: ApiSession, settings: Settings, trainjob: dict[str, Any], marks: Facts,
@@ -88,6 +91,12 @@ def _undecided(session: ApiSession, settings: Settings, trainjob: dict[str, Any]
 
 def _plan(found: decide.Planned | None) -> Plan | None:
     return found if isinstance(found, Plan) else None
+
+
+def _judged_by(session: ApiSession, settings: Settings, trainjob: dict[str, Any], marks: Facts,
+               podgroup: dict[str, Any] | None, runtimes: verdicts.Runtimes) -> Plan | None:
+    """The plan a released gang's pods are counted against (:func:`kai_fn.core.state.judged`), when they are."""
+    return _plan(verdicts.planned(session, settings, trainjob, runtimes)) if _needs_pods(marks, podgroup) else None
 
 
 def _refused(settings: Settings, marks: Facts, trainjob: dict[str, Any], jobset: dict[str, Any] | None,

@@ -58,6 +58,20 @@ def podgroup_differences(live: dict[str, Any], planned: dict[str, Any]) -> list[
     return found
 
 
+# What makes a gang: who is in it, how many must start together, and whose queue it takes. The rest of a made
+# PodGroup's spec (priority, topology, ...) is planned from reads (PriorityClasses, KAI's ConfigMap) a later look
+# does not repeat.
+_GANG_SHAPE = ("minMember", "minSubGroup", "subGroups", "queue")
+
+
+def gang_edits(live: dict[str, Any], planned: dict[str, Any]) -> list[str]:
+    """How the spec of a PodGroup kai_fn made differs now from the plan's, in the fields that make the gang: edited
+    by someone the admission policy let through (an operator, a cluster admin) or before it was installed."""
+    have, want = live.get("spec") or {}, planned.get("spec") or {}
+    return [f"spec.{key} is {have.get(key)!r}, not {want.get(key)!r}" for key in _GANG_SHAPE
+            if have.get(key) != want.get(key)]
+
+
 def placeholder_differences(live: dict[str, Any], planned: dict[str, Any]) -> list[str]:
     """How a pod of a placeholder's name differs from the placeholder kai_fn plans: owner, labels, the PodGroup it
     joins, and what it holds (each container's image and resources)."""

@@ -170,7 +170,9 @@ def named(state: State, context: Context, plan: Plan) -> Action:
     """A JobSet named at admission, or one Trainer has not made yet (made, the policy names it): the gang is made
     and nothing else is written. Its pods wait unbound on KAI until its PodGroups exist, so making them is the
     release; told to wait (kai-fn/hold, KAI_FN_RESUME=false), kai_fn makes none yet. A JobSet whose pods name other
-    PodGroups than the plan's gets none: they would wait for ever, or bind under a gang that is not theirs."""
+    PodGroups than the plan's gets none: they would wait for ever, or bind under a gang that is not theirs; nor one
+    whose jobs are not what Trainer makes of the plan (:func:`shape_differences`): a gang of the plan's size would
+    let its other pods run outside it."""
     if objects.hold_reason(context.trainjob) is not None:
         return Wait(HELD_BY_ITS_AUTHOR)
     if not context.resume:
@@ -181,9 +183,58 @@ def named(state: State, context: Context, plan: Plan) -> Action:
         name = objects.meta(context.jobset).get("name")
         return Refuse(reasons.JOBSET_MISMATCH, f"JobSet {name}: {'; '.join(differences)}: its pods name other "
                                                "PodGroups than kai_fn plans, so it makes none")
+    if context.jobset is not None and (refused := unlike_its_plan(plan, context.jobset)) is not None:
+        return refused
     return MakeGang(plan, (), None, precheck=context.precheck and plan.queue is not None,
                     placeholders=() if state.suspended else plan.placeholders,
                     remember=not plan.reserves)
+
+
+def unlike_its_plan(plan: Plan, jobset: dict[str, Any]) -> Refuse | None:
+    """``JobSetMismatch`` for a JobSet whose jobs are not the ones Trainer makes of the plan
+    (:func:`shape_differences`): a gang of the plan's size would let the rest of its pods run outside it."""
+    if not (differences := shape_differences(plan, jobset)):
+        return None
+    name = objects.meta(jobset).get("name")
+    return Refuse(reasons.JOBSET_MISMATCH, f"JobSet {name}: {'; '.join(differences)}: it is not the JobSet Trainer "
+                                           "makes of its TrainJob and runtime, so kai_fn makes no gang for it")
+
+
+def made_before_its_jobset(state: State, context: Context, planned: Planned) -> Refuse | None:
+    """The Warning for a gang made from its TrainJob's event, before the JobSet existed, whose named JobSet turned out
+    unlike the plan. The gang stays: KAI holds its pods to the PodGroup's minMember and counts every pod of it
+    against the gang's queue, so a bigger job runs no pod outside KAI's limits that the tenant could not run under
+    a PodGroup of its own, and its "bound" is still counted against the plan (docs/how-it-decides.md)."""
+    if state.podgroup is None or not state.named or context.jobset is None or not isinstance(planned, Plan):
+        return None
+    return unlike_its_plan(planned, context.jobset)
+
+
+def shape_differences(plan: Plan, jobset: dict[str, Any]) -> list[str]:
+    """Where a JobSet's replicatedJobs differ from what Trainer makes of the plan's pod sets, in words: each planned
+    job's ``replicas``, and its ``parallelism`` and ``completions``, which Trainer sets to the pod set's count
+    (SyncParallelCount; ``completions`` left unset is let through: no more pods run at once than ``parallelism``);
+    and, in KAI's flavor, a replicatedJob the plan lacks, whatever scheduler its pods name.
+    Trainer makes every replicatedJob of the runtime the plan is made from, so one the plan lacks (on KAI, or on
+    another scheduler) means the JobSet is not Trainer's for this TrainJob, and kai_fn vouches for no part of it.
+    (scheduler-plugins gangs only the main wave: the others' jobs are not in its plan.)"""
+    planned = {ps.name: ps for ps in plan.pod_sets}
+    found = []
+    for rj in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        name = rj.get("name")
+        job = (rj.get("template") or {}).get("spec") or {}
+        ps = planned.get(name)
+        if ps is None:
+            if plan.flavor == "kai":
+                scheduler = ((job.get("template") or {}).get("spec") or {}).get("schedulerName") or "default-scheduler"
+                found.append(f"replicatedJob {name!r} (pods on {scheduler}) is not in the runtime, so not in the plan")
+            continue
+        for field, got, want in (("replicas", rj.get("replicas", 1), ps.replicas),
+                                 ("parallelism", job.get("parallelism", 1), ps.count),
+                                 ("completions", job.get("completions", ps.count), ps.count)):
+            if got != want:
+                found.append(f"replicatedJob {name!r} has {field} {got}, where Trainer's arithmetic gives {want}")
+    return found
 
 
 def name_differences(plan: Plan, jobset: dict[str, Any]) -> list[str]:
@@ -263,6 +314,8 @@ def gang(state: State, context: Context, plan: Plan) -> Action:
                       f"JobSet {name} has no replicatedJob {missing.args[0]!r}, which the runtime has")
     if ops and not objects.suspended(context.jobset):
         return MarkTooLate(tuple(jobset_patch(None, context.jobset, {keys.MARKER_SKIPPED: "running"})))
+    if (refused := unlike_its_plan(plan, context.jobset)) is not None:
+        return refused
     return MakeGang(plan, tuple(ops), waits, precheck=context.precheck and plan.queue is not None,
                     placeholders=plan.placeholders if resume else (),
                     remember=(waits is None or state.suspended) and not plan.reserves)

@@ -1,9 +1,20 @@
 """A gang's state as the scheduler left it: which pods are bound, and why KAI says it cannot place the rest.
 
-Pure functions over the PodGroup and its pods as the API returns them, shared by the status path (Events on
-the TrainJob) and ``explain``. Bound means ``spec.nodeName`` is set, the one thing every scheduler writes
-(KAI's binder and kube-scheduler alike). KAI clears ``status.schedulingConditions`` once it
-allocates, before the pods are bound, so conditions alone cannot say "bound".
+Pure functions over the PodGroup and its pods as the API returns them. :func:`judge` is the one answer to "is the
+gang bound?", asked by the status path (``GangBound``, ``kai-fn/bound``), the schedule timeout, ``status`` and
+``explain``. A pod is on a node when ``spec.nodeName`` is set, the one thing every scheduler writes (KAI's binder and
+kube-scheduler alike); KAI clears ``status.schedulingConditions`` once it allocates, before the pods are bound, so
+conditions alone cannot say "bound".
+
+What counts is kai_fn's own: the plan's ``minMember`` (:class:`Planned`), never the PodGroup's spec, which anyone
+allowed to patch PodGroups could lower; and only pods that name the PodGroup **and** whose controller is a Job the
+plan's replicatedJobs produce (``<jobset>-<replicatedJob>-<index>``). A pod's labels and annotations are its
+creator's to write: a tenant's pod made with ``nodeName`` (bound without any scheduler) and the gang's labels used to
+count as one of the gang. It can still forge the controller reference: the Job's name and uid are readable in its
+namespace. That is enough: a pod naming a uid no Job has is deleted by the garbage collector, and one naming the
+real Job is that Job's own to the Job controller, which deletes the pods above its parallelism; all a tenant gains
+is its own gang called bound (its own schedule timeout ended), which it may already ask for with
+``kai-fn/schedule-timeout-seconds``. Reading the Jobs would prove no more and cost a LIST per look.
 """
 from __future__ import annotations
 
@@ -30,13 +41,26 @@ class Part:
 
 
 @dataclass(frozen=True)
+class Planned:
+    """What kai_fn's plan says one PodGroup gangs: ``min_member`` pods of the Jobs named ``jobs``, which JobSet makes
+    of the PodGroup's replicatedJobs (``<jobset>-<replicatedJob>-<index>``, one per replica)."""
+
+    podgroup: str
+    min_member: int
+    jobs: frozenset[str]
+
+
+@dataclass(frozen=True)
 class GangCount:
+    """The gang's pods that count (:func:`judge`), by leaf subgroup for people, against the plan's minMember."""
+
     parts: tuple[Part, ...]
+    planned: int = 0  # the plan's minMember; 0: no plan, so never bound
 
     @property
     def bound(self) -> bool:
-        """Every leaf subgroup (or the flat gang) has at least its minMember pods on a node."""
-        return bool(self.parts) and all(p.satisfied for p in self.parts)
+        """At least the plan's minMember pods of the gang's own Jobs on nodes."""
+        return self.planned > 0 and self.bound_pods >= self.planned
 
     @property
     def any_bound(self) -> bool:
@@ -44,7 +68,7 @@ class GangCount:
 
     @property
     def min_member(self) -> int:
-        return sum(p.min_member for p in self.parts)
+        return self.planned
 
     @property
     def bound_pods(self) -> int:
@@ -85,15 +109,27 @@ def is_bound(pod: dict[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName"))
 
 
-def count(podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> GangCount:
-    mine = members(podgroup, pods)
+def judge(planned: Planned | None, podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> GangCount:
+    """The gang of ``podgroup`` counted as kai_fn planned it: its pods that name it and that a planned Job controls
+    (:func:`of_planned_job`), against the plan's minMember. No plan (``None``), or a plan of another PodGroup: never
+    bound. A subgroup's minimum is shown, never trusted."""
+    mine = [p for p in members(podgroup, pods) if planned is not None and of_planned_job(p, planned.jobs)]
     parts = []
     for name, minimum in minima(podgroup).items():
         group = [p for p in mine if name is None
                  or ((p.get("metadata") or {}).get("labels") or {}).get(keys.KAI_SUBGROUP_LABEL) == name]
         bound = sum(1 for p in group if is_bound(p))
         parts.append(Part(name, minimum, bound, len(group) - bound))
-    return GangCount(tuple(parts))
+    same = planned is not None and planned.podgroup == (podgroup.get("metadata") or {}).get("name")
+    return GangCount(tuple(parts), planned.min_member if planned is not None and same else 0)
+
+
+def of_planned_job(pod: dict[str, Any], jobs: frozenset[str]) -> bool:
+    """The pod's controller is a Job of ``jobs`` (``batch/v1``), as the Job controller makes its pods."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    controller = next((r for r in refs if isinstance(r, dict) and r.get("controller") is True), None)
+    return (controller is not None and controller.get("kind") == "Job" and controller.get("apiVersion") == "batch/v1"
+            and controller.get("name") in jobs)
 
 
 def per_replicated_job(pods: Iterable[dict[str, Any]]) -> dict[str, tuple[int, int]]:

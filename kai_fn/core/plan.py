@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from kai_fn.core import keys, owner_metadata, reserve, segments, validation
+from kai_fn.core.gang import Planned
 from kai_fn.core.models import Runtime, TrainJob
 from kai_fn.core.owner_metadata import KaiCluster
 from kai_fn.core.podsets import PodSet, count_problems, pod_sets, total_requests
@@ -43,6 +44,7 @@ class PodSetSummary:
     name: str
     count: int
     requests: dict[str, str]
+    replicas: int = 1  # the replicatedJob's Jobs: JobSet makes one per replica
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,22 @@ class Plan:
         return (*self.stage_podgroups, self.podgroup) if self.podgroup else ()
 
 
+def planned_gangs(plan: Plan) -> dict[str, Planned]:
+    """Each PodGroup of the plan, by name, with the plan's minMember and the Jobs whose pods are its own: what
+    :func:`kai_fn.core.gang.judge` counts. Trainer names the JobSet as the TrainJob, and JobSet each Job
+    ``<jobset>-<replicatedJob>-<index>``."""
+    replicas = {ps.name: ps.replicas for ps in plan.pod_sets}
+
+    def jobs(names: tuple[str, ...]) -> frozenset[str]:
+        return frozenset(f"{plan.trainjob}-{rj}-{i}" for rj in names for i in range(replicas.get(rj, 1)))
+
+    if plan.stages:
+        return {s.podgroup: Planned(s.podgroup, s.min_member, jobs(s.replicated_jobs)) for s in plan.stages}
+    if plan.flavor == "scheduler-plugins" and plan.pod_sets:
+        return {plan.trainjob: Planned(plan.trainjob, plan.min_member, jobs(tuple(p.name for p in plan.pod_sets)))}
+    return {}
+
+
 def kai_podgroup_name(job: TrainJob) -> str:
     """KAI's podgrouper's convention, ``pg-<top owner>-<uid>``, as the admission policy names it too."""
     return f"pg-{job.metadata.name}-{job.metadata.uid}"
@@ -152,7 +170,8 @@ def plan(job: TrainJob, runtime: Runtime, *, flavor: Flavor = "kai", default_que
         preemptibility=policy.preemptibility,
         schedule_timeout_seconds=_timeout(policy, flavor, schedule_timeout_seconds),
         segments=segs,
-        pod_sets=tuple(PodSetSummary(ps.name, ps.count, {k: str(q) for k, q in sorted(ps.requests.items())}) for ps in sets),
+        pod_sets=tuple(PodSetSummary(ps.name, ps.count, {k: str(q) for k, q in sorted(ps.requests.items())},
+                                     max(ps.replicas, 1)) for ps in sets),
     )
     if flavor == "kai":
         base = replace(base, gangs=gangs(waves))

@@ -13,13 +13,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kai_fn.core import keys
-from kai_fn.core.gang import GangCount, members
+from kai_fn.core.gang import members
 from kai_fn.core.objects import meta as _meta, notes as _notes, parse_time
 from kai_fn.core.scope import parse_seconds
 from kai_fn.core.state import Facts
-
-
-
 
 
 @dataclass(frozen=True)
@@ -58,12 +55,6 @@ def waiting(trainjob: dict[str, Any], marks: Facts, podgroup: dict[str, Any]) ->
 def overdue(trainjob: dict[str, Any], marks: Facts, podgroup: dict[str, Any], now: datetime.datetime) -> Wait | None:
     wait = waiting(trainjob, marks, podgroup)
     return wait if wait is not None and wait.deadline <= now else None
-
-
-def placed(counted: GangCount) -> bool:
-    """Whether KAI placed the gang, which ends its wait: its ``minMember`` pods on nodes (with subgroups, which
-    kai_fn no longer makes but a PodGroup made before may have, any one subgroup's)."""
-    return counted.bound or any(part.satisfied for part in counted.parts)
 
 
 def main_stage_wait(wait: Wait, podgroup: dict[str, Any], pods: list[dict[str, Any]]) -> Wait | None:

@@ -16,8 +16,9 @@ and the :class:`Gang`). The phases, in the order an operator should look at them
 - ``running-without-gang``: released without a gang (``kai-fn/skipped``), or running without ever being held;
 - ``bound``: every pod of the gang on a node (``kai-fn/bound``, or the pods say so now).
 
-"Bound" is judged on the PodGroup the decision ``kai-fn/podgroup`` names (the trainer stage); KAI's reasons are
-gathered from every PodGroup of the TrainJob (label ``kai-fn/trainjob-uid``), each stage's included.
+"Bound" is judged on the PodGroup the decision ``kai-fn/podgroup`` names (the trainer stage), by
+:func:`judged`, against the plan (no plan, no "bound" from the pods; the ``kai-fn/bound`` mark still says so); KAI's
+reasons are gathered from every PodGroup of the TrainJob (label ``kai-fn/trainjob-uid``), each stage's included.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from enum import StrEnum
 from typing import Any
 
 from kai_fn.core import gang, keys, reserve, segments
-from kai_fn.core.plan import Plan
+from kai_fn.core.plan import Plan, planned_gangs
 from kai_fn.core.reasons import Refusal
 from kai_fn.core.objects import (controlled_by, deleting, hold_reason, labels, meta, notes, parse_time,
                                  queued_by_kueue, resumed_at, suspended)
@@ -291,7 +292,7 @@ def read(trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroups: Seq
     elif marks.podgroup is None:
         placed = _undecided(marks, refused)
     else:
-        placed = _decided(marks, mine, main, pods)
+        placed = _decided(marks, mine, main, pods, plan)
     phase, reason, since = placed
     return Reading(meta(trainjob).get("namespace", ""), meta(trainjob).get("name", ""), uid, phase, reason,
                    since or parse_time(meta(trainjob).get("creationTimestamp")), gang_of(trainjob, main, plan))
@@ -330,10 +331,18 @@ def _undecided(marks: Facts, refused: Sequence[Refusal]) -> _Placed:
     return Phase.RUNNING_WITHOUT_GANG, "its JobSet ran without being named at admission: kai_fn never made its gang", None
 
 
+def judged(plan: Plan | None, podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> gang.GangCount:
+    """The one count of a gang for "bound", wherever it is asked (the status path, the schedule timeout, ``status``,
+    ``explain``): ``podgroup``'s pods of its planned Jobs against the plan's minMember (:func:`kai_fn.core.gang.judge`);
+    no plan: never bound."""
+    planned = planned_gangs(plan).get(meta(podgroup).get("name", "")) if plan is not None else None
+    return gang.judge(planned, podgroup, pods)
+
+
 def _decided(marks: Facts, mine: Sequence[dict[str, Any]], main: dict[str, Any] | None,
-             pods: Sequence[dict[str, Any]]) -> _Placed:
-    counted = gang.count(main, list(pods)) if main is not None else None
-    if marks.bound is not None or (counted is not None and counted.bound and marks.running):
+             pods: Sequence[dict[str, Any]], plan: Plan | None) -> _Placed:
+    tally = judged(plan, main, pods) if main is not None else None
+    if marks.bound is not None or (tally is not None and tally.bound and marks.running):
         placed = f", {described}" if (described := segments.of_podgroup(main)) else ""
         return Phase.BOUND, f"every pod of the gang is on a node{placed}", marks.bound
     kai = gang.describe(reasons(mine, main))
@@ -346,7 +355,7 @@ def _decided(marks: Facts, mine: Sequence[dict[str, Any]], main: dict[str, Any] 
     if not marks.running:
         why = marks.kueue or marks.hold or "KAI_FN_RESUME=false, or suspended by its user"
         return Phase.SUSPENDED, f"gang made, left suspended: {why}", None
-    if main is None or counted is None:
+    if main is None or tally is None:
         return (Phase.WAITING, f"its PodGroup {marks.podgroup} is gone, so its pods never schedule: resubmit it",
                 marks.resumed)
     held = f"; {note}" if (note := reservation(main)) and reserve.ended(main) is None else ""
@@ -354,7 +363,7 @@ def _decided(marks: Facts, mine: Sequence[dict[str, Any]], main: dict[str, Any] 
         held += f"; in segments: {described}"
     if kai:
         return Phase.WAITING, f"KAI: {kai}{held}", marks.resumed
-    return Phase.WAITING, f"the scheduler has not placed it yet ({counted.summary()}){held}", marks.resumed
+    return Phase.WAITING, f"the scheduler has not placed it yet ({tally.summary()}){held}", marks.resumed
 
 
 def order(readings: Iterable[Reading], now: datetime.datetime) -> list[Reading]:

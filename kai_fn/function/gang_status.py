@@ -13,9 +13,10 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import gang, keys, objects
-from kai_fn.core.state import Entry, facts, gang_names, named_at_admission, reserving
-from kai_fn.function import metrics, report, reserve
+from kai_fn.core import adopt, gang, keys, objects
+from kai_fn.core.plan import Plan
+from kai_fn.core.state import Entry, facts, gang_names, judged, named_at_admission, reserving
+from kai_fn.function import gang_plan, metrics, report, reserve
 from kai_fn.kube import Gone, Transient
 from kai_fn.function.cluster import Session
 from kai_fn.function.events import PodGroupEvent
@@ -67,7 +68,7 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
         if marks.bound is not None:
             recent.bound(objects.meta(podgroup).get("uid"))
         return Outcome("skipped", why, ns, owner["name"], owner.get("uid"), pg_name)
-    outcome = report_on(session, trainjob, podgroup, marks.podgroup or "")
+    outcome = report_on(session, settings, trainjob, podgroup, marks.podgroup or "")
     if outcome.bound:
         recent.bound(objects.meta(podgroup).get("uid"))
     return outcome
@@ -112,16 +113,21 @@ def owning_trainjob(podgroup: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, Any], main_name: str) -> Outcome:
-    """Bound: GangBound once, then the mark on the main PodGroup. Nothing on a node and KAI gives reasons:
-    GangUnschedulable. Another stage's PodGroup (initializers, MPI's launcher) gets reasons only: GangBound is the
-    main gang's. ``podgroup`` is as the API server returned it to kai_fn (a GET or the resync's LIST)."""
+def report_on(session: Session, settings: Settings, trainjob: dict[str, Any], podgroup: dict[str, Any],
+              main_name: str) -> Outcome:
+    """Bound (:func:`kai_fn.core.state.judged`: the plan's minMember pods of the gang's own Jobs on nodes): GangBound
+    once, then the mark on the main PodGroup. Nothing on a node and KAI gives reasons: GangUnschedulable. Another
+    stage's PodGroup (initializers, MPI's launcher) gets reasons only: GangBound is the main gang's. ``podgroup`` is
+    as the API server returned it to kai_fn (a GET or the resync's LIST)."""
     meta = trainjob["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta.get("uid")
     pg_name = podgroup["metadata"]["name"]
     main = main_name == pg_name
     pods = session.jobset_pods(ns, name)
-    counted = gang.count(podgroup, pods)
+    planned = gang_plan.of(session, settings, trainjob)
+    if planned is not None:
+        warn_if_edited(session, trainjob, podgroup, planned)
+    counted = judged(planned, podgroup, pods)
     if counted.bound and not main:
         return Outcome("skipped", f"stage bound ({counted.summary()}); GangBound waits for the main gang",
                        ns, name, uid, pg_name)
@@ -140,7 +146,7 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
         if (created := objects.parse_time(objects.meta(trainjob).get("creationTimestamp"))) is not None:
             metrics.GANG_BOUND_SECONDS.observe(max((datetime.datetime.now(datetime.UTC) - created).total_seconds(), 0))
         return Outcome("done", f"{report.GANG_BOUND}: {message}", ns, name, uid, pg_name, bound=True)
-    waiting = f"waiting: {counted.summary()}"
+    waiting = f"waiting: {counted.summary()}" + ("" if planned else " (no plan now: is its runtime gone?)")
     reasons = gang.unschedulable(podgroup)
     if counted.any_bound or not reasons:
         return Outcome("skipped", waiting, ns, name, uid, pg_name)
@@ -153,6 +159,21 @@ def report_on(session: Session, trainjob: dict[str, Any], podgroup: dict[str, An
     return Outcome("blocked", f"{report.GANG_UNSCHEDULABLE}: {message}", ns, name, uid, pg_name)
 
 
+def warn_if_edited(session: Session, trainjob: dict[str, Any], podgroup: dict[str, Any], planned: Plan) -> None:
+    """A Warning ``PodGroupEdited`` when the gang's shape on its PodGroup is no longer the plan's, and nothing put
+    back (docs/how-it-decides.md, "Bound"): only writers the admission policy trusts get an edit through, on
+    purpose; and "bound" never reads the spec. The same edit is one Event, however often it is seen."""
+    pg_name = podgroup["metadata"]["name"]
+    mine = next((p for p in planned.podgroups if p["metadata"]["name"] == pg_name), None)
+    if mine is None or not (edits := adopt.gang_edits(podgroup, mine)):
+        return
+    message = (f"PodGroup {pg_name}: {'; '.join(edits)}. KAI schedules the gang as its PodGroup says; kai_fn "
+               "still calls it bound only when its plan's pods are on nodes")
+    if session.create_event(objects.meta(trainjob).get("namespace", ""), event_body(
+            trainjob, report.PODGROUP_EDITED, message, warning=True, key=f"{pg_name}|{'; '.join(edits)}")):
+        metrics.GANG_STATUS.labels(report.PODGROUP_EDITED).inc()
+
+
 def sweep(session: Session, settings: Settings, entries: list[Entry]) -> dict[str, int]:
     """The resync's pass over released gangs not known to be bound: a pod list each (and an Event, a mark),
     KAI_FN_RESYNC_LIMIT in turn."""
@@ -160,6 +181,6 @@ def sweep(session: Session, settings: Settings, entries: list[Entry]) -> dict[st
     waiting = [e for e in entries if e.podgroup is not None and e.marks.settled() is None]
     for entry in session.cluster.take_turn("sweep", waiting, settings.resync_limit, creation_order):
         result = tally_of("sweep", session, entry.trainjob, lambda e=entry: report_on(
-            session, e.trainjob, e.podgroup or {}, e.marks.podgroup or "").result)
+            session, settings, e.trainjob, e.podgroup or {}, e.marks.podgroup or "").result)
         tally[result] = tally.get(result, 0) + 1
     return tally

@@ -61,7 +61,7 @@ RESYNC_JOINS = Counter(
 )
 GANGS_CREATED = Counter("kai_fn_gangs_created", "PodGroups kai_fn created.", registry=REGISTRY)
 GANG_STATUS = Counter(
-    "kai_fn_gang_status_events", "Gang status reports on TrainJobs (GangUnschedulable, GangBound); a report "
+    "kai_fn_gang_status_events", "Gang status reports on TrainJobs (GangUnschedulable, GangBound, PodGroupEdited); a report "
     "repeated by a duplicate delivery counts again, its Event (named by content) does not.",
     ["reason"], registry=REGISTRY,
 )

@@ -112,6 +112,9 @@ class Reconciler(Execution):
         made = self.made_gang()
         action = decide.before_plan(state.facts(self.obj, self.jobset, made), self.context())
         if action is not None:
+            if isinstance(action, decide.Skip) and made is not None and (unlike := decide.made_before_its_jobset(
+                    state.facts(self.obj, self.jobset, made), self.context(), self.planned())) is not None:
+                self.carry_out(unlike)  # told once per process: the Skip below remembers the JobSet
             return action, self.carry_out(action)
         planned = self.planned()
         for _ in range(_PATCH_ATTEMPTS):

@@ -13,9 +13,9 @@ from typing import Any
 
 from kai_fn.core import gang, keys, objects
 from kai_fn.core.objects import stamp
-from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, placed
-from kai_fn.core.state import Entry
-from kai_fn.function import metrics, report
+from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue
+from kai_fn.core.state import Entry, judged
+from kai_fn.function import gang_plan, metrics, report
 from kai_fn.kube import Gone, Stale, Transient
 from kai_fn.function.cluster import Session
 from kai_fn.function.isolate import apart, tally_of
@@ -39,11 +39,14 @@ def check(session: Session, settings: Settings, entries: list[Entry], now: datet
 
 
 def time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime) -> str:
-    """One overdue gang: bound after all (marked, the wait ends quietly), or timed out (marked, maybe suspended,
-    reported)."""
+    """One overdue gang: bound after all (:func:`kai_fn.core.state.judged`, against its plan: marked, the wait ends
+    quietly), or timed out (marked, maybe suspended, reported)."""
     podgroup = entry.podgroup or {}
+    planned = gang_plan.of(session, settings, entry.trainjob)
+    if planned is None:
+        return "no plan now"  # neither bound nor timed out on a count kai_fn cannot make (gang_plan.py)
     pods = session.jobset_pods(wait.namespace, wait.name)
-    if placed(gang.count(podgroup, pods)):
+    if judged(planned, podgroup, pods).bound:
         return "bound" if _mark(session, podgroup, keys.GANG_BOUND_ANNOTATION, now) else "changed"
     staged = main_stage_wait(wait, podgroup, pods)
     if staged is None or staged.deadline > now:

@@ -59,6 +59,8 @@ def binder_binds(api: Emulator) -> str:
 def pods(podgroup: str, bound: bool) -> list[dict[str, Any]]:
     return [{"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": f"{LLAMA}-node-0-{i}", "namespace": NS, "annotations": {"pod-group-name": podgroup},
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"{LLAMA}-node-0", "uid": "job-uid",
+                             "controller": True}],
         "labels": {"jobset.sigs.k8s.io/jobset-name": LLAMA, "jobset.sigs.k8s.io/replicatedjob-name": "node"}},
         "spec": {"containers": [{"name": "node", "image": "pytorch"}], **({"nodeName": f"gpu-{i}"} if bound else {})}}
         for i in range(4)]

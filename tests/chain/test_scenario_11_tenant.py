@@ -14,7 +14,7 @@ from kubernetes.client.rest import ApiException
 from kai_fn.core import keys
 from kai_fn.local.chain import MARKS_POLICY, TRAINER
 from tests.chain.conftest import REPORT, wait_for
-from tests.chain.gangs import bound, jobset, pods, table, trainjob_warnings
+from tests.chain.gangs import bound, jobset, podgroup, podgroup_annotations, pods, table, trainjob_warnings
 
 BURST = 6
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2")
@@ -115,3 +115,25 @@ def test_a_tenants_marks_and_premade_podgroup_change_no_gang_while_another_teams
         "kai_fn made no gang for the tenant, nor took the tenant's PodGroup for one"
     REPORT.append(f"tenant: marks refused by {MARKS_POLICY}; pre-made PodGroup refused ({refused[0][:80]}...); "
                   f"the other team's {BURST} gangs bound whole")
+
+
+def test_a_tenants_edit_of_its_gangs_podgroup_spec_is_refused_and_kai_binds_the_gang_whole(chain, pool, namespaces):
+    """Issue 39, attack 6, on the real KAI v0.17.0 with knative/base's policies: the tenant's ``minMember: 1`` on the
+    PodGroup kai_fn made for its TrainJob is refused; KAI's own writes of that PodGroup (status, annotations) pass,
+    so it binds the gang whole, and kai_fn, counting against its plan, marks it bound."""
+    pool("tenant").ensure("2x8")
+    mine = namespaces("spec-edit")
+    chain.runtime(mine, pool="tenant")
+    objs = client.CustomObjectsApi(_tenant(chain, mine))
+    chain.trainjob(mine, "kept", num_nodes=2)
+    made_pg = wait_for("kai_fn makes the gang", lambda: podgroup(chain, mine, "kept"), explain=lambda: table(chain, mine))
+    name = made_pg["metadata"]["name"]
+    said = _refused(lambda: objs.patch_namespaced_custom_object(*KAI_PG, mine, "podgroups", name,
+                                                                {"spec": {"minMember": 1}}))
+    assert "the spec of a PodGroup kai_fn made" in said
+    wait_for("KAI binds the gang whole", lambda: len(bound(pods(chain, mine, "kept"))) == 2, deadline_s=120,
+             explain=lambda: table(chain, mine))
+    wait_for("kai_fn marks it bound", lambda: keys.GANG_BOUND_ANNOTATION in podgroup_annotations(chain, mine, "kept"),
+             deadline_s=120, explain=lambda: table(chain, mine))
+    assert (podgroup(chain, mine, "kept") or {})["spec"]["minMember"] == 2
+    REPORT.append(f"tenant: minMember 1 on kai_fn's PodGroup refused by {MARKS_POLICY}; KAI bound the gang whole")

@@ -123,6 +123,70 @@ def test_a_gang_named_at_admission_is_made_and_its_jobset_never_written(seen, ex
         assert action == expected
 
 
+def reshaped(change) -> tuple[state.Facts, Context]:
+    """A named JobSet changed by ``change(replicatedJobs)`` from what Trainer makes of the plan."""
+    seen, context = named_case()
+    assert context.jobset is not None
+    change(context.jobset["spec"]["replicatedJobs"])
+    return seen, context
+
+
+def _set(field: str, value: int):
+    """``replicas`` on the replicatedJob, ``parallelism`` or ``completions`` on its Job template."""
+    def change(rjs):
+        (rjs[0] if field == "replicas" else rjs[0]["template"]["spec"])[field] = value
+    return change
+
+
+def _extra(scheduler: str | None):
+    def change(rjs):
+        extra = {**rjs[0], "name": "sidecar-job"}
+        extra["template"] = {"spec": {"parallelism": 60, "template": {"spec": {"containers": [{"name": "x"}]}}}}
+        if scheduler:
+            extra["template"]["spec"]["template"]["spec"]["schedulerName"] = scheduler
+        rjs.append(extra)
+    return change
+
+
+# issue 39, attack 9: a JobSet under the TrainJob's ownerReference unlike the plan (node: 2 pods, 1 replica)
+UNLIKE = {
+    "more pods in the gang's job than planned (parallelism 64)": (
+        _set("parallelism", 64), "replicatedJob 'node' has parallelism 64, where Trainer's arithmetic gives 2"),
+    "completions other than Trainer's": (
+        _set("completions", 64), "replicatedJob 'node' has completions 64, where Trainer's arithmetic gives 2"),
+    "more replicas than planned": (_set("replicas", 3), "replicatedJob 'node' has replicas 3, where"),
+    "a KAI job the plan lacks": (_extra("kai-scheduler"), "replicatedJob 'sidecar-job' (pods on kai-scheduler) is not in"),
+    "a job on default-scheduler the plan lacks": (
+        _extra(None), "replicatedJob 'sidecar-job' (pods on default-scheduler) is not in the runtime"),
+}
+
+
+@pytest.mark.parametrize("change, says", UNLIKE.values(), ids=UNLIKE.keys())
+def test_a_named_jobset_unlike_its_plan_gets_no_gang_and_a_jobset_mismatch_naming_the_difference(change, says):
+    action = decide.with_plan(*reshaped(change), PLAN)
+    assert isinstance(action, Refuse) and action.reason == "JobSetMismatch" and says in action.message, action
+
+
+@pytest.mark.parametrize("change, says", UNLIKE.values(), ids=UNLIKE.keys())
+def test_a_suspended_jobset_kai_fn_names_itself_unlike_its_plan_is_refused_too(change, says):
+    seen, context = case(held=False)
+    assert context.jobset is not None
+    change(context.jobset["spec"]["replicatedJobs"])
+    action = decide.with_plan(seen, context, PLAN)
+    assert isinstance(action, Refuse) and action.reason == "JobSetMismatch" and says in action.message, action
+
+
+@pytest.mark.parametrize("change, says", [(lambda rjs: None, None), *UNLIKE.values()],
+                         ids=["like its plan", *UNLIKE.keys()])
+def test_a_gang_made_before_its_jobset_is_kept_and_a_jobset_unlike_its_plan_is_told(change, says):
+    seen, context = reshaped(change)
+    made = state.facts(context.trainjob, context.jobset, PLAN.podgroup)
+    assert decide.before_plan(made, context) == Skip("already gang-scheduled", PLAN.podgroup_name)
+    told = decide.made_before_its_jobset(made, context, PLAN)
+    assert (told is None) if says is None else (told is not None and told.reason == "JobSetMismatch"
+                                                 and says in told.message)
+
+
 def test_a_named_jobset_whose_gang_kai_fn_made_is_decided():
     job = trainjob()
     js = named(job)

@@ -1,5 +1,6 @@
-"""A gang's state from its PodGroup and pods: bound per leaf subgroup, members by the scheduler's own link, and
-KAI's reasons as it writes them."""
+"""A gang's state from its PodGroup and pods: bound against the plan's minMember, counting only the pods of its own
+Jobs that name it (issue 39, attack 6: forged pods and an edited minMember), members by the scheduler's own link,
+and KAI's reasons as it writes them."""
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,19 @@ def podgroup(spec, api="scheduling.run.ai/v2alpha2", status=None):
     return {"apiVersion": api, "kind": "PodGroup", "metadata": {"name": PG}, "spec": spec, "status": status or {}}
 
 
-def pod(bound=True, subgroup=None, rj="node", group=PG, sp=False, deleting=False):
+JOBS = frozenset({"job-init-0", "job-node-0"})
+
+
+def pod(bound=True, subgroup=None, rj="node", group=PG, sp=False, deleting=False, job="default", owner=None):
+    """A pod JobSet's Job made (controller ``job-<rj>-0``), unless ``job`` names another Job (None: no controller)
+    or ``owner`` gives the whole reference."""
     meta = {"labels": {"jobset.sigs.k8s.io/replicatedjob-name": rj}, "annotations": {}}
+    job = f"job-{rj}-0" if job == "default" else job
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    elif job is not None:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "j",
+                                    "controller": True}]
     if sp:
         meta["labels"]["scheduling.x-k8s.io/pod-group"] = group
     else:
@@ -26,39 +38,59 @@ def pod(bound=True, subgroup=None, rj="node", group=PG, sp=False, deleting=False
     return {"metadata": meta, "spec": {"nodeName": "n1"} if bound else {}}
 
 
+def planned(min_member, jobs=JOBS, name=PG):
+    return gang.Planned(name, min_member, jobs)
+
+
 STAGED = {"minSubGroup": 1, "subGroups": [{"name": "init", "minMember": 1}, {"name": "node", "minMember": 2}]}
 SP = "scheduling.x-k8s.io/v1alpha1"
+NOT_CONTROLLER = {"apiVersion": "batch/v1", "kind": "Job", "name": "job-node-0", "uid": "j"}
+A_JOBSET = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "job-node-0", "uid": "j",
+            "controller": True}
 
+# (the PodGroup's spec as it is now, the plan's minMember, the pods, bound?)
 BOUND = {
-    "flat, all minMember on nodes": ({"minMember": 2}, [pod(), pod()], True),
-    "flat, one short": ({"minMember": 2}, [pod(), pod(bound=False)], False),
-    "flat, more pods than minMember": ({"minMember": 2}, [pod(), pod(), pod(bound=False)], True),
-    "a pod being deleted does not count": ({"minMember": 2}, [pod(), pod(deleting=True)], False),
-    "a pod of another gang does not count": ({"minMember": 2}, [pod(), pod(group="pg-other")], False),
-    "staged, every subgroup at its minMember": (STAGED, [pod(subgroup="init"), pod(subgroup="node"),
-                                                         pod(subgroup="node")], True),
-    "staged, one subgroup short": (STAGED, [pod(subgroup="init"), pod(subgroup="node")], False),
-    "minMember 0 needs one pod": ({"minMember": 0}, [], False),
-    "nested subgroups: only leaves count": (
-        {"subGroups": [{"name": "all"}, {"name": "a", "parent": "all", "minMember": 1},
-                       {"name": "b", "parent": "all", "minMember": 1}]},
-        [pod(subgroup="a"), pod(subgroup="b")], True),
+    "flat, the plan's minMember on nodes": ({"minMember": 2}, planned(2), [pod(), pod()], True),
+    "flat, one short": ({"minMember": 2}, planned(2), [pod(), pod(bound=False)], False),
+    "flat, more pods than minMember": ({"minMember": 2}, planned(2), [pod(), pod(), pod(bound=False)], True),
+    "a pod being deleted does not count": ({"minMember": 2}, planned(2), [pod(), pod(deleting=True)], False),
+    "a pod of another gang does not count": ({"minMember": 2}, planned(2), [pod(), pod(group="pg-other")], False),
+    "the stages' pods together": (STAGED, planned(3), [pod(rj="init", subgroup="init"), pod(subgroup="node"),
+                                                        pod(subgroup="node")], True),
+    "one subgroup placed is not the gang": (STAGED, planned(3), [pod(rj="init", subgroup="init"),
+                                                                 pod(subgroup="node")], False),
+    "no plan: never bound": ({"minMember": 1}, None, [pod(), pod()], False),
+    "a plan of another PodGroup: never bound": ({"minMember": 1}, planned(1, name="pg-other"), [pod()], False),
+    # issue 39, attack 6: a tenant's pods with nodeName, the gang's labels and pod-group-name
+    "forged: no ownerReference": ({"minMember": 2}, planned(2), [pod(), pod(job=None)], False),
+    "forged: a Job the plan does not make": ({"minMember": 2}, planned(2), [pod(), pod(job="job-node-7")], False),
+    "forged: a Job of another JobSet": ({"minMember": 2}, planned(2), [pod(), pod(job="other-node-0")], False),
+    "forged: the Job named, not as controller": ({"minMember": 2}, planned(2), [pod(), pod(owner=NOT_CONTROLLER)],
+                                                False),
+    "forged: a controller of the Job's name, not a Job": ({"minMember": 2}, planned(2),
+                                                          [pod(), pod(owner=A_JOBSET)], False),
+    "forged: the gang's labels, another pod-group-name": ({"minMember": 2}, planned(2),
+                                                          [pod(), pod(group="pg-forged")], False),
+    "the PodGroup's minMember edited down to 1": ({"minMember": 1}, planned(4), [pod()], False),
+    "the PodGroup's subgroups edited down": ({"subGroups": [{"name": "node", "minMember": 1}]}, planned(4),
+                                             [pod(subgroup="node")], False),
 }
 
 
-@pytest.mark.parametrize("spec, pods, bound", BOUND.values(), ids=list(BOUND))
-def test_a_gang_is_bound_when_each_leaf_has_its_min_member_on_nodes(spec, pods, bound):
-    assert gang.count(podgroup(spec), pods).bound is bound
+@pytest.mark.parametrize("spec, plan, pods, bound", BOUND.values(), ids=list(BOUND))
+def test_a_gang_is_bound_when_the_plans_min_member_pods_of_its_own_jobs_are_on_nodes(spec, plan, pods, bound):
+    assert gang.judge(plan, podgroup(spec), pods).bound is bound
 
 
 def test_scheduler_plugins_members_are_found_by_their_pod_group_label():
-    counted = gang.count(podgroup({"minMember": 2}, api=SP), [pod(sp=True), pod(sp=True), pod()])
+    counted = gang.judge(planned(2), podgroup({"minMember": 2}, api=SP), [pod(sp=True), pod(sp=True), pod()])
     assert counted.bound and counted.bound_pods == 2
 
 
-def test_the_summary_names_subgroups_when_there_are_some():
-    assert gang.count(podgroup({"minMember": 4}), [pod()] * 3).summary() == "3 of minMember 4 pods bound"
-    assert gang.count(podgroup(STAGED), [pod(subgroup="init")]).summary() == "init 1/1, node 0/2 pods bound"
+def test_the_summary_counts_against_the_plan_and_names_subgroups_when_there_are_some():
+    assert gang.judge(planned(4), podgroup({"minMember": 1}), [pod()] * 3).summary() == "3 of minMember 4 pods bound"
+    assert gang.judge(planned(3), podgroup(STAGED), [pod(rj="init", subgroup="init")]).summary() == \
+        "init 1/1, node 0/2 pods bound"
 
 
 def test_pods_per_replicated_job_split_bound_and_waiting():

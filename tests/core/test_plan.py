@@ -8,7 +8,7 @@ from kai_fn.function import report
 from kai_fn.core.models import InputError
 from kai_fn.core.owner_metadata import top_owner_metadata
 from kai_fn.core.stages import MAX_CHAIN
-from kai_fn.core.plan import plan
+from kai_fn.core.plan import plan, planned_gangs
 from tests import crds
 from tests.builders import UID, container, rjob, runtime, trainjob, typed
 
@@ -134,6 +134,15 @@ def test_one_flat_podgroup_per_start_wave_and_each_pod_names_its_own(rt, num_nod
         assert pg["spec"]["stalenessGracePeriod"] == "-1s"
         assert pg["metadata"]["labels"]["kai-fn/trainjob-uid"] == UID
     assert all("kai.scheduler/subgroup-name" not in c.labels for c in result.pod_templates)
+
+
+@pytest.mark.parametrize("rt, num_nodes, expected", SHAPES)
+def test_each_planned_podgroup_counts_the_jobs_jobset_makes_of_its_replicated_jobs(rt, num_nodes, expected):
+    result = make(trainjob(num_nodes=num_nodes), rt)
+    replicas = {ps.name: ps.replicas for ps in result.pod_sets}
+    got = {name.removeprefix(f"pg-job-{UID}"): (p.min_member, p.jobs) for name, p in planned_gangs(result).items()}
+    assert got == {suffix: (n, frozenset(f"job-{rj}-{i}" for rj in rjs for i in range(replicas[rj])))
+                   for suffix, rjs, n in expected}
 
 
 def _pod_sets_of(result, pg):

@@ -7,9 +7,9 @@ import datetime
 
 import pytest
 
-from kai_fn.core import gang, keys
+from kai_fn.core import keys
 from kai_fn.core.objects import stamp
-from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue, placed
+from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue
 from kai_fn.core.scope import parse_seconds, seconds_problem
 from kai_fn.core.state import facts as marks
 
@@ -135,7 +135,7 @@ def test_a_new_wait_once_bound_is_over_for_good():
     assert due(trainjob(), jobset(resumed=120), pg, at(600)) is None
 
 
-# -- placed ------------------------------------------------------------------------------------------------------
+# -- a staged gang's pods ---------------------------------------------------------------------------------------
 
 def pod(node="n1", subgroup=None, deleting=False, created=None, podgroup=PG):
     meta = {"labels": {keys.KAI_SUBGROUP_LABEL: subgroup} if subgroup else {},
@@ -145,18 +145,6 @@ def pod(node="n1", subgroup=None, deleting=False, created=None, podgroup=PG):
     if deleting:
         meta["deletionTimestamp"] = stamp(T0)
     return {"metadata": meta, "spec": {"nodeName": node} if node else {}}
-
-
-@pytest.mark.parametrize("pg, pods, expected", [
-    (podgroup(min_member=2), [pod(), pod()], True),
-    (podgroup(min_member=2), [pod(), pod(node=None)], False),
-    (podgroup(min_member=2), [pod(), pod(deleting=True)], False),
-    (podgroup(min_member=2), [], False),
-    (podgroup(subgroups=[("init", 1), ("node", 2)]), [pod(subgroup="init")], True),
-    (podgroup(subgroups=[("init", 1), ("node", 2)]), [pod(subgroup="node"), pod(node=None, subgroup="node")], False),
-], ids=["all-on-nodes", "one-pending", "one-terminating", "no-pods", "one-subgroup-placed", "no-subgroup-complete"])
-def test_a_wait_ends_when_kai_placed_the_gang_or_with_subgroups_one_stage_of_it(pg, pods, expected):
-    assert placed(gang.count(pg, pods)) is expected
 
 
 # -- a staged gang: the main wave's wait starts with its pods ---------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kai_fn.core import keys, objects, state
+from kai_fn.core.plan import Plan, PodSetSummary, StageSummary
 from kai_fn.core.reasons import Refusal
 from kai_fn.core.objects import stamp
 
@@ -320,8 +321,15 @@ def gang_pg(name: str = PG, kai: str | None = None) -> dict:
 
 
 def pods(bound: int, total: int = 2) -> list[dict]:
-    return [{"metadata": {"name": f"p{i}", "annotations": {keys.KAI_POD_GROUP_ANNOTATION: PG}},
+    return [{"metadata": {"name": f"p{i}", "annotations": {keys.KAI_POD_GROUP_ANNOTATION: PG},
+                          "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "job-node-0",
+                                               "uid": "j", "controller": True}]},
              "spec": {"nodeName": "n1"} if i < bound else {}} for i in range(total)]
+
+
+# The plan of the gang: 2 pods of the replicatedJob `node` (Job job-node-0) in PodGroup PG.
+PLAN = Plan(namespace="ns", trainjob="job", uid=UID, flavor="kai", stages=(StageSummary(PG, ("node",), 2, True),),
+            pod_sets=(PodSetSummary("node", 2, {}),))
 
 
 RELEASED_GANG = trainjob(), jobset(suspend=False, resumed=10, **PODGROUP)
@@ -329,6 +337,8 @@ FROM_PODS = {
     # name: (trainjob, jobset, the TrainJob's PodGroups, pods, expected phase, reason pattern)
     "every pod on a node, not yet marked: bound": (*RELEASED_GANG, [gang_pg()], pods(2), "bound", "every pod"),
     "one pod of two on a node: waiting": (*RELEASED_GANG, [gang_pg()], pods(1), "waiting", r"\(1 of minMember 2"),
+    "its PodGroup's minMember edited down to 1, one pod on a node: waiting, as planned": (
+        *RELEASED_GANG, [{**gang_pg(), "spec": {"minMember": 1}}], pods(1, total=1), "waiting", r"\(1 of minMember 2"),
     "its pods on nodes but its TrainJob suspended again: not bound": (
         trainjob(suspend=True), jobset(suspend=False, resumed=10, **PODGROUP), [gang_pg()], pods(2), "suspended",
         "gang made, left suspended"),
@@ -344,7 +354,7 @@ FROM_PODS = {
 @pytest.mark.parametrize("case", FROM_PODS, ids=list(FROM_PODS))
 def test_the_pods_and_kais_reasons_place_a_released_gang(case):
     job, js, podgroups, listed, phase, reason = FROM_PODS[case]
-    reading = state.read(job, js, podgroups, listed)
+    reading = state.read(job, js, podgroups, listed, plan=PLAN)
     assert reading.phase == phase and re.search(reason, reading.reason), reading
 
 

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from tests.builders import owned_by
+from tests.builders import owned_by, job_owner
 from tests.ce import ping, ref, resource, send
 from tests.conftest import JOBSET, KAI_PG, SP_PG, TRAINER, sample_object, seed
 from tests.function.test_function import NAME, NS, PG, UID, verbs
@@ -78,7 +78,8 @@ def pod(index: int, bound: bool, *, trainjob=NAME, podgroup=PG, rj="node", subgr
     if bound:
         spec["nodeName"] = f"gpu-node-{index}"
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": f"{trainjob}-{rj}-0-{index}", "namespace": NS, "labels": labels, "annotations": annotations},
+        "name": f"{trainjob}-{rj}-0-{index}", "namespace": NS, "labels": labels, "annotations": annotations,
+        "ownerReferences": job_owner(trainjob, rj)},
         "spec": spec}
 
 

@@ -11,7 +11,7 @@ import concurrent.futures
 
 import pytest
 
-from tests.builders import container, jobset_for, rjob, runtime, trainjob
+from tests.builders import container, jobset_for, rjob, runtime, trainjob, job_owner
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
 
@@ -46,6 +46,7 @@ def jobset_pod(rj: str, index: int, bound: bool) -> dict:
     spec = {"containers": [{"name": "node", "image": "x"}], **({"nodeName": f"gpu-{rj}-{index}"} if bound else {})}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": f"{NAME}-{rj}-0-{index}", "namespace": NS, "annotations": {"pod-group-name": PG},
+        "ownerReferences": job_owner(NAME, rj),
         "labels": {"jobset.sigs.k8s.io/jobset-name": NAME, "jobset.sigs.k8s.io/replicatedjob-name": rj}},
         "spec": spec}
 

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kai_fn.local.emulator import Emulator
 from kai_fn.local.process import FunctionProcess
+from tests.builders import job_owner
 from tests.ce import ping, send
 from tests.conftest import JOBSET, KAI_PG, sample_object, seed
 
@@ -48,7 +49,7 @@ def released(api, namespace: str = NS) -> set[str]:
 def pod(trainjob: str, podgroup: str, index: int, bound: bool) -> dict:
     spec = {"containers": [{"name": "node", "image": "busybox"}], **({"nodeName": f"gpu-node-{index}"} if bound else {})}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": f"{trainjob}-node-0-{index}", "namespace": NS,
+        "name": f"{trainjob}-node-0-{index}", "namespace": NS, "ownerReferences": job_owner(trainjob),
         "labels": {"jobset.sigs.k8s.io/jobset-name": trainjob, "jobset.sigs.k8s.io/replicatedjob-name": "node"},
         "annotations": {"pod-group-name": podgroup}}, "spec": spec}
 

@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from kai_fn.core import keys
+from tests.builders import job_owner
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
 
@@ -102,7 +103,7 @@ def kai_says(api, conditions=OVERLIMIT):
 
 def pod(i, node=None):
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{NAME}-node-0-{i}", "namespace": NS,
+            "metadata": {"name": f"{NAME}-node-0-{i}", "namespace": NS, "ownerReferences": job_owner(NAME),
                          "labels": {keys.JOBSET_NAME_LABEL: NAME}, "annotations": {keys.KAI_POD_GROUP_ANNOTATION: PG}},
             "spec": {"containers": [{"name": "node", "image": "pytorch"}], **({"nodeName": node} if node else {})}}
 
@@ -178,7 +179,8 @@ def test_an_overdue_gang_gets_one_schedule_timeout_event_with_kais_reasons_and_k
     api.reset_calls()  # the next ping: the wait timed out already, the timeout looks at nothing again
     assert send(function.url, ping()).status == 200
     assert writes(api) == []
-    assert calls(api) == [*LISTS, ("list", "pods")]  # the gang-status sweep's own look, no second one
+    # the gang-status sweep's own look (its pods, and its runtime for the plan they are counted against), no second one
+    assert calls(api) == [*LISTS, ("list", "pods"), ("get", "clustertrainingruntimes")]
 
 
 def test_a_wait_that_is_not_over_is_left_alone(api, function):
@@ -186,7 +188,8 @@ def test_a_wait_that_is_not_over_is_left_alone(api, function):
     jobset_runs(api, 30)
     api.reset_calls()
     assert send(function.url, ping()).status == 200
-    assert writes(api) == [] and calls(api) == [*LISTS, ("list", "pods")]  # the gang-status sweep's only
+    # the gang-status sweep's only look: its pods, and its runtime for the plan they are counted against
+    assert writes(api) == [] and calls(api) == [*LISTS, ("list", "pods"), ("get", "clustertrainingruntimes")]
 
 
 def test_until_jobsets_controller_reports_the_resume_the_wait_counts_from_kai_fns_release(api, function):
@@ -352,6 +355,7 @@ def test_a_bound_gang_the_gang_status_sweep_did_not_reach_is_still_never_suspend
 def staged_pod(rj, i, podgroup, node=None, created_ago=0):
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{BERT}-{rj}-0-{i}", "namespace": NS, "creationTimestamp": ago(created_ago),
+                         "ownerReferences": job_owner(BERT, rj),
                          "labels": {keys.JOBSET_NAME_LABEL: BERT}, "annotations": {keys.KAI_POD_GROUP_ANNOTATION: podgroup}},
             "spec": {"containers": [{"name": "node", "image": "pytorch"}], **({"nodeName": node} if node else {})}}
 

@@ -1,9 +1,11 @@
-"""kai_fn's marks are kai_fn's alone, on a real API server with knative/base's policies and RBAC (docs/security.md):
-the ValidatingAdmissionPolicy ``kai-fn-own-marks`` refuses every write of a ``kai-fn/*`` decision by a tenant (here a
-ServiceAccount allowed everything on TrainJobs, runtimes, JobSets and PodGroups in its namespace), and lets kai_fn's
-ServiceAccount, an operator bound to ``kai-fn-marks`` and cluster admins write them; the label the naming policy writes
-at a JobSet's CREATE is admitted only on a JobSet a TrainJob controls; the function, under its own token, still makes
-the gang of a named JobSet with both policies in place, writing nothing on the JobSet."""
+"""kai_fn's marks, and the spec of its PodGroups, are kai_fn's alone, on a real API server with knative/base's
+policies and RBAC (docs/security.md): the ValidatingAdmissionPolicy ``kai-fn-own-marks`` refuses every write of a
+``kai-fn/*`` decision, and every edit of the spec of a PodGroup kai_fn made but for the two fields KAI leaves to
+others, by a tenant (here a ServiceAccount allowed everything on TrainJobs, runtimes, JobSets and PodGroups in its
+namespace), lets through what KAI v0.17.0 writes on such a PodGroup, and lets kai_fn's ServiceAccount, an operator
+bound to ``kai-fn-marks`` and cluster admins write them; the label the naming policy writes at a JobSet's CREATE is
+admitted only on a JobSet a TrainJob controls; the function, under its own token, still makes the gang of a named
+JobSet with both policies in place, writing nothing on the JobSet."""
 from __future__ import annotations
 
 import copy
@@ -241,3 +243,64 @@ def test_the_function_under_its_own_token_makes_the_gang_of_a_named_jobset_with_
     name = f"pg-made-by-kai-fn-{job['metadata']['uid']}"
     pg = client.CustomObjectsApi(testbed.api).get_namespaced_custom_object(*KAI_PG, ns, "podgroups", name)
     assert pg["metadata"]["labels"][keys.MANAGED_BY_LABEL] == keys.MANAGED_BY
+
+
+def _patch_pg(api: client.ApiClient, ns: str, name: str, body: Any, *, json_patch: bool = False,
+              status: bool = False) -> dict[str, Any]:
+    objs = client.CustomObjectsApi(api)
+    kw = {"_content_type": "application/json-patch+json"} if json_patch else {}
+    patch = objs.patch_namespaced_custom_object_status if status else objs.patch_namespaced_custom_object
+    return patch(*KAI_PG, ns, "podgroups", name, body, **kw)
+
+
+# A tenant's edits of the spec of kai_fn's PodGroup (issue 39, attack 6): refused.
+SPEC_EDITS = {
+    "minMember down to 1": {"spec": {"minMember": 1}},
+    "another queue": {"spec": {"queue": "someone-elses"}},
+    "subgroups that ask for less": {"spec": {"subGroups": [{"name": "node", "minMember": 1}]}},
+    "minMember with markUnschedulable": {"spec": {"minMember": 1, "markUnschedulable": True}},
+}
+
+
+@pytest.mark.parametrize("edit", SPEC_EDITS.values(), ids=list(SPEC_EDITS))
+def test_a_tenant_may_not_edit_the_spec_of_kai_fns_podgroup(team: dict[str, Any], edit: dict[str, Any]):
+    ns, name = team["ns"], f"pg-spec-{list(SPEC_EDITS.values()).index(edit)}"
+    pg = _podgroup(name, {keys.MANAGED_BY_LABEL: keys.MANAGED_BY})
+    pg["spec"]["minMember"] = 4
+    client.CustomObjectsApi(team["kai-fn"]).create_namespaced_custom_object(*KAI_PG, ns, "podgroups", pg)
+    with pytest.raises(ApiException, match=r"\(403\)") as denied:
+        _patch_pg(team["tenant"], ns, name, edit)
+    assert POLICY in denied.value.body and "the spec of a PodGroup kai_fn made" in denied.value.body
+    live = client.CustomObjectsApi(team["admin"]).get_namespaced_custom_object(*KAI_PG, ns, "podgroups", name)
+    assert live["spec"]["minMember"] == 4 and live["spec"]["queue"] == "default-queue"
+
+
+def test_kais_own_writes_of_kai_fns_podgroup_pass_and_kai_fn_may_still_change_its_spec(team: dict[str, Any]):
+    """What KAI v0.17.0 writes on a PodGroup its podgrouper skips, as it writes it: the scheduler's JSON Patch of
+    its annotations and its status update, and the two spec fields its podgrouper leaves to external services. The
+    policy judges fields, not who writes them, so the tenant (allowed to write PodGroups) stands in for KAI."""
+    ns, name = team["ns"], "pg-kai-writes"
+    pg = _podgroup(name, {keys.MANAGED_BY_LABEL: keys.MANAGED_BY})
+    pg["spec"]["minMember"] = 4
+    client.CustomObjectsApi(team["kai-fn"]).create_namespaced_custom_object(*KAI_PG, ns, "podgroups", pg)
+    kai = team["tenant"]
+    _patch_pg(kai, ns, name, [{"op": "add", "path": "/metadata/annotations",
+                               "value": {"kai.scheduler/last-start-timestamp": "2026-12-05T09:00:00Z"}}],
+              json_patch=True)
+    _patch_pg(kai, ns, name, {"status": {"schedulingConditions": [{
+        "type": "UnschedulableOnNodePool", "nodePool": "default", "reason": "OverLimit", "status": "True",
+        "transitionID": "0", "lastTransitionTime": "2026-12-05T09:00:00Z", "message": "over its limit"}]}},
+              status=True)
+    _patch_pg(kai, ns, name, {"spec": {"markUnschedulable": True, "schedulingBackoff": 1}})
+    _patch_pg(team["kai-fn"], ns, name, {"spec": {"minMember": 5}})
+    live = client.CustomObjectsApi(team["admin"]).get_namespaced_custom_object(*KAI_PG, ns, "podgroups", name)
+    assert live["spec"] | {"queue": "default-queue"} == {"minMember": 5, "queue": "default-queue",
+                                                           "markUnschedulable": True, "schedulingBackoff": 1}
+    assert live["status"]["schedulingConditions"][0]["reason"] == "OverLimit"
+
+
+def test_a_tenant_may_edit_the_spec_of_its_own_podgroup(team: dict[str, Any]):
+    ns = team["ns"]
+    client.CustomObjectsApi(team["tenant"]).create_namespaced_custom_object(*KAI_PG, ns, "podgroups",
+                                                                           _podgroup("pg-its-own"))
+    assert _patch_pg(team["tenant"], ns, "pg-its-own", {"spec": {"minMember": 3}})["spec"]["minMember"] == 3
