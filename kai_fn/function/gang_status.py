@@ -46,6 +46,14 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     owner = owning_trainjob(podgroup)
     if objects.labels(podgroup).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY or owner is None:
         return Outcome("ignored", "not a PodGroup kai_fn made for a TrainJob", ns, pg_name, event.uid)
+    with session.cluster.locks.hold((ns, owner["name"])):  # after any pass of its TrainJob under way
+        return _report(event, session, settings, podgroup, owner)
+
+
+def _report(event: PodGroupEvent, session: Session, settings: Settings, podgroup: dict[str, Any],
+            owner: dict[str, Any]) -> Outcome:
+    """The look at a gang whose PodGroup kai_fn made, holding its TrainJob (:mod:`kai_fn.function.keylocks`)."""
+    ns, pg_name, recent = event.namespace, event.name, session.cluster.recent
     if reserving(podgroup):
         handed = hand_over(session, podgroup, owner)
         if handed is not None:
@@ -180,7 +188,8 @@ def sweep(session: Session, settings: Settings, entries: list[Entry]) -> dict[st
     tally: dict[str, int] = {}
     waiting = [e for e in entries if e.podgroup is not None and e.marks.settled() is None]
     for entry in session.cluster.take_turn("sweep", waiting, settings.resync_limit, creation_order):
-        result = tally_of("sweep", session, entry.trainjob, lambda e=entry: report_on(
-            session, settings, e.trainjob, e.podgroup or {}, e.marks.podgroup or "").result)
+        with session.cluster.locks.hold(entry.key):
+            result = tally_of("sweep", session, entry.trainjob, lambda e=entry: report_on(
+                session, settings, e.trainjob, e.podgroup or {}, e.marks.podgroup or "").result)
         tally[result] = tally.get(result, 0) + 1
     return tally

@@ -31,8 +31,9 @@ def check(session: Session, settings: Settings, entries: list[Entry], now: datet
                               lambda e=e: overdue(e.trainjob, e.marks, e.podgroup or {}, now), None)) is not None]
     due.sort(key=lambda d: d[0].deadline)
     for wait, entry in due[: settings.resync_limit]:
-        _count(tally, tally_of("timeout", session, entry.trainjob,
-                               lambda w=wait, e=entry: time_out(session, settings, w, e, now)))
+        with session.cluster.locks.hold(entry.key):
+            _count(tally, tally_of("timeout", session, entry.trainjob,
+                                   lambda w=wait, e=entry: time_out(session, settings, w, e, now)))
     left = max(len(due) - settings.resync_limit, 0)
     summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "none"
     return f"timeouts: {summary}" + (f"; {left} left for the next run" if left else "")

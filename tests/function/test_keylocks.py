@@ -40,3 +40,32 @@ def test_no_lock_is_kept_once_no_one_holds_or_waits_for_it():
     with locks.hold(("team-a", "x")), locks.hold(("team-a", "y")):
         assert len(locks) == 2
     assert len(locks) == 0
+
+
+def test_a_podgroup_event_waits_for_the_pass_of_its_trainjob_under_way(api, function, emulator):
+    """In process: the gang's status of a PodGroup event is looked at only once the pass holding its TrainJob ends
+    (on main it ran in the request thread beside the pass)."""
+    from kai_fn.function import events, gang_status
+    from kai_fn.function.cluster import Cluster
+    from kai_fn.settings import load
+    from tests.ce import resource, send
+    from tests.conftest import KAI_PG, TRAINER
+    from tests.function.test_named_at_admission import NAME, NS, seed_named
+
+    tj = seed_named(api)
+    assert send(function.url, resource(tj)).headers.get("X-Kai-Fn-Outcome") == "done"
+    (made,) = api.list(KAI_PG, "PodGroup", NS)
+    made["status"] = {"phase": "Pending"}
+    sample = resource(made, "update")
+    event = events.parse(sample.headers, sample.body)
+    settings = load(KUBECONFIG=emulator.kubeconfig)
+    cluster = Cluster.from_settings(settings, emulator.kubeconfig)
+    outcomes: list = []
+    with cluster.locks.hold((NS, NAME)):  # a pass of llama-finetune under way
+        looking = threading.Thread(target=lambda: outcomes.append(
+            gang_status.observe(event, cluster.session(), settings)))
+        looking.start()
+        looking.join(1.0)
+        assert looking.is_alive() and outcomes == []
+    looking.join(30)
+    assert [o.name for o in outcomes] == [NAME] and api.get(TRAINER, "TrainJob", NS, NAME) is not None
