@@ -446,3 +446,21 @@ def test_a_cluster_that_does_not_answer_is_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: cannot read the cluster: API unreachable")
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("setup, reason", [(_blocked_by_the_queue, r"^GangExceedsQueue: .*team-a-small"),
+                                           (_blocked_without_runtime, r"^RuntimeNotFound: ClusterTrainingRuntime")],
+                         ids=["refused by the queue pre-check", "refused: no runtime"])
+def test_a_refusal_outlasts_its_warning_status_still_says_blocked_and_release_held_leaves_it(
+        api, function, capsys, setup, reason):
+    """Events expire (an hour by default) and any writer may delete them: the refusal is kai_fn's decision on the
+    live objects, made again by each reader (kai_fn/commands/verdicts.py), never read back from its Warning."""
+    from tests.commands.test_release import REASON, release
+    name = setup(api, function.url)
+    for event in api.list("v1", "Event", NS):
+        api.delete("v1", "Event", NS, event["metadata"]["name"])
+    item = lines(api, capsys, "-n", NS)[name]
+    assert item["state"] == "blocked" and re.search(reason, item["reason"]), item
+    api.reset_calls()
+    code, out, _ = release(api, "--held", "-n", NS, "--yes", "--reason", REASON, capsys=capsys)
+    assert (code, api.writes()) == (0, []), out  # nothing held: the blocked one is not a candidate
