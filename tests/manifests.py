@@ -89,6 +89,7 @@ SETTINGS_DEFAULTS = {
     "KAI_FN_METRICS_PORT": "9095",
     "KAI_FN_THREADS": "8",
     "KAI_FN_REQUEST_SECONDS": "30",
+    "KAI_FN_RESYNC_BACKOFF_SECONDS": "60",
 }
 
 # The exact API calls kai_fn makes: (apiGroup, resource, verb).
