@@ -32,7 +32,13 @@ class Retry(Exception):
 class NotYet(Exception):
     """The work cannot be done yet, but a later event brings it (answered 2xx, outcome ``waiting``): the JobSet
     source sends the named JobSet the moment Trainer makes it, and the resync finds any named JobSet whose gang is
-    owed. A 503 instead would hold up every later event of the namespace for 3.1 s of the adapter's retries."""
+    owed. A 503 instead would hold up every later event of the namespace for 3.1 s of the adapter's retries.
+    ``token``: what it waits for, one of :mod:`kai_fn.core.decide`'s wait tokens (the outcome and the metric's label
+    take it, never the message)."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__(_WAITING.get(token, token))
+        self.token = token
 
 
 class Changed(Exception):

@@ -97,7 +97,7 @@ class Reconciler(Execution):
             why = status_body(refused.body).get("message") or str(refused)
             return self.warn(report.UNPROCESSABLE, f"the API server refused kai_fn's write: {str(why)[:400]}")
         except NotYet as wait:
-            return self.carry_out(decide.Wait(str(wait)))
+            return self.carry_out(decide.Wait(wait.token))
         except adopt.NotAdopted as taken:
             return self.not_adopted(taken)
 
