@@ -2,9 +2,9 @@
 the namespaces that opted in (:mod:`kai_fn.function.optin`) and nowhere else.
 
 Its LISTs, whatever the number of TrainJobs: at most one of Namespaces (by the opt-in label, cached for
-``optin.TTL_SECONDS``), then for each of the N opted-in namespaces one of TrainJobs and one of JobSets (namespaced:
-TrainJobs carry no label of kai_fn's, and a suspended JobSet owed its gang may carry none either), and one of kai_fn's
-PodGroups (label ``app.kubernetes.io/managed-by=kai-fn``): 2N + 2 at most, each read in pages
+``KAI_FN_NAMESPACE_CACHE_SECONDS``), then for each of the N opted-in namespaces one of TrainJobs and one of JobSets
+(namespaced: TrainJobs carry no label of kai_fn's, and a suspended JobSet owed its gang may carry none either), and
+one of kai_fn's PodGroups (label ``app.kubernetes.io/managed-by=kai-fn``): 2N + 2 at most, each read in pages
 (:mod:`kai_fn.kube.listing`). The gate's state lives on the JobSet and the gang's on its PodGroup
 (:mod:`kai_fn.core.state`), so no per-TrainJob read is needed to know what is owed.
 """

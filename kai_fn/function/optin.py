@@ -6,9 +6,9 @@ The sources and the admission policies select namespaces by that label; an event
 the pass and the PodGroup events ask :meth:`OptIn.opted_in` before any read of the object, and the resync, the
 catch-up (and so the sweep, the timeouts and the migration, which take the resync's entries) list only in
 :meth:`OptIn.names` (kai_fn/function/inventory.py). The labelled namespaces are read with one LIST (label selector)
-at most every ``TTL_SECONDS``, so a namespace that opts in or out is seen within that long; a LIST that fails keeps
-the last answer, and with none yet raises (nothing is done until kai_fn knows). The policy ``kai-fn-identity``
-refuses kai_fn's writes elsewhere anyway: this keeps the function from trying them.
+at most every ``KAI_FN_NAMESPACE_CACHE_SECONDS``, so a namespace that opts in or out is seen within that long; a
+LIST that fails keeps the last answer, and with none yet raises (nothing is done until kai_fn knows). The policy
+``kai-fn-identity`` refuses kai_fn's writes elsewhere anyway: this keeps the function from trying them.
 
 Two scopes, one inside the other: outside the labelled namespaces kai_fn does nothing at all; inside them but
 outside ``KAI_FN_NAMESPACES`` it makes no gang and only lets go what a policy of its own holds
@@ -27,7 +27,6 @@ from kai_fn.settings import Settings
 
 ENABLED_LABEL = keys.OPT_IN_LABEL
 SELECTOR = f"{ENABLED_LABEL}=true"
-TTL_SECONDS = 10.0
 
 
 def refusal(namespace: str) -> str:
@@ -40,11 +39,13 @@ class Lister(Protocol):
 
 
 class OptIn:
-    """Thread-safe; one per process. ``clock`` is monotonic seconds."""
+    """Thread-safe; one per process. ``ttl``: ``KAI_FN_NAMESPACE_CACHE_SECONDS`` unless told; ``clock`` is
+    monotonic seconds."""
 
-    def __init__(self, settings: Settings, *, ttl: float = TTL_SECONDS,
+    def __init__(self, settings: Settings, *, ttl: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.settings, self.ttl, self.clock = settings, ttl, clock
+        self.settings, self.clock = settings, clock
+        self.ttl = settings.namespace_cache_seconds if ttl is None else ttl
         self._names: frozenset[str] | None = None
         self._read_at = 0.0
         self._lock = threading.Lock()

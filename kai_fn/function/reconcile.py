@@ -50,7 +50,7 @@ def answer_without_a_read(event: TrainJobEvent, session: Session, settings: Sett
 
 def not_opted_in(event: TrainJobEvent, session: Session, optin: OptIn) -> Outcome | None:
     """The answer to an event whose namespace did not opt in (no read of the object, no write: kai_fn does nothing
-    there, whoever sent it), or None. Costs the opted-in namespaces' LIST at most every ``optin.TTL_SECONDS``."""
+    there, whoever sent it), or None. Costs the opted-in namespaces' LIST at most every ``KAI_FN_NAMESPACE_CACHE_SECONDS``."""
     if optin.opted_in(session, event.namespace):
         return None
     return Outcome("ignored", refusal(event.namespace), event.namespace, event.name, event.uid)
