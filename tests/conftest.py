@@ -128,6 +128,13 @@ def forgetful(functions: Functions) -> Iterator[None]:
     functions.forget()
 
 
+def resync_lists(opted: tuple[str, ...] = OPTED_IN) -> list[tuple[str, str]]:
+    """The resync's LISTs (kai_fn/function/inventory.py), the namespace cache off as in ``functions``: the opted-in
+    namespaces, then the TrainJobs and the JobSets of each, then kai_fn's PodGroups."""
+    return [("list", "namespaces"), *[("list", "trainjobs")] * len(opted), *[("list", "jobsets")] * len(opted),
+            ("list", "podgroups")]
+
+
 def opt_in_read(call: Any) -> bool:
     """The LIST of the opted-in namespaces: once per process and per TTL (kai_fn/function/optin.py), not the cost
     of the event that happened to make it."""

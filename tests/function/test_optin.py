@@ -2,11 +2,17 @@
 and ``KAI_FN_NAMESPACES`` narrows that, never widens it; the labelled namespaces are read at most every few seconds."""
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from kai_fn.function.optin import SELECTOR, OptIn
 from kai_fn.kube.errors import Transient
 from kai_fn.settings import load
+from tests.ce import ping, resource, send
+from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object
+from tests.function import test_gang_status as gang_status
+from tests.function.test_function import NAME, NS
 
 
 class Namespaces:
@@ -68,3 +74,120 @@ def test_a_failed_list_keeps_the_last_answer_and_without_one_nothing_is_done():
     assert cold.watches(cluster, "team-a") is True
     cluster.down, clock.now = True, clock.now + 60
     assert cold.watches(cluster, "team-a") is True and cold.watches(cluster, "team-b") is False
+
+
+# -- through the real function server, on the emulator ---------------------------------------------------------------
+# Each piece of work kai_fn does, in a namespace that opted in and in one that did not (issue 39, attack 4: a TrainJob
+# and its suspended JobSet where no one opted in, then the resync made pg-old-<uid> there). The gang is made in team-a
+# (opted in) and moved, with its TrainJob, JobSet and pods, to the namespace of the case, as if made there.
+
+JOINED, NEVER = "joined", "never-opted-in"
+PLACES = [  # (namespace, settings, whether kai_fn acts there)
+    (JOINED, {}, True),
+    (NEVER, {}, False),
+    (NEVER, {"KAI_FN_NAMESPACES": NEVER}, False),  # the allowlist narrows, never widens
+]
+PLACE_IDS = ["opted-in", "never-opted-in", "never-opted-in-but-listed"]
+
+
+@pytest.fixture
+def places(api):
+    api.opt_in(JOINED)
+    api.opt_in(NEVER, enabled=False)  # exists, as a namespace does, without the label
+    return api
+
+
+def moved(api, namespace: str) -> None:
+    """team-a's TrainJobs, JobSets, PodGroups and pods, moved to ``namespace`` (their uids and owners kept)."""
+    for api_version, kind in ((TRAINER, "TrainJob"), (JOBSET, "JobSet"), (KAI_PG, "PodGroup"), ("v1", "Pod")):
+        for obj in api.list(api_version, kind, NS):
+            api.delete(api_version, kind, NS, obj["metadata"]["name"])
+            obj["metadata"]["namespace"] = namespace
+            del obj["metadata"]["resourceVersion"]
+            api.put(obj)
+
+
+def held(api, url, uid):
+    """Submitted, its JobSet held by the policy, no event delivered: a pass is owed."""
+    gang_status.seed_held_llama(api, uid)
+
+
+def made(api, url, uid):
+    """Released by kai_fn: its gang made, its JobSet decided and running."""
+    gang_status.released(api, url, uid)
+
+
+def kai_cannot_place_it(api, url, uid):
+    made(api, url, uid)
+    gang_status.kai_says(api, gang_status.OVER_LIMIT, name=f"pg-{NAME}-{uid}")
+
+
+def placed(api, url, uid):
+    made(api, url, uid)
+    gang_status.place(api, 4, 4, podgroup=f"pg-{NAME}-{uid}")
+
+
+def overdue(api, url, uid):
+    """Released with a 60 s schedule timeout, its JobSet running for ten minutes, KAI unable to place it."""
+    runtime = sample_object("clustertrainingruntime-torch-kai")
+    runtime["spec"]["podGroupPolicy"] = {"kai": {"scheduleTimeoutSeconds": 60}}
+    assert send(url, resource(gang_status.seed_held_llama(api, uid, runtime))).headers["X-Kai-Fn-Outcome"] == "done"
+    js = api.get(JOBSET, "JobSet", NS, NAME)
+    js["status"] = {"conditions": [{"type": "Suspended", "status": "False", "reason": "ResumeJobs",
+                                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    api.put(js)
+    gang_status.kai_says(api, gang_status.OVER_LIMIT, name=f"pg-{NAME}-{uid}")
+
+
+def trainjob_event(api, ns, uid):
+    return resource(api.get(TRAINER, "TrainJob", ns, NAME))
+
+
+def jobset_event(api, ns, uid):
+    return resource(api.get(JOBSET, "JobSet", ns, NAME))
+
+
+def podgroup_event(api, ns, uid):
+    return resource(api.get(KAI_PG, "PodGroup", ns, f"pg-{NAME}-{uid}"), "update")
+
+
+def a_ping(api, ns, uid):
+    return ping()
+
+
+def gang_made(api, ns, uid):
+    return api.get(KAI_PG, "PodGroup", ns, f"pg-{NAME}-{uid}") is not None
+
+
+def reported(reason):
+    return lambda api, ns, uid: any(e["reason"] == reason for e in api.list("v1", "Event", ns))
+
+
+WORK = {  # what is there, what brings kai_fn to it, what it does where it acts
+    "the TrainJob's event": (held, trainjob_event, gang_made),
+    "its JobSet's event": (held, jobset_event, gang_made),
+    "a PodGroup's event": (kai_cannot_place_it, podgroup_event, reported("GangUnschedulable")),
+    "the resync": (held, a_ping, gang_made),
+    "the resync's sweep": (placed, a_ping, reported("GangBound")),
+    "a schedule timeout": (overdue, a_ping, reported("ScheduleTimeout")),
+}
+
+
+@pytest.mark.parametrize("work", WORK, ids=list(WORK))
+@pytest.mark.parametrize("ns, settings, acts", PLACES, ids=PLACE_IDS)
+def test_kai_fn_does_its_work_where_a_namespace_opted_in_and_nothing_at_all_elsewhere(places, functions, work, ns,
+                                                                                    settings, acts):
+    arrange, bring, done = WORK[work]
+    uid = str(uuid.uuid4())
+    arrange(places, functions().url, uid)  # in team-a, by the function with default settings
+    moved(places, ns)
+    url = functions(KAI_FN_HEARTBEAT_LEASE="", **settings).url
+    places.reset_calls()
+    answer = send(url, bring(places, ns, uid))
+    assert answer.status == 200
+    if acts:
+        assert done(places, ns, uid)
+    else:
+        assert not done(places, ns, uid) and places.writes() == []
+        assert [(c.verb, c.resource) for c in places.calls if c.namespace == ns] == []  # not even a read
+        assert bring is a_ping or answer.headers.get("X-Kai-Fn-Outcome") == "ignored"
