@@ -141,6 +141,17 @@ def opt_in_read(call: Any) -> bool:
     return (call.verb, call.resource) == ("list", "namespaces")
 
 
+def moved(api: Emulator, source: str, target: str) -> None:
+    """The TrainJobs, JobSets, PodGroups and pods of namespace ``source`` moved to ``target``, uids and owners kept: as
+    if made there."""
+    for api_version, kind in ((TRAINER, "TrainJob"), (JOBSET, "JobSet"), (KAI_PG, "PodGroup"), ("v1", "Pod")):
+        for obj in api.list(api_version, kind, source):
+            api.delete(api_version, kind, source, obj["metadata"]["name"])
+            obj["metadata"]["namespace"] = target
+            del obj["metadata"]["resourceVersion"]
+            api.put(obj)
+
+
 def sample_object(name: str) -> dict[str, Any]:
     return yaml.safe_load((REPO / "samples" / "cluster" / f"{name}.yaml").read_text())
 

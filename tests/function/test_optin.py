@@ -2,16 +2,20 @@
 and ``KAI_FN_NAMESPACES`` narrows that, never widens it; the labelled namespaces are read at most every few seconds."""
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
 
 from kai_fn.function.optin import SELECTOR, OptIn
 from kai_fn.kube.errors import Transient
+from kai_fn.local.process import FunctionProcess
 from kai_fn.settings import load
 from tests.ce import ping, resource, send
-from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object
+from tests.conftest import JOBSET, KAI_PG, OPTED_IN, TRAINER, moved, sample_object, seed
 from tests.function import test_gang_status as gang_status
+from tests.function import test_migration as migration
+from tests.function import test_resync_turns as resync_turns
 from tests.function.test_function import NAME, NS
 
 
@@ -97,16 +101,6 @@ def places(api):
     return api
 
 
-def moved(api, namespace: str) -> None:
-    """team-a's TrainJobs, JobSets, PodGroups and pods, moved to ``namespace`` (their uids and owners kept)."""
-    for api_version, kind in ((TRAINER, "TrainJob"), (JOBSET, "JobSet"), (KAI_PG, "PodGroup"), ("v1", "Pod")):
-        for obj in api.list(api_version, kind, NS):
-            api.delete(api_version, kind, NS, obj["metadata"]["name"])
-            obj["metadata"]["namespace"] = namespace
-            del obj["metadata"]["resourceVersion"]
-            api.put(obj)
-
-
 def held(api, url, uid):
     """Submitted, its JobSet held by the policy, no event delivered: a pass is owed."""
     gang_status.seed_held_llama(api, uid)
@@ -139,6 +133,12 @@ def overdue(api, url, uid):
     gang_status.kai_says(api, gang_status.OVER_LIMIT, name=f"pg-{NAME}-{uid}")
 
 
+def gated_earlier(api, url, uid):
+    """Suspended by the earlier TrainJob gate (kai_fn/function/migration.py), its JobSet suspended, no event."""
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
+         *migration.auto_suspended(NAME))
+
+
 def trainjob_event(api, ns, uid):
     return resource(api.get(TRAINER, "TrainJob", ns, NAME))
 
@@ -159,6 +159,10 @@ def gang_made(api, ns, uid):
     return api.get(KAI_PG, "PodGroup", ns, f"pg-{NAME}-{uid}") is not None
 
 
+def resumed(api, ns, uid):
+    return migration.released_legacy(api.get(TRAINER, "TrainJob", ns, NAME))
+
+
 def reported(reason):
     return lambda api, ns, uid: any(e["reason"] == reason for e in api.list("v1", "Event", ns))
 
@@ -170,6 +174,7 @@ WORK = {  # what is there, what brings kai_fn to it, what it does where it acts
     "the resync": (held, a_ping, gang_made),
     "the resync's sweep": (placed, a_ping, reported("GangBound")),
     "a schedule timeout": (overdue, a_ping, reported("ScheduleTimeout")),
+    "the migration": (gated_earlier, a_ping, resumed),
 }
 
 
@@ -180,7 +185,7 @@ def test_kai_fn_does_its_work_where_a_namespace_opted_in_and_nothing_at_all_else
     arrange, bring, done = WORK[work]
     uid = str(uuid.uuid4())
     arrange(places, functions().url, uid)  # in team-a, by the function with default settings
-    moved(places, ns)
+    moved(places, NS, ns)
     url = functions(KAI_FN_HEARTBEAT_LEASE="", **settings).url
     places.reset_calls()
     answer = send(url, bring(places, ns, uid))
@@ -191,3 +196,51 @@ def test_kai_fn_does_its_work_where_a_namespace_opted_in_and_nothing_at_all_else
         assert not done(places, ns, uid) and places.writes() == []
         assert [(c.verb, c.resource) for c in places.calls if c.namespace == ns] == []  # not even a read
         assert bring is a_ping or answer.headers.get("X-Kai-Fn-Outcome") == "ignored"
+
+
+@pytest.mark.parametrize("ns, acts", [(JOINED, True), (NEVER, False)], ids=["opted-in", "never-opted-in"])
+def test_the_catch_up_at_start_queues_what_is_owed_where_a_namespace_opted_in_and_nothing_elsewhere(places, tmp_path,
+                                                                                                   ns, acts):
+    uid = str(uuid.uuid4())
+    held(places, None, uid)
+    moved(places, NS, ns)
+    log = tmp_path / "function.log"
+    settings = {"KUBECONFIG": places.kubeconfig, **resync_turns.WORKED, "KAI_FN_HEARTBEAT_LEASE": ""}
+    with log.open("wb") as out, FunctionProcess(settings, log=out) as fn:
+        resync_turns.until_worked(fn.url, 1 if acts else 0, timeout=60)
+    (catch_up,) = resync_turns.log_lines(log, "catch-up")
+    assert (catch_up["owed"], catch_up["queued"]) == ((1, 1) if acts else (0, 0))
+    assert gang_made(places, ns, uid) is acts
+    assert acts or (places.writes(), [c for c in places.calls if c.namespace == ns]) == ([], [])
+
+
+def test_a_namespace_that_opts_out_is_left_once_the_namespace_cache_is_older(places, functions):
+    fn = functions(KAI_FN_NAMESPACE_CACHE_SECONDS="0.5", KAI_FN_HEARTBEAT_LEASE="")
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
+    held(places, fn.url, first)
+    moved(places, NS, JOINED)
+    assert send(fn.url, trainjob_event(places, JOINED, first)).headers["X-Kai-Fn-Outcome"] == "done"
+    assert gang_made(places, JOINED, first)
+    places.opt_in(JOINED, enabled=False)  # kubectl label namespace joined kai-fn.io/enabled-
+    held(places, fn.url, second)
+    moved(places, NS, JOINED)
+    time.sleep(0.6)
+    places.reset_calls()
+    answer = send(fn.url, trainjob_event(places, JOINED, second))
+    assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "ignored")
+    assert send(fn.url, ping()).status == 200
+    assert not gang_made(places, JOINED, second) and places.writes() == []
+    assert [c for c in places.calls if c.namespace == JOINED] == []
+
+
+def test_the_resync_lists_trainjobs_and_jobsets_in_each_opted_in_namespace_and_the_rest_by_label(places, functions):
+    held(places, None, str(uuid.uuid4()))
+    moved(places, NS, NEVER)  # something to find there, were it looked at
+    fn = functions(KAI_FN_HEARTBEAT_LEASE="")
+    places.reset_calls()
+    assert send(fn.url, ping()).status == 200
+    lists = [(c.resource, c.namespace, c.query.get("labelSelector")) for c in places.calls if c.verb == "list"]
+    opted = sorted({*OPTED_IN, JOINED})
+    assert lists == [("namespaces", None, SELECTOR), *(("trainjobs", ns, None) for ns in opted),
+                     *(("jobsets", ns, None) for ns in opted), ("podgroups", None, "app.kubernetes.io/managed-by=kai-fn")]
+    assert places.writes() == []
