@@ -188,7 +188,7 @@ class App:
                     return Delivery(202, "accepted: reconciled right after this answer", "accepted",
                                     fields | {"api_calls": session.calls})
                 if outcome is None:
-                    outcome = reconcile.reconcile(event, session, self.settings, self.optin)
+                    outcome = reconcile.pass_of(event, session, self.settings)
         except (Transient, reconcile.Retry) as error:
             return Delivery(503, str(error), "retry", fields | {"api_calls": session.calls})
         return Delivery(200, outcome.reason, outcome.result, fields | _outcome_fields(outcome, session, fields),
