@@ -300,7 +300,7 @@ def test_pings_that_arrive_while_a_resync_runs_join_it(api, functions):
         t.join(60)
     api.faults = None
     assert [a.status for a in answers] == [200] * 5
-    assert verbs(api).count(("list", "trainjobs")) == 1
+    assert [(c.verb, c.resource, c.namespace) for c in api.calls].count(("list", "trainjobs", NS)) == 1  # one resync
 
 
 def joined(url: str) -> float:
