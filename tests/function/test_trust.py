@@ -15,7 +15,7 @@ from kai_fn.local.emulator import Fault
 from tests.builders import owned_by
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
-from tests.function.test_function import NAME, NS, PG, events_of, llama_jobset, seed_llama, verbs
+from tests.function.test_function import NAME, NS, PG, events_of, llama_jobset, seed_llama
 from tests.function.test_gang_status import pod, released
 from tests.function.test_heartbeat import lease
 from tests.function.test_metrics import key, scrape
