@@ -172,7 +172,8 @@ class App:
         try:
             if isinstance(event, events.Resync):
                 offer = self.offer if self.work is not None else None
-                work, outcome = "resync", self.resyncs.run(lambda: resync.resync(session, self.settings, self.optin, offer))
+                work, outcome = "resync", self.resyncs.run(
+                    lambda: resync.resync(session, self.settings, self.optin, offer))
             elif isinstance(event, events.PodGroupEvent):
                 fields |= {"kind": "PodGroup", "namespace": event.namespace, "podgroup": event.name,
                            "mode": event.mode}
