@@ -31,6 +31,11 @@ def held_llama(testbed: LiveCluster, namespace: str) -> tuple[dict[str, Any], di
     return made, jobset
 
 
+def writers(obj: dict[str, Any]) -> set[str]:
+    """Who wrote the object, but JobSet's controller (its status): kai_fn writes as ``keys.FIELD_MANAGER``."""
+    return {entry["manager"] for entry in obj["metadata"].get("managedFields") or []} - {"launcher"}
+
+
 def kai_fns_podgroups(testbed: LiveCluster, namespace: str) -> list[dict[str, Any]]:
     return client.CustomObjectsApi(testbed.api).list_namespaced_custom_object(
         *PODGROUPS, namespace, "podgroups", label_selector=f"{keys.MANAGED_BY_LABEL}={keys.MANAGED_BY}")["items"]
@@ -52,9 +57,11 @@ def test_the_function_under_its_own_account_acts_where_a_namespace_opted_in_and_
         assert after["metadata"]["annotations"][keys.MARKER_PODGROUP]
         assert kai_fns_podgroups(testbed, never) == []
         untouched = objs.get_namespaced_custom_object(*JOBSETS, never, "jobsets", never_set["metadata"]["name"])
-        assert untouched["metadata"]["resourceVersion"] == never_set["metadata"]["resourceVersion"]
         live = objs.get_namespaced_custom_object(*TRAINER, never, "trainjobs", never_tj["metadata"]["name"])
-        assert live["metadata"]["resourceVersion"] == never_tj["metadata"]["resourceVersion"]
+        assert untouched["spec"]["suspend"] is True and untouched["metadata"]["labels"][keys.HELD_LABEL] == "true"
+        assert writers(untouched) == writers(never_set) and writers(live) == writers(never_tj)  # JobSet's own status
+        events = client.CoreV1Api(testbed.api).list_namespaced_event(never).items
+        assert [e.reason for e in events if e.reporting_component == keys.MANAGED_BY] == []
     finally:
         for namespace in (joined, never):
             client.CoreV1Api(testbed.api).delete_namespace(namespace)
