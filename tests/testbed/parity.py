@@ -124,7 +124,7 @@ class LiveBackend:
             kubeconfig = token_kubeconfig(self.testbed, tmp)
             self.running[key] = self.stack.enter_context(FunctionProcess(
                 {"KUBECONFIG": str(kubeconfig), "KAI_FN_RUNTIME_CACHE_SECONDS": "0", "KAI_FN_BACKGROUND_WORKERS": "0",
-                 **settings}))
+                 "KAI_FN_NAMESPACE_CACHE_SECONDS": "0", **settings}))  # each scenario's namespace is new
         return self.running[key].url
 
     def cleanup(self, namespace: str, tag: str) -> None:
