@@ -57,15 +57,27 @@ def test_kai_fn_acts_only_where_a_namespace_opted_in_and_the_allowlist_narrows(a
     assert optin.watches(Namespaces("team-a"), namespace) is acts
 
 
-def test_the_labelled_namespaces_are_read_once_per_ttl_and_a_change_is_seen_after_it():
+def test_an_opted_in_namespace_is_read_once_per_ttl_and_an_opt_out_is_seen_after_it():
+    clock, cluster = Clock(), Namespaces("team-a", "team-b")
+    optin = OptIn(load(), ttl=10, clock=clock)
+    assert [optin.watches(cluster, "team-b") for _ in range(20)] == [True] * 20 and cluster.calls == 1
+    cluster.labelled.remove("team-b")
+    clock.now += 9.9
+    assert optin.watches(cluster, "team-b") is True and cluster.calls == 1
+    clock.now += 0.1
+    assert optin.watches(cluster, "team-b") is False and cluster.calls == 2
+
+
+def test_a_namespace_that_opts_in_is_seen_within_a_second_and_events_naming_others_cost_a_list_a_second_at_most():
     clock, cluster = Clock(), Namespaces("team-a")
     optin = OptIn(load(), ttl=10, clock=clock)
-    assert [optin.watches(cluster, "team-b") for _ in range(20)] == [False] * 20
+    assert [optin.watches(cluster, f"other-{i}") for i in range(20)] == [False] * 20 and cluster.calls == 1
     cluster.labelled.append("team-b")
-    clock.now += 9.9
+    clock.now += 0.9
     assert optin.watches(cluster, "team-b") is False and cluster.calls == 1
     clock.now += 0.1
     assert optin.watches(cluster, "team-b") is True and cluster.calls == 2
+    assert optin.watches(cluster, "team-a") is True and cluster.calls == 2
 
 
 def test_a_failed_list_keeps_the_last_answer_and_without_one_nothing_is_done():
