@@ -31,7 +31,9 @@ _JOBSET = _yaml("jobset-llama-finetune")
 
 
 def seed_cluster(api: Emulator) -> None:
-    """The runtimes and Queues every run needs (the function reads both: the Queues for its queue pre-check)."""
+    """The namespace, opted in, and the runtimes and Queues every run needs (the function reads both: the Queues
+    for its queue pre-check)."""
+    api.opt_in(NAMESPACE)
     for name in ("clustertrainingruntime-torch-kai", "clustertrainingruntime-torch",
                  "queue-default-parent", "queue-team-a"):
         api.put(_yaml(name))

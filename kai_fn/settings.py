@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     resume: bool = Field(True, alias="KAI_FN_RESUME")
     namespaces: Annotated[tuple[str, ...], NoDecode] = Field((), alias="KAI_FN_NAMESPACES")
     runtime_cache_seconds: float = Field(30.0, ge=0, alias="KAI_FN_RUNTIME_CACHE_SECONDS")
+    # How old the list of opted-in namespaces may be (kai_fn/function/optin.py): a namespace that opts in or out is
+    # seen within this long; 0: read again for each piece of work.
+    namespace_cache_seconds: float = Field(10.0, ge=0, alias="KAI_FN_NAMESPACE_CACHE_SECONDS")
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, alias="KAI_FN_MAX_BODY_BYTES")
     api_timeout_seconds: float = Field(5.0, gt=0, alias="KAI_FN_API_TIMEOUT_SECONDS")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="KAI_FN_LOG_LEVEL")

@@ -50,10 +50,17 @@ def emulator() -> Iterator[Emulator]:
         yield api
 
 
+# The namespaces the emulator tiers' tests work in, labelled kai-fn.io/enabled=true as an administrator opts one in:
+# kai_fn acts nowhere else (kai_fn/function/optin.py). A test that works in another opts it in (Emulator.opt_in), and
+# one that needs a namespace that did not opt in names one not here.
+OPTED_IN = ("team-a", "team-b", "ns", "rel-fuzz")
+
+
 @pytest.fixture
 def api(emulator: Emulator) -> Iterator[Emulator]:
-    """The emulator, empty, with no faults and an empty request log."""
+    """The emulator with only the opted-in namespaces (``OPTED_IN``), no faults and an empty request log."""
     _wipe(emulator)
+    emulator.opt_in(*OPTED_IN)
     yield emulator
     emulator.faults = None
     _wipe(emulator)
@@ -78,8 +85,10 @@ class Functions:
     def __call__(self, **settings: str) -> FunctionProcess:
         # Each answer says how its event's work went: the per-delivery contract these tiers test. The workers that
         # answer first and work after (KAI_FN_BACKGROUND_WORKERS, on in knative/base) have test_background_work.py.
+        # The opted-in namespaces are read afresh for each piece of work: the processes outlive a test, and the next
+        # test may opt in a namespace of its own.
         env = {"KAI_FN_RUNTIME_CACHE_SECONDS": "0", "KAI_FN_API_TIMEOUT_SECONDS": "1", "KAI_FN_BACKGROUND_WORKERS": "0",
-               **settings}
+               "KAI_FN_NAMESPACE_CACHE_SECONDS": "0", **settings}
         key = tuple(sorted(env.items()))
         if key not in self.running:
             self.running[key] = FunctionProcess({"KUBECONFIG": self.emulator.kubeconfig, **env}).start()
@@ -105,8 +114,8 @@ def functions(emulator: Emulator) -> Iterator[Functions]:
 
 @pytest.fixture
 def function(functions: Functions, api: Emulator) -> FunctionProcess:
-    """The function with default settings (but no runtime cache, a 1 s API timeout, and every event reconciled
-    before its answer), on an empty cluster."""
+    """The function with default settings (but no runtime or namespace cache, a 1 s API timeout, and every event
+    reconciled before its answer), on an empty cluster."""
     return functions()
 
 
@@ -117,6 +126,30 @@ def forgetful(functions: Functions) -> Iterator[None]:
     functions.forget()
     yield
     functions.forget()
+
+
+def resync_lists(opted: tuple[str, ...] = OPTED_IN) -> list[tuple[str, str]]:
+    """The resync's LISTs (kai_fn/function/inventory.py), the namespace cache off as in ``functions``: the opted-in
+    namespaces, then the TrainJobs and the JobSets of each, then kai_fn's PodGroups."""
+    return [("list", "namespaces"), *[("list", "trainjobs")] * len(opted), *[("list", "jobsets")] * len(opted),
+            ("list", "podgroups")]
+
+
+def opt_in_read(call: Any) -> bool:
+    """The LIST of the opted-in namespaces: once per process and per TTL (kai_fn/function/optin.py), not the cost
+    of the event that happened to make it."""
+    return (call.verb, call.resource) == ("list", "namespaces")
+
+
+def moved(api: Emulator, source: str, target: str) -> None:
+    """The TrainJobs, JobSets, PodGroups and pods of namespace ``source`` moved to ``target``, uids and owners kept: as
+    if made there."""
+    for api_version, kind in ((TRAINER, "TrainJob"), (JOBSET, "JobSet"), (KAI_PG, "PodGroup"), ("v1", "Pod")):
+        for obj in api.list(api_version, kind, source):
+            api.delete(api_version, kind, source, obj["metadata"]["name"])
+            obj["metadata"]["namespace"] = target
+            del obj["metadata"]["resourceVersion"]
+            api.put(obj)
 
 
 def sample_object(name: str) -> dict[str, Any]:

@@ -71,6 +71,7 @@ SETTINGS_DEFAULTS = {
     "KAI_FN_RESUME": "true",
     "KAI_FN_NAMESPACES": "",
     "KAI_FN_RUNTIME_CACHE_SECONDS": "30",
+    "KAI_FN_NAMESPACE_CACHE_SECONDS": "10",
     "KAI_FN_MAX_BODY_BYTES": "4194304",
     "KAI_FN_API_TIMEOUT_SECONDS": "5",
     "KAI_FN_LOG_LEVEL": "INFO",
@@ -103,6 +104,7 @@ COMMON_TRIPLES = {
     ("jobset.x-k8s.io", "jobsets", "patch"),  # the one patch that decides a held JobSet
     ("jobset.x-k8s.io", "jobsets", "list"),  # resync: the held JobSets
     ("", "events", "create"),
+    ("", "namespaces", "list"),  # which opted in (kai_fn/function/optin.py), by the label kai-fn.io/enabled=true
     ("", "pods", "list"),  # the gang's status: are its pods on nodes?
     ("authentication.k8s.io", "tokenreviews", "create"),  # KAI_FN_AUDIENCE set (knative/base sets it)
     ("coordination.k8s.io", "leases", "patch"),  # the resync's heartbeat, its one Lease (a Role, resourceNames)

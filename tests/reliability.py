@@ -133,8 +133,10 @@ def runtimes(namespace: str) -> list[dict[str, Any]]:
 
 
 def plant(api: Emulator, jobs: list[Job]) -> int:
-    """Seed runtimes and jobs; keep the stored copies on each Job; return the first resourceVersion seeded."""
+    """Seed the jobs' namespaces (opted in), runtimes and jobs; keep the stored copies on each Job; return the first
+    resourceVersion seeded."""
     namespaces = sorted({j.namespace for j in jobs})
+    api.opt_in(*namespaces)
     stored = seed(api, *[rt for ns in namespaces for rt in runtimes(ns)],
                   sample_object("queue-default-parent"), sample_object("queue-team-a"))
     since = min(int(o["metadata"]["resourceVersion"]) for o in stored)

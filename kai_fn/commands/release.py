@@ -11,7 +11,9 @@ released-by-operator`` (so kai_fn, back, leaves it alone), the hold's label remo
 kubeconfig's user, by a SelfSubjectReview), why (``--reason``) and what was done.
 
 By name it releases a ``held`` or ``blocked`` TrainJob and refuses any other in one line; ``--held`` (with ``-n`` or
-``-A``) releases every ``held`` one, never a ``blocked`` one (kai_fn refused those for a reason: name them).
+``-A``) releases every ``held`` one, never a ``blocked`` one (kai_fn refused those for a reason: name them). Either
+way, one in a namespace that did not opt in (``kai-fn.io/enabled=true``) is refused in one line naming it: kai_fn
+makes nothing there, and neither does its command (a GET of each namespace, with the operator's credentials).
 
 Exit 0: every TrainJob asked for was released (with ``--held``: also when none is held). 1: nothing was written
 because ``--yes`` is missing (what would be released is printed), or one was refused, could not be planned or changed
@@ -112,6 +114,23 @@ def held(session: ApiSession, settings: Settings, namespace: str | None) -> list
     return [Candidate(obj, r) for obj, r in survey.entries(session, settings, namespace) if r.phase is Phase.HELD]
 
 
+def opted_in(session: ApiSession, candidates: list[Candidate]) -> tuple[list[Candidate], list[str]]:
+    """The candidates whose namespace opted in, and one line for each of the others (one GET per namespace)."""
+    answers: dict[str, bool] = {}
+    kept, refused = [], []
+    for candidate in candidates:
+        namespace, name = candidate.reading.namespace, candidate.reading.name
+        if namespace not in answers:
+            found = session.namespace(namespace)
+            answers[namespace] = objects.labels(found).get(keys.OPT_IN_LABEL) == "true" if found else False
+        if answers[namespace]:
+            kept.append(candidate)
+        else:
+            refused.append(f"{visible(f'{namespace}/{name}')}: namespace {visible(namespace)} has not opted in "
+                           f"({keys.OPT_IN_LABEL}=true); nothing released")
+    return kept, refused
+
+
 def release_one(session: ApiSession, settings: Settings, candidate: Candidate, user: str, reason: str) -> Released:
     """The gang made (a JobSet named at admission, or none yet), or one guarded patch of a held JobSet; then the
     Event."""
@@ -200,6 +219,8 @@ def run(refs: list[str], all_held: bool, namespace: str | None, everywhere: bool
             candidates, refused = held(session, settings, namespace), list[str]()
         else:
             candidates, refused = named(session, settings, refs)
+        candidates, elsewhere = opted_in(session, candidates)
+        refused += elsewhere
         listing = table([[c.reading.namespace, c.reading.name, c.reading.phase, age(c.reading.age(now)),
                           c.reading.reason] for c in candidates], ["NAMESPACE", "NAME", "STATE", "SINCE", "REASON"],
                         indent="  ")

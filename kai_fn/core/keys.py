@@ -53,6 +53,7 @@ SP_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 # kai_fn's own keys
+OPT_IN_LABEL = "kai-fn.io/enabled"  # on a Namespace, "true": kai_fn acts there, and nowhere else
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kai-fn"
 TRAINJOB_NAME_LABEL = "kai-fn/trainjob"

@@ -22,12 +22,13 @@ from kai_fn.function.cluster import Session
 from kai_fn.function.events import PodGroupEvent
 from kai_fn.function.inventory import creation_order
 from kai_fn.function.isolate import tally_of
+from kai_fn.function.optin import OptIn, refusal
 from kai_fn.function.report import Outcome
 from kai_fn.settings import Settings
 from kai_fn.kube.events import event_body
 
 
-def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outcome:
+def observe(event: PodGroupEvent, session: Session, settings: Settings, optin: OptIn) -> Outcome:
     """One PodGroup update: a PodGroup GET, then at most a TrainJob GET, a pod list and an Event (plus the bound
     mark). The event only says which PodGroup to look at: what is reported comes from the PodGroup as the API server
     returns it to kai_fn, so a forged or stale body can skip a look but never make a report."""
@@ -40,6 +41,8 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings) -> Outco
     recent = session.cluster.recent
     if recent.is_bound(event.uid):
         return Outcome("skipped", "already bound", ns, pg_name, event.uid, pg_name)
+    if not optin.opted_in(session, ns):
+        return Outcome("ignored", refusal(ns), ns, pg_name, event.uid)
     podgroup = session.podgroup(hint.get("apiVersion") or keys.KAI_PODGROUP_API, ns, pg_name)
     if podgroup is None:
         return Outcome("ignored", "the PodGroup no longer exists", ns, pg_name, event.uid)

@@ -23,6 +23,7 @@ import flask
 from kai_fn.function import events, gang_status, inventory, metrics, reconcile, resync
 from kai_fn.function.auth import Authenticator, Denied
 from kai_fn.function.cluster import Cluster, Session
+from kai_fn.function.optin import OptIn
 from kai_fn.kube import Transient
 from kai_fn.function.report import Outcome, configure_logging, log
 from kai_fn.settings import Settings, load
@@ -33,12 +34,14 @@ DRAIN_SECONDS = 20  # after SIGTERM's answers (kai_fn.function.serve, 10 s at mo
 
 
 class App:
-    """Settings and the one API client of this process, both made at start-up so a bad one stops it there."""
+    """Settings and the one API client of this process, both made at start-up so a bad one stops it there; and the
+    one :class:`OptIn`, the namespaces it may act in, which every event, the resync and the catch-up ask."""
 
     def __init__(self, settings: Settings | None = None, cluster: Cluster | None = None) -> None:
         self.settings = settings or load()
         configure_logging(self.settings.log_level)
         self.cluster = cluster or Cluster.from_settings(self.settings)
+        self.optin = OptIn(self.settings)
         self.auth = Authenticator(self.settings.audience, self.settings.senders) if self.settings.audience else None
         self.work: WorkQueue | None = None
         self.resyncs = resync.OneAtATime()
@@ -69,7 +72,7 @@ class App:
     def _catch_up(self) -> None:
         session = self.cluster.session()
         try:
-            entries = inventory.take(session, self.settings)
+            entries = inventory.take(session, self.settings, self.optin)
         except Exception as error:  # the API not reachable yet (or a bug, hence the traceback): the first ping does it
             log.warning("catch-up", exc_info=error, extra={"fields": {"outcome": "retry", "reason": str(error)[:200]}})
             metrics.CATCH_UP.labels("retry").inc()
@@ -171,21 +174,24 @@ class App:
         try:
             if isinstance(event, events.Resync):
                 offer = self.offer if self.work is not None else None
-                work, outcome = "resync", self.resyncs.run(lambda: resync.resync(session, self.settings, offer))
+                work, outcome = "resync", self.resyncs.run(
+                    lambda: resync.resync(session, self.settings, self.optin, offer))
             elif isinstance(event, events.PodGroupEvent):
                 fields |= {"kind": "PodGroup", "namespace": event.namespace, "podgroup": event.name,
                            "mode": event.mode}
-                work, outcome = "gang_status", gang_status.observe(event, session, self.settings)
+                work, outcome = "gang_status", gang_status.observe(event, session, self.settings, self.optin)
                 fields |= {"name": outcome.name, "uid": outcome.uid}
             else:
                 fields |= {"kind": event.via, "namespace": event.namespace, "name": event.name, "uid": event.uid,
                            "mode": event.mode}
                 work, outcome = "trainjob", reconcile.answer_without_a_read(event, session, self.settings)
+                if outcome is None:
+                    outcome = reconcile.not_opted_in(event, session, self.optin)
                 if outcome is None and self.offer(event):
                     return Delivery(202, "accepted: reconciled right after this answer", "accepted",
                                     fields | {"api_calls": session.calls})
                 if outcome is None:
-                    outcome = reconcile.reconcile(event, session, self.settings)
+                    outcome = reconcile.pass_of(event, session, self.settings)
         except (Transient, reconcile.Retry) as error:
             return Delivery(503, str(error), "retry", fields | {"api_calls": session.calls})
         return Delivery(200, outcome.reason, outcome.result, fields | _outcome_fields(outcome, session, fields),
@@ -202,7 +208,7 @@ class App:
             "uid": event.uid, "mode": event.mode, "attempt": item.attempt,
             "waited_ms": round((time.monotonic() - item.queued_at) * 1000, 1)}
         try:
-            outcome = reconcile.reconcile(event, session, self.settings)
+            outcome = reconcile.reconcile(event, session, self.settings, self.optin)
         except (Transient, reconcile.Retry) as error:
             _log_work(fields | {"outcome": "retry", "reason": str(error), "api_calls": session.calls}, started)
             raise Again() from None

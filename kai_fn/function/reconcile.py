@@ -28,10 +28,11 @@ from kai_fn.function.cluster import Session
 from kai_fn.function.events import TrainJobEvent, Via
 from kai_fn.function.execute import Changed, Execution, NotYet, Retry
 from kai_fn.function.isolate import apart
+from kai_fn.function.optin import OptIn, refusal
 from kai_fn.function.report import Outcome
 from kai_fn.settings import Settings
 
-__all__ = ["Reconciler", "Retry", "NotYet", "answer_without_a_read", "reconcile", "now"]
+__all__ = ["Reconciler", "Retry", "NotYet", "answer_without_a_read", "not_opted_in", "pass_of", "reconcile", "now"]
 
 _PATCH_ATTEMPTS = 3
 
@@ -48,12 +49,28 @@ def answer_without_a_read(event: TrainJobEvent, session: Session, settings: Sett
     return None
 
 
-def reconcile(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
+def not_opted_in(event: TrainJobEvent, session: Session, optin: OptIn) -> Outcome | None:
+    """The answer to an event whose namespace did not opt in (no read of the object, no write: kai_fn does nothing
+    there, whoever sent it), or None. Costs the opted-in namespaces' LIST at most every
+    ``KAI_FN_NAMESPACE_CACHE_SECONDS``."""
+    if optin.opted_in(session, event.namespace):
+        return None
+    return Outcome("ignored", refusal(event.namespace), event.namespace, event.name, event.uid)
+
+
+def reconcile(event: TrainJobEvent, session: Session, settings: Settings, optin: OptIn) -> Outcome:
     """One TrainJob's pass, planned from the TrainJob as the API server returns it to kai_fn: read now, or listed
     by the resync a moment ago. An event's body, authenticated or not, never decides a gang. How it ended sets the
     TrainJob's back-off from the resync (:mod:`kai_fn.function.backoff`); a pass the API failed is no refusal."""
     if (answer := answer_without_a_read(event, session, settings)) is not None:
         return answer
+    if (answer := not_opted_in(event, session, optin)) is not None:
+        return answer
+    return pass_of(event, session, settings)
+
+
+def pass_of(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
+    """The pass, once :func:`answer_without_a_read` and :func:`not_opted_in` let the event through."""
     obj = event.object if event.via is Via.RESYNC else None
     if obj is None:
         obj = session.trainjob(event.namespace, event.name)

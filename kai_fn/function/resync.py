@@ -5,7 +5,9 @@ replayed nothing, a pass ran out of tries, the function was down), JobSets an ea
 not yet known to be bound (binding changes no PodGroup, so no event says it), and overdue schedule timeouts. Owed
 passes go to the work queue all at once (bounded by the queue's capacity, not by a count per ping; a refused or
 failing TrainJob only once its back-off is over, :mod:`kai_fn.function.backoff`); without one,
-``KAI_FN_RESYNC_LIMIT`` are reconciled here, in turn. A resync that got this far renews the heartbeat.
+``KAI_FN_RESYNC_LIMIT`` are reconciled here, in turn. A resync that got this far renews the heartbeat. It sees only
+the namespaces that opted in (:func:`kai_fn.function.inventory.take`), and so do the sweep, the migration and the
+timeouts, which take its entries.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from kai_fn.function.cluster import Session
 from kai_fn.kube import Transient
 from kai_fn.function.events import TrainJobEvent, Via
 from kai_fn.function.isolate import tally_of
+from kai_fn.function.optin import OptIn
 from kai_fn.function.reconcile import Reconciler, Retry, now
 from kai_fn.function.report import Outcome
 from kai_fn.settings import Settings
@@ -67,9 +70,9 @@ def as_event(entry: Entry) -> TrainJobEvent:
                          (entry.trainjob.get("metadata") or {}).get("uid"), entry.trainjob, via=Via.RESYNC)
 
 
-def resync(session: Session, settings: Settings, offer: Offer | None = None) -> Outcome:
+def resync(session: Session, settings: Settings, optin: OptIn, offer: Offer | None = None) -> Outcome:
     moment = now()
-    entries = inventory.take(session, settings)
+    entries = inventory.take(session, settings, optin)
     backoff = session.cluster.backoff
     if backoff.any() and settings.flavor == "kai":
         with contextlib.suppress(Transient):  # read to lift the back-offs when a Queue changed (from the cache)

@@ -206,6 +206,10 @@ class ApiSession:
         """Namespaces by label: the ones that opted in (kai_fn/function/optin.py)."""
         return self._list("v1", "namespaces", None, selector)
 
+    def namespace(self, name: str) -> dict[str, Any] | None:
+        """One Namespace (the commands ask whether it opted in before they write there); None when it does not exist."""
+        return self._get("v1", "namespaces", None, name)
+
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get("v1", "pods", namespace, name)
 

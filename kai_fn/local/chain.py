@@ -402,8 +402,8 @@ def _function_env(api: client.ApiClient, objs: list[dict[str, Any]], kubeconfig:
         "contexts": [{"name": "kai-fn", "context": {"cluster": "testbed", "user": "kai-fn"}}],
     }))
     env = {**_service_env(objs), "KUBECONFIG": str(kubeconfig), "KAI_PODGROUP_FLAVOR": flavor}
-    if not production:
-        env["KAI_FN_RUNTIME_CACHE_SECONDS"] = "0"
+    if not production:  # the scenarios make runtimes and opt namespaces in while the function runs
+        env |= {"KAI_FN_RUNTIME_CACHE_SECONDS": "0", "KAI_FN_NAMESPACE_CACHE_SECONDS": "0"}
     env |= {"KAI_FN_AUDIENCE": audience or "", "KAI_FN_SENDERS": ""}  # knative/base's senders, or none at all
     tokens: dict[str, Callable[[], str] | None] = dict.fromkeys(SOURCE_SAS)
     if audience:

@@ -20,7 +20,6 @@ from kubernetes.client import CustomObjectsApi
 from kai_fn.settings import load
 from kai_fn.commands import explain, status
 from kai_fn.local.emulator import Call, Emulator
-from kai_fn.local.emulator.naming import ENABLED_LABEL as ENABLED
 from kai_fn.commands.invoke import load_sample, post
 from kai_fn.local.process import REPO, FunctionProcess
 from kai_fn.commands.tables import table
@@ -33,6 +32,7 @@ SEED = ["clustertrainingruntime-torch-kai", "clustertrainingruntime-torch", "tra
 TRAINER = "trainer.kubeflow.org/v1alpha1"
 KAI_PG = "scheduling.run.ai/v2alpha2"
 NS, LLAMA = "team-a", "llama-finetune"
+ELSEWHERE = "team-z"  # never labelled kai-fn.io/enabled=true
 
 
 def kai_reports(api: Emulator) -> str:
@@ -73,6 +73,8 @@ STEPS: list[Step] = [
     ("resource-update", "a status update of it", None),
     ("ref-add", "reference mode: a TrainJob whose runtime has initializers", None),
     ("out-of-scope", "a TrainJob that does not ask for KAI", None),
+    ("not-opted-in", f"a suspended TrainJob in {ELSEWHERE}, a namespace that never opted in: nothing read or written",
+     None),
     ("running", "a TrainJob whose JobSet was made before the admission policy: never named", None),
     ("exceeds-queue", "a gang of 8 GPUs in queue team-a-small, whose GPU limit is 4", None),
     ("podgroup-unschedulable", "the PodGroup source: KAI says why llama-finetune's gang waits", kai_reports),
@@ -91,9 +93,15 @@ UNNAMED = {"jobset-whisper-asr"}
 
 
 def seed(api: Emulator) -> None:
-    """The samples, as Trainer and KAI made them. Trainer's JobSets are created through the API, so the admission
-    policy's twin names them (:mod:`kai_fn.local.emulator.naming`); whisper-asr's was made before the policy."""
-    api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": {ENABLED: "true"}}})
+    """The samples, as Trainer and KAI made them, in team-a (opted in); and a TrainJob in team-z, which never opted in.
+    Trainer's JobSets are created through the API, so the admission policy's twin names them
+    (:mod:`kai_fn.local.emulator.naming`); whisper-asr's was made before the policy."""
+    api.opt_in(NS)
+    api.opt_in(ELSEWHERE, enabled=False)
+    elsewhere = yaml.safe_load((SAMPLES / "cluster" / "trainjob-llama-finetune.yaml").read_text())
+    elsewhere["metadata"] |= {"namespace": ELSEWHERE, "uid": "7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d"}
+    elsewhere["spec"]["suspend"] = True
+    api.put(elsewhere)
     objs = CustomObjectsApi(api.client())
     for name in SEED:
         obj = yaml.safe_load((SAMPLES / "cluster" / f"{name}.yaml").read_text())

@@ -16,7 +16,7 @@ from tests.ce import ping, resource, send
 from tests.commands.test_status import _blocked_by_the_queue, _waiting_kai_silent, held, trainjob
 from kai_fn.core.plan import plan
 from tests.builders import named_jobset_for, typed
-from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
+from tests.conftest import JOBSET, KAI_PG, TRAINER, moved, sample_object, seed
 from tests.function.test_function import NAME, NS
 
 # Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
@@ -226,3 +226,29 @@ def test_kai_fn_back_takes_the_gang_the_operator_made_and_makes_no_second_one(ap
     answer = send(functions().url, resource(tj, "update"))
     assert answer.headers.get("X-Kai-Fn-Outcome") == "skipped" and api.writes() == []
     assert len(api.list(KAI_PG, "PodGroup", NS)) == 1
+
+
+# -- only where the namespace opted in (issue 39, attack 4) ------------------------------------------------------
+
+ELSEWHERE = "never-opted-in"
+
+
+def held_elsewhere(api):
+    seed(api, *held(namespace=ELSEWHERE))
+
+
+def named_elsewhere(api):
+    named_llama(api)
+    moved(api, NS, ELSEWHERE)
+
+
+@pytest.mark.parametrize("arrange", [held_elsewhere, named_elsewhere], ids=["held", "named at admission"])
+@pytest.mark.parametrize("args", [(f"{ELSEWHERE}/{NAME}",), ("--held", "-A")], ids=["by name", "--held -A"])
+def test_a_trainjob_in_a_namespace_that_did_not_opt_in_is_refused_in_one_line_naming_it(api, capsys, arrange, args):
+    api.opt_in(ELSEWHERE, enabled=False)
+    arrange(api)
+    api.reset_calls()
+    code, out, _ = release(api, *args, "--yes", "--reason", REASON, capsys=capsys)
+    assert (code, out.strip()) == (1, f"{ELSEWHERE}/{NAME}: namespace {ELSEWHERE} has not opted in "
+                                      "(kai-fn.io/enabled=true); nothing released")
+    assert api.writes() == []

@@ -215,7 +215,7 @@ def test_every_granted_custom_resource_exists_upstream(variant):
                                                   "jobset.x-k8s.io", "trainer.kubeflow.org"}
     for group, plural, _ in triples:
         if group == "":
-            assert plural in ("events", "pods")
+            assert plural in ("events", "namespaces", "pods")
             continue
         if group == "authentication.k8s.io":
             assert plural == "tokenreviews"

@@ -22,7 +22,7 @@ from kai_fn.local.process import REPO, FunctionProcess
 from tests import crds
 from tests.builders import jobset_for
 from tests.ce import ping, ref, resource, send
-from tests.conftest import JOBSET, KAI_PG, SP_PG, TRAINER, sample_object, seed
+from tests.conftest import JOBSET, KAI_PG, SP_PG, TRAINER, OPTED_IN, opt_in_read, sample_object, seed
 
 # Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
 pytestmark = pytest.mark.usefixtures("forgetful")
@@ -109,7 +109,8 @@ def assert_done(api, podgroup=PG, pg_api=KAI_PG, *, suspended=False):
 
 
 def verbs(api):
-    return [(c.verb, c.resource) for c in api.calls]
+    """The calls made since the log was reset, but the opted-in namespaces' LIST (made once per TTL)."""
+    return [(c.verb, c.resource) for c in api.calls if not opt_in_read(c)]
 
 
 def jobset_patches(api):
@@ -756,7 +757,7 @@ def another_llama(name="gpt-small", uid="5e0b7f4a-1c6d-4e9b-a2f3-8d7c6b5a4e3f"):
     return tj, js
 
 
-def test_resync_decides_held_jobsets_bounded_per_run_with_three_lists(api, functions):
+def test_resync_decides_held_jobsets_bounded_per_run_with_two_lists_per_opted_in_namespace(api, functions):
     fn = functions(KAI_FN_RESYNC_LIMIT="2")
     seed_llama(api)
     seed(api, sample_object("trainingruntime-torch-llm-kai"), sample_object("trainjob-bert-pretrain"),
@@ -775,8 +776,9 @@ def test_resync_decides_held_jobsets_bounded_per_run_with_three_lists(api, funct
     api.reset_calls()
     assert send(fn.url, ping()).status == 200
     assert len(decided()) == 2 and len(gangs()) == 2 and len(held()) == 1
-    assert [v for v in verbs(api) if v[0] == "list"][:3] == [("list", "trainjobs"), ("list", "jobsets"),
-                                                             ("list", "podgroups")]
+    lists = [(c.resource, c.namespace) for c in api.calls if c.verb == "list" and not opt_in_read(c)]
+    assert lists[:2 * len(OPTED_IN) + 1] == [*(("trainjobs", ns) for ns in sorted(OPTED_IN)),
+                                             *(("jobsets", ns) for ns in sorted(OPTED_IN)), ("podgroups", None)]
     assert send(fn.url, ping()).status == 200
     assert decided() == {"llama-finetune", "bert-pretrain", "gpt-small"} and held() == set()
     assert len(gangs()) == 3
@@ -792,7 +794,7 @@ def test_warm_runtime_cache_saves_the_runtime_get(api, functions):
     api.reset_calls()
     assert send(fn.url, resource(api.get(TRAINER, "TrainJob", NS, "gpt-small"))).status == 200
     assert [c for c in api.calls if "runtimes" in c.resource] == []
-    assert [(c.verb, c.resource) for c in api.calls if c.resource != "events"] == [
+    assert [(c.verb, c.resource) for c in api.calls if c.resource != "events" and not opt_in_read(c)] == [
         ("get", "trainjobs"), ("get", "jobsets"), ("create", "podgroups"), ("patch", "jobsets")]
 
 
@@ -838,7 +840,8 @@ def test_one_json_log_line_per_event(api, emulator):
     assert {k: first[k] for k in ("type", "id", "kind", "namespace", "name", "uid", "status")} == {
         "type": "dev.knative.apiserver.resource.add", "id": "id-1", "kind": "JobSet", "namespace": NS, "name": NAME,
         "uid": UID, "status": 200}
-    assert first["api_calls"] == 7 and first["ms"] > 0 and PG in first["reason"]  # cold: runtime GET, Queue LIST
+    # Cold: the opted-in namespaces' LIST, the runtime GET, the Queue LIST.
+    assert first["api_calls"] == 8 and first["ms"] > 0 and PG in first["reason"]
     assert (second["kind"], second["id"], second["api_calls"]) == ("TrainJob", "id-2", 0)
 
 

@@ -69,6 +69,8 @@ def test_a_new_trainjob_a_duplicate_and_a_bad_event_are_counted_by_type_kind_and
         key("kai_fn_api_calls_total", verb="create", resource="events", code="201"): 1,
         # Unauthenticated delivery: the first pass reads the TrainJob before acting on the event.
         key("kai_fn_api_calls_total", verb="get", resource="trainjobs", code="200"): 1,
+        # Which namespaces opted in (the tests' processes keep no namespace cache: tests/conftest.py).
+        key("kai_fn_api_calls_total", verb="list", resource="namespaces", code="200"): 1,
     }
 
 

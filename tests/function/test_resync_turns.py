@@ -24,7 +24,12 @@ from tests.ce import ping, send
 from tests.conftest import JOBSET, KAI_PG, sample_object, seed
 
 NS = "team-a"
-INVENTORY = [("list", "trainjobs"), ("list", "jobsets"), ("list", "podgroups")]
+def inventory(api: Emulator) -> list[tuple[str, str | None]]:
+    """The resync's LISTs (kai_fn/function/inventory.py): TrainJobs, then JobSets, of each opted-in namespace, and
+    kai_fn's PodGroups by their label."""
+    opted = sorted(n["metadata"]["name"] for n in api.list("v1", "Namespace")
+                   if (n["metadata"].get("labels") or {}).get("kai-fn.io/enabled") == "true")
+    return [*(("trainjobs", ns) for ns in opted), *(("jobsets", ns) for ns in opted), ("podgroups", None)]
 
 
 def llama(name: str, created: str, queue: str = "team-a", namespace: str = NS) -> tuple[dict, dict]:
@@ -147,6 +152,7 @@ def log_lines(path: Path, msg: str) -> list[dict]:
 
 
 def held_cluster(api: Emulator, count: int, namespace: str) -> None:
+    api.opt_in(namespace)
     seed(api, sample_object("queue-default-parent"), sample_object("queue-team-a"),
          sample_object("clustertrainingruntime-torch-kai"),
          *[o for i in range(count) for o in llama(f"tj-{i:04d}", "2026-01-01T00:00:00Z", namespace=namespace)])
@@ -159,6 +165,7 @@ def calls(api: Emulator) -> list[tuple[str, str]]:
 @pytest.mark.slow
 def test_one_resync_hands_every_held_jobset_to_the_work_queue_at_once(api, tmp_path):
     namespace = "resync-many"
+    api.opt_in(namespace)  # before the function starts: the events were lost, the namespace had opted in
     log = tmp_path / "function.log"
     with log.open("wb") as out, FunctionProcess({"KUBECONFIG": api.kubeconfig, **WORKED}, log=out) as fn:
         until_caught_up(log)  # on an empty cluster: nothing owed yet
@@ -172,9 +179,9 @@ def test_one_resync_hands_every_held_jobset_to_the_work_queue_at_once(api, tmp_p
         assert resync["reason"].startswith(f"resync: {MANY} owed a pass; {MANY} queued;"), resync["reason"]
         assert len(released(api, namespace)) == MANY
         seen = calls(api)
-        first_pages = [(c.verb, c.resource) for c in api.calls
-                       if c.verb == "list" and c.resource not in ("pods", "queues", "leases") and "continue" not in c.query]
-        assert first_pages == INVENTORY  # once each, read in pages (kai_fn/kube/listing.py)
+        first_pages = [(c.resource, c.namespace) for c in api.calls if c.verb == "list"
+                       and c.resource not in ("pods", "queues", "leases", "namespaces") and "continue" not in c.query]
+        assert first_pages == inventory(api)  # once each, read in pages (kai_fn/kube/listing.py)
         assert seen.count(("get", "jobsets")) == MANY and seen.count(("patch", "jobsets")) == MANY
         assert seen.count(("create", "podgroups")) == MANY
         assert ("get", "trainjobs") not in seen  # each pass takes the TrainJob the resync listed
@@ -202,7 +209,8 @@ def test_a_started_function_catches_up_once_on_its_first_request(api, tmp_path):
     assert len(released(api, namespace)) == 20
     (catch_up,) = log_lines(log, "catch-up")
     assert (catch_up["outcome"], catch_up["owed"], catch_up["queued"]) == ("done", 20, 20)
-    assert calls(api).count(("list", "trainjobs")) == 2  # the catch-up's and the ping's
+    listed = [c for c in api.calls if (c.verb, c.resource, c.namespace) == ("list", "trainjobs", namespace)]
+    assert len(listed) == 2  # the catch-up's and the ping's
 
 
 def test_without_workers_a_started_function_makes_no_catch_up_pass(api, tmp_path):

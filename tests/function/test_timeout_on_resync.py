@@ -15,13 +15,13 @@ import pytest
 from kai_fn.core import keys
 from tests.builders import job_owner
 from tests.ce import ping, resource, send
-from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
+from tests.conftest import JOBSET, KAI_PG, TRAINER, resync_lists, sample_object, seed
 
 NS, NAME = "team-a", "llama-finetune"
 UID = PG = ""  # this test's (fresh_uids)
 OVERLIMIT = [{"type": "UnschedulableOnNodePool", "lastTransitionTime": "2026-12-03T06:00:00Z",
               "reasons": [{"reason": "OverLimit", "message": "team-a queue: gpu over its limit"}]}]
-LISTS = [("list", "trainjobs"), ("list", "jobsets"), ("list", "podgroups")]  # the resync's inventory
+LISTS = resync_lists()  # the resync's inventory
 BERT = "bert-pretrain"
 BERT_UID = BERT_PG = ""
 

@@ -15,7 +15,7 @@ from kai_fn.local.emulator import Fault
 from tests.builders import owned_by
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
-from tests.function.test_function import NAME, NS, PG, events_of, llama_jobset, seed_llama, verbs
+from tests.function.test_function import NAME, NS, PG, events_of, llama_jobset, seed_llama
 from tests.function.test_gang_status import pod, released
 from tests.function.test_heartbeat import lease
 from tests.function.test_metrics import key, scrape
@@ -241,6 +241,7 @@ def test_an_unexpected_error_on_one_trainjob_is_its_own_the_resync_goes_on_and_r
     Unprocessable Warning and a metric, the heartbeat is renewed."""
     from kai_fn.function import metrics, resync
     from kai_fn.function.cluster import Cluster
+    from kai_fn.function.optin import OptIn
     from kai_fn.function.reconcile import Reconciler
     from kai_fn.settings import load
     seed_llama(api)
@@ -259,7 +260,7 @@ def test_an_unexpected_error_on_one_trainjob_is_its_own_the_resync_goes_on_and_r
     monkeypatch.setattr(Reconciler, "run", run)
     settings = load(KUBECONFIG=emulator.kubeconfig)
     before = metrics.OBJECT_ERRORS.labels("resync")._value.get()
-    outcome = resync.resync(Cluster.from_settings(settings, emulator.kubeconfig).session(), settings)
+    outcome = resync.resync(Cluster.from_settings(settings, emulator.kubeconfig).session(), settings, OptIn(settings))
     assert "1 done" in outcome.reason and "1 error" in outcome.reason and "heartbeat: renewed" in outcome.reason
     assert not still_held(api)
     (warning,) = [e for e in events_of(api, "Unprocessable") if e["involvedObject"]["name"] == "broken"]
@@ -299,7 +300,7 @@ def test_pings_that_arrive_while_a_resync_runs_join_it(api, functions):
         t.join(60)
     api.faults = None
     assert [a.status for a in answers] == [200] * 5
-    assert verbs(api).count(("list", "trainjobs")) == 1
+    assert [(c.verb, c.resource, c.namespace) for c in api.calls].count(("list", "trainjobs", NS)) == 1  # one resync
 
 
 def joined(url: str) -> float:

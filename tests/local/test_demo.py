@@ -19,6 +19,9 @@ def test_demo_runs_end_to_end_and_shows_what_changed():
     # The TrainJob's own events after it cost nothing: this process decided its JobSet.
     assert "the TrainJob's own add event, after the work is done\n   dev.knative.apiserver.resource.add -> HTTP 200 " \
            "skipped\n   API calls: 0, writes: 0" in text
+    # A namespace that never opted in: ignored, nothing written there (at most the LIST of the opted-in namespaces).
+    assert re.search(r"namespace that never opted in: nothing read or written\n   dev.knative.apiserver.resource.add -> "
+                     r"HTTP 200 ignored\n   API calls: [01], writes: 0\n", text)
     # The cluster, as aligned tables rather than Python dicts.
     assert re.search(r"\n  llama-finetune +team-a +minMember 4 +cpu=16,memory=64Gi,nvidia.com/gpu=8\n", text)
     # a staged runtime: one PodGroup per start wave, the initializers' and the trainer's

@@ -47,9 +47,10 @@ class LiveCluster:
         return subprocess.run([str(self.kubectl_path), "--kubeconfig", str(self.kubeconfig), *args],
                               capture_output=True, text=True, check=check)
 
-    def ensure_namespace(self, name: str) -> None:
+    def ensure_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
+        """``labels``: those of a namespace made now (``kai-fn.io/enabled: "true"``: kai_fn acts there)."""
         _create_ignoring_conflict(lambda: client.CoreV1Api(self.api).create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=name))))
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels))))
 
     def sa_token(self, namespace: str, name: str, audiences: list[str] | None = None,
                  seconds: int = 3600) -> str:

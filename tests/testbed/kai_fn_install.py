@@ -118,8 +118,9 @@ def token_kubeconfig(testbed: LiveCluster, directory: Path) -> Path:
 @contextmanager
 def function_process(testbed: LiveCluster, **settings: str) -> Iterator[FunctionProcess]:
     with tempfile.TemporaryDirectory() as tmp:
+        # No namespace cache: a module's process outlives the namespaces its tests opt in after it started.
         env = {"KUBECONFIG": str(function_kubeconfig(testbed, Path(tmp))), "KAI_FN_RUNTIME_CACHE_SECONDS": "0",
-               "KAI_FN_BACKGROUND_WORKERS": "0", **settings}
+               "KAI_FN_BACKGROUND_WORKERS": "0", "KAI_FN_NAMESPACE_CACHE_SECONDS": "0", **settings}
         with FunctionProcess(env) as fn:
             yield fn
 

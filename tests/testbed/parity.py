@@ -24,7 +24,7 @@ from kai_fn.local.process import FunctionProcess
 from tests.conftest import Functions
 from tests.manifests import BASE, SCHEDULER_PLUGINS, render
 from tests.testbed.conftest import LiveCluster
-from tests.testbed.kai_fn_install import apply, token_kubeconfig
+from tests.testbed.kai_fn_install import ENABLED, apply, token_kubeconfig
 
 TRAINER = "trainer.kubeflow.org/v1alpha1"
 JOBSET = "jobset.x-k8s.io/v1alpha2"
@@ -45,6 +45,9 @@ class EmulatorBackend:
         self.api, self.functions = api, functions
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        namespace = obj["metadata"].get("namespace")
+        if namespace and self.api.get("v1", "Namespace", None, namespace) is None:
+            self.api.opt_in(namespace)  # kai_fn acts only where a namespace opted in, as the live backend's did
         return self.api.put(copy.deepcopy(obj))
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
@@ -76,7 +79,7 @@ class LiveBackend:
         if obj["kind"] in CLUSTER_SCOPED:
             return self.objs.create_cluster_custom_object(group, version, plural, obj)
         ns = obj["metadata"]["namespace"]
-        self.testbed.ensure_namespace(ns)
+        self.testbed.ensure_namespace(ns, ENABLED)
         return self.objs.create_namespaced_custom_object(group, version, ns, plural, obj)
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
@@ -121,7 +124,7 @@ class LiveBackend:
             kubeconfig = token_kubeconfig(self.testbed, tmp)
             self.running[key] = self.stack.enter_context(FunctionProcess(
                 {"KUBECONFIG": str(kubeconfig), "KAI_FN_RUNTIME_CACHE_SECONDS": "0", "KAI_FN_BACKGROUND_WORKERS": "0",
-                 **settings}))
+                 "KAI_FN_NAMESPACE_CACHE_SECONDS": "0", **settings}))  # each scenario's namespace is new
         return self.running[key].url
 
     def cleanup(self, namespace: str, tag: str) -> None:

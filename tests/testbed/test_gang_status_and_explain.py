@@ -19,6 +19,7 @@ from kubernetes import client
 from kai_fn.local.process import REPO, FunctionProcess
 from tests.ce import resource, send
 from tests.testbed.conftest import LiveCluster, wait_for
+from tests.testbed.kai_fn_install import ENABLED
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 KAI = ("scheduling.run.ai", "v2alpha2")
@@ -35,7 +36,7 @@ def gang(testbed: LiveCluster) -> Iterator[dict[str, Any]]:
     """llama-finetune in a fresh namespace, its JobSet as the admission policy holds it, made into a gang and released
     by the real function server."""
     ns = f"gang-{uuid.uuid4().hex[:8]}"
-    testbed.ensure_namespace(ns)
+    testbed.ensure_namespace(ns, ENABLED)
     objs = client.CustomObjectsApi(testbed.api)
     for queue in ("queue-default-parent", "queue-team-a"):
         try:

@@ -26,6 +26,7 @@ from kai_fn.local.process import REPO, FunctionProcess
 from tests.ce import ping, resource, send
 from tests.manifests import BASE, FUNCTION, NAMESPACE, by_kind, render
 from tests.testbed.conftest import LiveCluster, wait_for
+from tests.testbed.kai_fn_install import ENABLED
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 KAI = ("scheduling.run.ai", "v2")
@@ -41,7 +42,7 @@ def world(testbed: LiveCluster) -> Iterator[dict[str, str]]:
     """A namespace, and names for this test's cluster-scoped Queue and runtime; all deleted afterwards."""
     tag = uuid.uuid4().hex[:8]
     names = {"ns": f"precheck-{tag}", "queue": f"team-{tag}", "runtime": f"torch-kai-{tag}"}
-    testbed.ensure_namespace(names["ns"])
+    testbed.ensure_namespace(names["ns"], ENABLED)
     yield names
     objs = client.CustomObjectsApi(testbed.api)
     for group_version, plural, name in ((KAI, "queues", names["queue"]), (TRAINER, "clustertrainingruntimes",

@@ -17,6 +17,7 @@ from typing import Any, Self
 import aiohttp.web
 import kubernetes.client
 
+from kai_fn.core.keys import OPT_IN_LABEL
 from kai_fn.local.emulator.faults import Call, Fault
 from kai_fn.local.emulator.kinds import KINDS, WRITE_VERBS, KindInfo, Validator
 from kai_fn.local.emulator.server import Server, now
@@ -191,6 +192,14 @@ class Emulator:
                 meta["resourceVersion"] = self._server.next_revision()
             self._server.store(info, stored)
             return copy.deepcopy(stored)
+
+    def opt_in(self, *namespaces: str, enabled: bool = True) -> None:
+        """Seed each Namespace labelled ``kai-fn.io/enabled=true`` (kai_fn acts there, and only there), or, not
+        ``enabled``, without the label: as a cluster's administrator leaves them."""
+        for name in namespaces:
+            labels = {OPT_IN_LABEL: "true"} if enabled else {}
+            self.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels},
+                      "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         info = self._info(api_version, kind)
