@@ -47,6 +47,7 @@ def test_a_podgroup_event_waits_for_the_pass_of_its_trainjob_under_way(api, func
     (on main it ran in the request thread beside the pass)."""
     from kai_fn.function import events, gang_status
     from kai_fn.function.cluster import Cluster
+    from kai_fn.function.optin import OptIn
     from kai_fn.settings import load
     from tests.ce import resource, send
     from tests.conftest import KAI_PG, TRAINER
@@ -63,7 +64,7 @@ def test_a_podgroup_event_waits_for_the_pass_of_its_trainjob_under_way(api, func
     outcomes: list = []
     with cluster.locks.hold((NS, NAME)):  # a pass of llama-finetune under way
         looking = threading.Thread(target=lambda: outcomes.append(
-            gang_status.observe(event, cluster.session(), settings)))
+            gang_status.observe(event, cluster.session(), settings, OptIn(settings))))
         looking.start()
         looking.join(1.0)
         assert looking.is_alive() and outcomes == []
