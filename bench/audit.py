@@ -89,7 +89,7 @@ def owner_of_pod(name: str) -> str:
     return name.split("-node-")[0]
 
 
-STAGES = ("JobSet created", "PodGroup written", "released", "JobSet resumed", "pods created",
+STAGES = ("JobSet created", "PodGroup written", "released", "JobSet resumed", "first pod created", "pods created",
           "first pod bound", "last pod bound")
 
 
@@ -110,8 +110,8 @@ class Marks:
 def stages(found: list[Write], pods_created: dict[str, float]) -> dict[str, Marks]:
     """Per TrainJob: created, its JobSet created (Trainer's first write of it), its PodGroup written (by kai_fn or KAI's
     podgrouper), released by kai_fn (its patch of the held JobSet, which resumes it too; before the gate moved, its
-    first patch of the TrainJob, and the JobSet resumed at Trainer's first write of it after that), its last pod
-    created (``pods_created``: a pod's name to when a watch first saw it; the audit
+    first patch of the TrainJob, and the JobSet resumed at Trainer's first write of it after that), its first and last
+    pod created (``pods_created``: a pod's name to when a watch first saw it; the audit
     log names no pod on create), its first and last pod bound."""
     marks: dict[str, Marks] = {}
     ok = sorted((w for w in found if 200 <= w.code < 300), key=lambda w: w.at)
@@ -137,5 +137,6 @@ def stages(found: list[Write], pods_created: dict[str, float]) -> dict[str, Mark
             m.last("last pod bound", w.at)
     for pod, t in pods_created.items():
         if m := marks.get(owner_of_pod(pod)):
+            m.first("first pod created", t)
             m.last("pods created", t)
     return marks

@@ -240,6 +240,15 @@ def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elap
     for stage in audit.STAGES:
         lines.append(f"| {stage} | " + " | ".join(stage_cell(results[(s, p)], stage) if (s, p) in results else "–"
                                                  for s in sizes for p in ran) + " |")
+    lines += ["", "PodGroup written before the TrainJob's first pod was created (issue 37's target: 95 %):", ""]
+    for size in sizes:
+        for path in ran:
+            if (b := results.get((size, path))) is None:
+                continue
+            both = [m for m in b.marks.values() if "PodGroup written" in m.at and "first pod created" in m.at]
+            before = sum(1 for m in both if m.at["PodGroup written"] < m.at["first pod created"])
+            share = f"{100 * before / len(both):.0f} %" if both else "–"
+            lines.append(f"- {path} ({size}): {before} of {len(both)} ({share})")
     lines += ["", "API writes per TrainJob by component (audit log: successful writes in the burst's namespace):", "",
               "| component | " + " | ".join(f"{p} ({s})" for s in sizes for p in ran) + " |",
               "|---" * (1 + len(sizes) * len(ran)) + "|"]
