@@ -239,9 +239,11 @@ def probe_jobset(scheduler: str, owner_uid: str | None = None) -> dict[str, Any]
         "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}
 
 
-def wait_for_policy(api: client.ApiClient, namespace: str, scheduler: str, timeout: float = 120) -> None:
+def wait_for_policy(api: client.ApiClient, namespace: str, scheduler: str, timeout: float = 120,
+                    acting: bool = True) -> None:
     """The API server loads a policy asynchronously; a dry-run create of a JobSet a TrainJob controls, in a labelled
-    namespace, tells when it acts (503 meanwhile, right after the CRDs are installed)."""
+    namespace, tells when it acts (503 meanwhile, right after the CRDs are installed). ``acting=False``: until a
+    deleted one no longer acts (it is unloaded asynchronously too)."""
     objs = client.CustomObjectsApi(api)
     deadline = time.monotonic() + timeout
     while True:
@@ -252,10 +254,11 @@ def wait_for_policy(api: client.ApiClient, namespace: str, scheduler: str, timeo
             if e.status != 503:
                 raise
             made = {"metadata": {}}
-        if (made["metadata"].get("labels") or {}).get(keys.NAMED_LABEL) == "true":
+        if ((made["metadata"].get("labels") or {}).get(keys.NAMED_LABEL) == "true") is acting:
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the admission policy {POLICY} did not take effect within {timeout:.0f}s")
+            raise RuntimeError(f"the admission policy {POLICY} did not {'take' if acting else 'lose'} effect "
+                               f"within {timeout:.0f}s")
         time.sleep(0.5)
 
 
@@ -270,15 +273,16 @@ def probe_segment_pod(completion_index: int = 5, job_index: int | None = None) -
         "spec": {"containers": [{"name": "node", "image": "busybox"}]}}
 
 
-def wait_for_segment_policy(api: client.ApiClient, namespace: str, timeout: float = 120) -> None:
+def wait_for_segment_policy(api: client.ApiClient, namespace: str, timeout: float = 120, acting: bool = True) -> None:
     """As :func:`wait_for_policy`, for the segment pods' policy: a dry-run pod comes back in its SubGroup."""
     deadline = time.monotonic() + timeout
     while True:
         made = client.CoreV1Api(api).create_namespaced_pod(namespace, probe_segment_pod(), dry_run="All")
-        if (made.metadata.labels or {}).get(keys.KAI_SUBGROUP_LABEL) == "node-1":
+        if ((made.metadata.labels or {}).get(keys.KAI_SUBGROUP_LABEL) == "node-1") is acting:
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the admission policy {SEGMENT_POLICY} did not take effect within {timeout:.0f}s")
+            raise RuntimeError(f"the admission policy {SEGMENT_POLICY} did not {'take' if acting else 'lose'} effect "
+                               f"within {timeout:.0f}s")
         time.sleep(0.5)
 
 

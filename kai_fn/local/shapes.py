@@ -137,8 +137,16 @@ def submit(bed: Testbed, ns: str, name: str, shape: Shape, runtime: str) -> floa
     if shape.num_nodes is not None:
         job["spec"]["trainer"] = {"numNodes": shape.num_nodes}
     began = time.monotonic()
-    client.CustomObjectsApi(bed.api).create_namespaced_custom_object(*TRAINER, ns, "trainjobs", job)
-    return began
+    for _ in range(40):
+        try:
+            client.CustomObjectsApi(bed.api).create_namespaced_custom_object(*TRAINER, ns, "trainjobs", job)
+            return began
+        except client.ApiException as e:
+            # Trainer's webhook checks the runtime in its informer's cache, which may not have the one just made yet.
+            if e.status != 403 or "must be created before the TrainJob" not in str(e.body):
+                raise
+        time.sleep(0.25)
+    raise RuntimeError(f"Trainer's webhook never saw {ns}/{runtime} (TrainingRuntime)")
 
 
 def watch_fare(bed: Testbed, ns: str, name: str, shape: Shape, began: float, deadline_s: float,

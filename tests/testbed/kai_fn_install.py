@@ -87,11 +87,14 @@ def admission_policy(testbed: LiveCluster) -> Iterator[None]:
         wait_for_segment_policy(testbed.api, probe_ns)
         yield
     finally:
-        client.CoreV1Api(testbed.api).delete_namespace(probe_ns)
         for _, plural in (("MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings"),
                              ("MutatingAdmissionPolicy", "mutatingadmissionpolicies")):
             for name in (POLICY, SEGMENT_POLICY):
                 testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", name, "--ignore-not-found")
+        # Unloaded, not only deleted: the next module's JobSets in labelled namespaces must not be named.
+        wait_for_policy(testbed.api, probe_ns, "kai-scheduler", acting=False)
+        wait_for_segment_policy(testbed.api, probe_ns, acting=False)
+        client.CoreV1Api(testbed.api).delete_namespace(probe_ns)
 
 
 def function_kubeconfig(testbed: LiveCluster, directory: Path) -> Path:

@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client
 
 from kai_fn.core import keys
-from kai_fn.local.chain import SEGMENT_POLICY
+from kai_fn.local.chain import SEGMENT_POLICY, wait_for_policy, wait_for_segment_policy
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ce import resource, send
@@ -63,6 +63,12 @@ def base_applied(testbed: LiveCluster) -> Iterator[None]:
     for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
         for name in (POLICY, SEGMENT_POLICY):
             testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", name, "--ignore-not-found")
+    probe = enabled_namespace(testbed, "unload-probe")
+    try:  # unloaded, not only deleted: other modules' JobSets in labelled namespaces must not be named
+        wait_for_policy(testbed.api, probe, "kai-scheduler", acting=False)
+        wait_for_segment_policy(testbed.api, probe, acting=False)
+    finally:
+        client.CoreV1Api(testbed.api).delete_namespace(probe)
     remove_identity_policy(testbed)  # it would refuse the function's writes in other tests' namespaces
 
 
