@@ -89,8 +89,8 @@ def hand_over(session: Session, podgroup: dict[str, Any], owner: dict[str, Any])
     """KAI's controllers rewrite the gang's status when a pod joins it: the moment JobSet makes the launcher, its
     placeholder goes (kai_fn/function/reserve.py). An Outcome when that was this event's work, else None (the gang's
     status is looked at as for any other)."""
-    ns, name, uid = objects.meta(podgroup).get("namespace"), owner["name"], owner.get("uid")
-    pg_name = objects.meta(podgroup).get("name")
+    ns, name, uid = str(objects.meta(podgroup).get("namespace") or ""), owner["name"], owner.get("uid")
+    pg_name = str(objects.meta(podgroup).get("name") or "")  # a PodGroup read from the API server has both
     trainjob = session.trainjob(ns, name)
     if trainjob is None or objects.meta(trainjob).get("uid") != uid:
         return Outcome("ignored", "its TrainJob no longer exists", ns, name, uid, pg_name)
@@ -192,7 +192,7 @@ def sweep(session: Session, settings: Settings, entries: list[Entry]) -> dict[st
     waiting = [e for e in entries if e.podgroup is not None and e.marks.settled() is None]
     for entry in session.cluster.take_turn("sweep", waiting, settings.resync_limit, creation_order):
         with session.cluster.locks.hold(entry.key):
-            result = tally_of("sweep", session, entry.trainjob, lambda e=entry: report_on(
-                session, settings, e.trainjob, e.podgroup or {}, e.marks.podgroup or "").result)
+            result = tally_of("sweep", session, entry.trainjob, lambda: report_on(
+                session, settings, entry.trainjob, entry.podgroup or {}, entry.marks.podgroup or "").result)
         tally[result] = tally.get(result, 0) + 1
     return tally

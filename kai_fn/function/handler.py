@@ -138,7 +138,7 @@ class App:
             return body
         fields = {"sender": sender} if sender else {}
         try:
-            event = events.parse(request.headers, body)
+            event = events.parse(dict(request.headers), body)
         except events.BadEvent as error:
             return Delivery(400, str(error), "bad", fields)
         fields |= {"type": event.type, "id": event.id}
@@ -169,7 +169,7 @@ class App:
             return Delivery(413, f"body is over KAI_FN_MAX_BODY_BYTES ({limit})", "too_large")
         return body
 
-    def dispatch(self, event: events.Event, session: Session, fields: dict[str, Any]) -> Delivery:
+    def dispatch(self, event: events.Work, session: Session, fields: dict[str, Any]) -> Delivery:
         """The work the event asks for: the resync, a gang's status, or a TrainJob's pass (queued when it can be)."""
         try:
             if isinstance(event, events.Resync):
@@ -184,14 +184,14 @@ class App:
             else:
                 fields |= {"kind": event.via, "namespace": event.namespace, "name": event.name, "uid": event.uid,
                            "mode": event.mode}
-                work, outcome = "trainjob", reconcile.answer_without_a_read(event, session, self.settings)
-                if outcome is None:
-                    outcome = reconcile.not_opted_in(event, session, self.optin)
-                if outcome is None and self.offer(event):
+                work = "trainjob"
+                answer = reconcile.answer_without_a_read(event, session, self.settings)
+                if answer is None:
+                    answer = reconcile.not_opted_in(event, session, self.optin)
+                if answer is None and self.offer(event):
                     return Delivery(202, "accepted: reconciled right after this answer", "accepted",
                                     fields | {"api_calls": session.calls})
-                if outcome is None:
-                    outcome = reconcile.pass_of(event, session, self.settings)
+                outcome = answer if answer is not None else reconcile.pass_of(event, session, self.settings)
         except (Transient, reconcile.Retry) as error:
             return Delivery(503, str(error), "retry", fields | {"api_calls": session.calls})
         return Delivery(200, outcome.reason, outcome.result, fields | _outcome_fields(outcome, session, fields),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kai_fn.core import owner_metadata
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
@@ -43,7 +43,7 @@ def _cached(session: Session, what: str, read_it: Callable[[], T]) -> T:
     cache: dict[str, tuple[float, Any]] = session.cluster.__dict__.setdefault(_CACHE, {})
     hit = cache.get(what)
     if hit is not None and hit[0] > time.monotonic():
-        return hit[1]
+        return cast(T, hit[1])  # what read_it returned when it was put there
     value = read_it()
     if session.cluster.runtime_ttl > 0:
         cache[what] = (time.monotonic() + session.cluster.runtime_ttl, value)

@@ -15,10 +15,11 @@ from typing import Any
 from kai_fn.core import keys, objects
 from kai_fn.core.decide import Action, LetGo, MakeGang, SettleReservation, Skip
 from kai_fn.core.patch import jobset_patch
+from kai_fn.core.state import Entry, podgroup_api
 from kai_fn.kube import Gone, GuardFailed, Transient
 from kai_fn.function.cluster import Session
 from kai_fn.function.execute import Retry
-from kai_fn.function.inventory import Entry, creation_order, podgroup_api
+from kai_fn.function.inventory import creation_order
 from kai_fn.function.isolate import tally_of
 from kai_fn.function.report import Outcome
 from kai_fn.settings import Settings
@@ -124,7 +125,7 @@ def resync(session: Session, settings: Settings, entries: list[Entry]) -> str:
         return ""
     tally: dict[str, int] = {}
     for entry in session.cluster.take_turn("migration", found, settings.resync_limit, creation_order):
-        result = tally_of("migration", session, entry.trainjob, lambda e=entry: migrate(session, settings, e),
+        result = tally_of("migration", session, entry.trainjob, lambda: migrate(session, settings, entry),
                           retried=(Retry, Transient))
         tally[result] = tally.get(result, 0) + 1
     return f"; {len(found)} of the earlier TrainJob gate: " + ", ".join(f"{n} {r}" for r, n in sorted(tally.items()))

@@ -42,7 +42,8 @@ class OneAtATime:
         with self._lock:
             joined = self._running
             if joined is None:
-                self._running = mine = (threading.Event(), [])
+                mine: tuple[threading.Event, list[Outcome | BaseException]] = (threading.Event(), [])
+                self._running = mine
         if joined is not None:
             metrics.RESYNC_JOINS.inc()
             done, result = joined
@@ -85,8 +86,8 @@ def resync(session: Session, settings: Settings, optin: OptIn, offer: Offer | No
     inline = [e for e in owed if e not in queued]
     for entry in session.cluster.take_turn("owed", inline, settings.resync_limit, inventory.creation_order):
         with session.cluster.locks.hold(entry.key):
-            result = tally_of("resync", session, entry.trainjob, lambda e=entry: Reconciler(
-                session, settings, e.trainjob, e.jobset, moment).run().result, retried=(Retry, Transient))
+            result = tally_of("resync", session, entry.trainjob, lambda: Reconciler(
+                session, settings, entry.trainjob, entry.jobset, moment).run().result, retried=(Retry, Transient))
         backoff.record(inventory.backoff_key(entry), result, inventory.version_of(entry))
         tally[result] = tally.get(result, 0) + 1
     left = max(len(inline) - settings.resync_limit, 0)

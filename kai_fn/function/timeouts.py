@@ -28,12 +28,12 @@ def check(session: Session, settings: Settings, entries: list[Entry], now: datet
     tally: dict[str, int] = {}
     due = [(wait, e) for e in entries if e.podgroup is not None and settings.watches(e.key[0])
            and (wait := apart("timeout", session, e.trainjob,
-                              lambda e=e: overdue(e.trainjob, e.marks, e.podgroup or {}, now), None)) is not None]
+                              lambda: overdue(e.trainjob, e.marks, e.podgroup or {}, now), None)) is not None]
     due.sort(key=lambda d: d[0].deadline)
     for wait, entry in due[: settings.resync_limit]:
         with session.cluster.locks.hold(entry.key):
             _count(tally, tally_of("timeout", session, entry.trainjob,
-                                   lambda w=wait, e=entry: time_out(session, settings, w, e, now)))
+                                   lambda: time_out(session, settings, wait, entry, now)))
     left = max(len(due) - settings.resync_limit, 0)
     summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "none"
     return f"timeouts: {summary}" + (f"; {left} left for the next run" if left else "")
