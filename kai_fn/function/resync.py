@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from kai_fn.core.state import Entry
 from kai_fn.function import gang_status, heartbeat, inventory, metrics, migration, timeouts
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.kube import Transient
 from kai_fn.function.events import TrainJobEvent, Via
 from kai_fn.function.isolate import tally_of
@@ -71,7 +71,7 @@ def as_event(entry: Entry) -> TrainJobEvent:
                          (entry.trainjob.get("metadata") or {}).get("uid"), entry.trainjob, via=Via.RESYNC)
 
 
-def resync(session: Session, settings: Settings, optin: OptIn, offer: Offer | None = None) -> Outcome:
+def resync(session: CachedSession, settings: Settings, optin: OptIn, offer: Offer | None = None) -> Outcome:
     moment = now()
     entries = inventory.take(session, settings, optin)
     backoff = session.cluster.backoff

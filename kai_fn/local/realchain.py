@@ -28,7 +28,7 @@ class ChainError(RuntimeError):
 
 
 @dataclass
-class Cluster:
+class ChainTestbed:
     """A chain testbed outside pytest; ``started``: by us, so we stop it."""
 
     kubeconfig: Path
@@ -43,7 +43,7 @@ def _run_sh(*args: str, env: dict[str, str], quiet: bool) -> subprocess.Complete
 
 
 @contextmanager
-def chain_cluster(nodes: str = "3x8", env: dict[str, str] | None = None, quiet: bool = False) -> Iterator[Cluster]:
+def chain_cluster(nodes: str = "3x8", env: dict[str, str] | None = None, quiet: bool = False) -> Iterator[ChainTestbed]:
     """``./run.sh cluster up --chain --without-kai-fn`` (build progress shown unless quiet; kai_fn is started by
     :func:`kai_fn_running`), stopped at the end only if started here. ``env`` goes to run.sh (KAI_FN_TESTBED_DIR,
     KAI_FN_TESTBED_AUDIT_LOG, …)."""
@@ -55,7 +55,7 @@ def chain_cluster(nodes: str = "3x8", env: dict[str, str] | None = None, quiet: 
     kubeconfig = Path(up.stdout.strip().splitlines()[-1])
     api = config.new_client_from_config(config_file=str(kubeconfig))
     try:
-        yield Cluster(kubeconfig, kubeconfig.parent, api, started=not reused)
+        yield ChainTestbed(kubeconfig, kubeconfig.parent, api, started=not reused)
     finally:
         api.close()
         if not reused:
@@ -89,7 +89,7 @@ def submit(api: client.ApiClient, ns: str, body: dict[str, Any], attempts: int =
 
 
 @contextmanager
-def kai_fn_running(cluster: Cluster, log_dir: Path | None = None, ping_seconds: float = 10.0,
+def kai_fn_running(cluster: ChainTestbed, log_dir: Path | None = None, ping_seconds: float = 10.0,
                    production: bool = False, queue_proxy: bool | None = None) -> Iterator[Chain]:
     """kai_fn on the chain (kai_fn.local.chain.running): function, sources, admission policy; stopped at the end.
     ``production``: the Service's settings as they are (see :func:`running`); ``queue_proxy``: as there (None: its
