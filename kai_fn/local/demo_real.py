@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from kai_fn.commands.tables import table
 from kai_fn.core import gang, keys
 from kai_fn.local.chain import PODGROUP_APIS, Chain
 from kai_fn.local.podwatch import PodSeen, PodWatch
-from kai_fn.local.realchain import ChainError, ChainTestbed, chain_cluster, kai_fn_running
+from kai_fn.local.realchain import ChainError, ChainHandle, chain_cluster, kai_fn_running
 
 POOL = "demo-gpu"
 JOB = "llama-pretrain"
@@ -90,7 +90,7 @@ def run() -> int:
         return 1
 
 
-def _story(cluster: ChainTestbed, began: float) -> int:
+def _story(cluster: ChainHandle, began: float) -> int:
     core = client.CoreV1Api(cluster.api)
     # A testbed started here has just its 3 nodes; on a reused one the demo keeps to nodes of its own.
     pool = None if cluster.started else POOL
@@ -175,7 +175,7 @@ def _tried(core: client.CoreV1Api, ns: str) -> bool:
     return tried >= NODES
 
 
-def _told(cluster: ChainTestbed, ns: str) -> None:
+def _told(cluster: ChainHandle, ns: str) -> None:
     """The Events kai_fn posted on the TrainJob, in the story's order, once it marked the gang bound."""
     _wait_bound_marked(cluster, ns)
     story = ("GangCreated", "GangUnschedulable", "GangBound")
@@ -187,7 +187,7 @@ def _told(cluster: ChainTestbed, ns: str) -> None:
         + ", ".join(reason + (f" (x{n})" if n > 1 else "") for reason, n in counts.items()))
 
 
-def _status(cluster: ChainTestbed, ns: str) -> None:
+def _status(cluster: ChainHandle, ns: str) -> None:
     """What an operator runs next: ``python -m kai_fn status`` for the demo's namespace, as run here."""
     command = ["python", "-m", "kai_fn", "status", "-n", ns, "--kubeconfig", str(cluster.kubeconfig)]
     say("every TrainJob kai_fn looks after, one line each: " + " ".join(command))
@@ -197,7 +197,7 @@ def _status(cluster: ChainTestbed, ns: str) -> None:
         raise ChainError(f"python -m kai_fn status exited {done.returncode}")
 
 
-def _wait_bound_marked(cluster: ChainTestbed, ns: str, deadline_s: float = 30) -> None:
+def _wait_bound_marked(cluster: ChainHandle, ns: str, deadline_s: float = 30) -> None:
     """kai_fn marks the gang's PodGroup ``kai-fn/bound`` after its GangBound Event, on the PodGroup's next change or
     the next resync (every 10 s here); bounded, since ``status`` reads the pods meanwhile and needs no mark."""
     objs, end = client.CustomObjectsApi(cluster.api), time.monotonic() + deadline_s

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from kai_fn.core import keys
 from kai_fn.core.models import Runtime, TrainJob, parse
