@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kai_fn.commands.tables import table
 from kai_fn.core import gang, keys
+from kai_fn.local import k8s
 from kai_fn.local.chain import PODGROUP_APIS, Chain
 from kai_fn.local.podwatch import PodSeen, PodWatch
 from kai_fn.local.realchain import ChainError, ChainHandle, chain_cluster, kai_fn_running
@@ -158,7 +159,7 @@ def _kai_says(chain: Chain, ns: str) -> Callable[[list[PodSeen]], str]:
         if group is None or all(p.node for p in seen):
             return ""
         try:
-            podgroup = objs.get_namespaced_custom_object(*PODGROUP_APIS["kai"], ns, "podgroups", group)
+            podgroup = k8s.obj(objs.get_namespaced_custom_object(*PODGROUP_APIS["kai"], ns, "podgroups", group))
         except ApiException:
             return ""
         return gang.describe(gang.unschedulable(podgroup))
@@ -170,8 +171,8 @@ def _tried(core: client.CoreV1Api, ns: str) -> bool:
     """The scheduler has looked at every pod: bound, or PodScheduled=False."""
     tried = 0
     for pod in core.list_namespaced_pod(ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={JOB}").items:
-        conds = {c.type: c.status for c in (pod.status.conditions or [])}
-        tried += pod.spec.node_name is not None or conds.get("PodScheduled") == "False"
+        conds = {c.type: c.status for c in (k8s.pod_status(pod).conditions or [])}
+        tried += k8s.pod_spec(pod).node_name is not None or conds.get("PodScheduled") == "False"
     return tried >= NODES
 
 
@@ -182,7 +183,7 @@ def _told(cluster: ChainHandle, ns: str) -> None:
     events = client.CoreV1Api(cluster.api).list_namespaced_event(ns, field_selector=f"involvedObject.name={JOB}").items
     told = sorted((e for e in events if e.involved_object.kind == "TrainJob" and e.reason in story),
                   key=lambda e: (e.first_timestamp or e.event_time, story.index(e.reason)))
-    counts = {e.reason: sum(x.reason == e.reason for x in told) for e in told}
+    counts = {str(e.reason): sum(x.reason == e.reason for x in told) for e in told}  # a reason of the story
     say(f"kai_fn told the TrainJob (kubectl describe trainjob -n {ns} {JOB}): "
         + ", ".join(reason + (f" (x{n})" if n > 1 else "") for reason, n in counts.items()))
 
@@ -202,7 +203,7 @@ def _wait_bound_marked(cluster: ChainHandle, ns: str, deadline_s: float = 30) ->
     the next resync (every 10 s here); bounded, since ``status`` reads the pods meanwhile and needs no mark."""
     objs, end = client.CustomObjectsApi(cluster.api), time.monotonic() + deadline_s
     while time.monotonic() < end:
-        groups = objs.list_namespaced_custom_object(*PODGROUP_APIS["kai"], ns, "podgroups")["items"]
+        groups = k8s.items(objs.list_namespaced_custom_object(*PODGROUP_APIS["kai"], ns, "podgroups"))
         if any(keys.GANG_BOUND_ANNOTATION in (g["metadata"].get("annotations") or {}) for g in groups):
             return
         time.sleep(0.5)

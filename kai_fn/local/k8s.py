@@ -60,6 +60,11 @@ def obj(value: object) -> dict[str, Any]:
     return value
 
 
+def items(listed: object) -> list[dict[str, Any]]:
+    """The objects of a CustomObjectsApi list call's answer."""
+    return [obj(item) for item in obj(listed)["items"]]
+
+
 class Model(Protocol):
     @property
     def metadata(self) -> client.V1ObjectMeta | None: ...
