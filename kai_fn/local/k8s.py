@@ -65,19 +65,19 @@ def items(listed: object) -> list[dict[str, Any]]:
     return [obj(item) for item in obj(listed)["items"]]
 
 
-class Model(Protocol):
+class HasMetadata(Protocol):
     @property
     def metadata(self) -> client.V1ObjectMeta | None: ...
 
 
-def meta(model: Model) -> client.V1ObjectMeta:
+def meta(model: HasMetadata) -> client.V1ObjectMeta:
     """A model's metadata, which the API server sets on every object it returns."""
     if model.metadata is None:
         raise ValueError(f"{type(model).__name__} without metadata from the API server")
     return model.metadata
 
 
-def name(model: Model) -> str:
+def name(model: HasMetadata) -> str:
     """A returned object's name, which the API server always sets."""
     named = meta(model).name
     if named is None:
