@@ -1,5 +1,6 @@
 """Knative entry point: ``python -m kai_fn.function.serve`` serves ``handle`` (kai_fn/function/serve.py says why not
 functions-framework's own CLI)."""
+import flask
 import functions_framework
 
 from kai_fn.function import metrics
@@ -11,5 +12,5 @@ if app.settings.metrics_port:
 
 
 @functions_framework.http
-def handle(request):
+def handle(request: flask.Request) -> flask.Response:
     return app(request)

@@ -54,8 +54,8 @@ case "${1:-}" in
     [ "$chain_rc" = 0 ] && [ "$plain_rc" = 0 ] && [ "$quick_rc" = 0 ]
     ;;
   check)
-    # The static checks .ci/run makes before the tests: ruff over the Python tree, mypy (strict) over kai_fn/core,
-    # kai_fn/kube, kai_fn/commands and kai_fn/settings.py.
+    # The static checks .ci/run makes before the tests: ruff over the Python tree, mypy --strict over the whole kai_fn
+    # package and main.py (pyproject.toml's [tool.mypy]).
     venv
     .venv/bin/ruff check --quiet kai_fn tests bench main.py
     .venv/bin/mypy

@@ -172,7 +172,7 @@ class Settings(BaseSettings):
 def load(**overrides: object) -> Settings:
     """Read the environment (``overrides`` win, by setting name); exit naming the variable on a bad value."""
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**overrides)  # type: ignore[arg-type]  # by name, any field: pydantic checks each value
     except ValidationError as error:
         aliases = {name: field.alias for name, field in Settings.model_fields.items()}
         lines = []

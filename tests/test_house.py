@@ -1,9 +1,12 @@
-"""House rules that hold over the whole tree: no function in kai_fn over 50 lines, and no text that cites notes kept
-outside the repository (a reader of the repository cannot follow such a reference)."""
+"""House rules that hold over the whole tree: no function in kai_fn over 50 lines, no text that cites notes kept
+outside the repository (a reader of the repository cannot follow such a reference), mypy --strict over all of kai_fn
+with each ``type: ignore`` naming its error code and its reason, and one name per class (no module-level alias
+such as ``Cluster = ApiServer``)."""
 from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,8 @@ MAX_LINES = 50
 OUTSIDE_NOTES = re.compile(r"(?<![A-Za-z0-9_])(" + "FAC" + "TS|TEST" + "BED)(?![A-Za-z0-9_])")
 TEXT = {".py", ".go", ".md", ".sh", ".yaml", ".yml", ".json", ".toml", ".txt", ".ini", ".cfg", ""}
 TREES = ("kai_fn", "testbed", "tests", "bench", "docs", "knative", "samples")
+# A type: ignore with its error code and, after two spaces, a comment saying why.
+NARROW_IGNORE = re.compile(r"# type: ignore\[[a-z-]+(, ?[a-z-]+)*\]  # \S")
 
 
 def long_functions(root: Path) -> list[str]:
@@ -26,6 +31,25 @@ def long_functions(root: Path) -> list[str]:
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1
                 if lines > MAX_LINES:
                     found.append(f"{lines} {path.relative_to(root.parent)}:{node.lineno} {node.name}")
+    return found
+
+
+def broad_ignores(paths: list[Path]) -> list[str]:
+    """``<file>:<line>`` for every ``type: ignore`` of ``paths`` without its error code or its reason."""
+    return [f"{path}:{n}" for path in paths for n, line in enumerate(path.read_text().splitlines(), 1)
+            if "# type: ignore" in line and not NARROW_IGNORE.search(line)]
+
+
+def aliases(root: Path) -> list[str]:
+    """``<file>:<line> <statement>`` for every module-level ``Name = Other`` of two class-like names under ``root``:
+    a second name for one class."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id[:1].isupper()
+                    and all(isinstance(t, ast.Name) and t.id[:1].isupper() and not t.id.isupper()
+                            for t in node.targets)):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno} {ast.unparse(node)}")
     return found
 
 
@@ -43,6 +67,40 @@ def repository_text() -> list[Path]:
 
 def test_no_function_in_kai_fn_is_over_50_lines():
     assert long_functions(REPO / "kai_fn") == [], "split each into named steps"
+
+
+def test_mypy_checks_all_of_kai_fn_strictly():
+    mypy = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert mypy["files"] == ["kai_fn", "main.py"] and mypy["strict"] is True
+    assert "overrides" not in mypy and "ignore_missing_imports" not in mypy, "strict means strict everywhere"
+
+
+def test_each_type_ignore_in_kai_fn_names_its_code_and_why():
+    sources = sorted((REPO / "kai_fn").rglob("*.py")) + [REPO / "main.py"]
+    assert broad_ignores(sources) == []
+
+
+def test_kai_fn_gives_each_class_one_name():
+    assert aliases(REPO / "kai_fn") == [], "name the class once, for what it is"
+
+
+@pytest.mark.parametrize("line, broad", [
+    ("x = f()  # type: ignore", True),
+    ("x = f()  # type: ignore[no-untyped-call]", True),
+    ("x = f()  # type: ignore[no-untyped-call]  # unannotated upstream", False),
+    ("x = f()  # type: ignore[arg-type, misc]  # the stub is wrong", False),
+])
+def test_an_ignore_is_narrow_with_its_code_and_its_reason(tmp_path, line, broad):
+    (tmp_path / "m.py").write_text(line + "\n")
+    assert bool(broad_ignores([tmp_path / "m.py"])) is broad
+
+
+@pytest.mark.parametrize("statement, alias", [
+    ("Cluster = ApiServer", True), ("PAGE = SIZE", False), ("Work = A | B", False), ("log = Logger", False)])
+def test_an_alias_is_one_class_name_bound_to_another(tmp_path, statement, alias):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text(statement + "\n")
+    assert bool(aliases(tmp_path / "pkg")) is alias
 
 
 def test_nothing_in_the_repository_cites_notes_kept_outside_it():

@@ -4,7 +4,7 @@ Some never leave the resync's lists: a blocked TrainJob stays suspended and unma
 stays unbound. A resync that always took the oldest would, once more than the limit of those are older than the
 rest, never reach the others. So each run starts after the last one the run before took, in creation order, and
 wraps around: everything is reached within ceil(found / limit) runs. The cursor is only a hint, kept by the process
-(:class:`kai_fn.function.cluster.Cluster`): a new process starts from the oldest.
+(:class:`kai_fn.function.cluster.CachedServer`): a new process starts from the oldest.
 """
 from __future__ import annotations
 

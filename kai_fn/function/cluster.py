@@ -1,7 +1,13 @@
 """The process's memory around the kube layer (:mod:`kai_fn.kube`): the runtime and Queue caches, the resync's
 cursors (:mod:`kai_fn.core.turns`), what it did lately (:mod:`kai_fn.function.recent`) and what it refused
 (:mod:`kai_fn.function.backoff`). The calls themselves,
-and what their refusals mean, are the kube layer's."""
+and what their refusals mean, are the kube layer's.
+
+The two classes are named for what they add to the kube layer's :class:`~kai_fn.kube.ApiServer` and
+:class:`~kai_fn.kube.ApiSession`: :class:`CachedServer` is the server with the memory one process keeps across
+events (caches proper for runtimes and Queues, and the cursors, back-off, key locks and recent work that outlive an
+event), :class:`CachedSession` one event's calls answered from that memory where it is fresh. The kube layer's names
+stay for the plain, memoryless server and session the commands use."""
 from __future__ import annotations
 
 import threading
@@ -24,8 +30,8 @@ T = TypeVar("T")
 
 
 @dataclass
-class Cluster(kube.Cluster):
-    """The API server as this process knows it: :class:`kai_fn.kube.Cluster`, its calls counted in the metrics,
+class CachedServer(kube.ApiServer):
+    """The API server as this process knows it: :class:`kai_fn.kube.ApiServer`, its calls counted in the metrics,
     and the caches and memory every event shares; :meth:`session` counts the calls one event makes."""
 
     runtime_ttl: float = 0.0
@@ -40,13 +46,13 @@ class Cluster(kube.Cluster):
     locks: KeyLocks = field(default_factory=KeyLocks)  # one worker at a time on a TrainJob (kai_fn.function.keylocks)
 
     @classmethod
-    def from_settings(cls, settings: Settings, kubeconfig: str | None = None, context: str | None = None) -> Cluster:
+    def from_settings(cls, settings: Settings, kubeconfig: str | None = None, context: str | None = None) -> CachedServer:
         meter = metrics.Meter()
         return cls(kube.api_client(kubeconfig, context, meter), settings.api_timeout_seconds, meter,
                    runtime_ttl=settings.runtime_cache_seconds, backoff=Backoff(first=settings.resync_backoff_seconds))
 
-    def session(self) -> Session:
-        return Session(self)
+    def session(self) -> CachedSession:
+        return CachedSession(self)
 
     def cached_runtime(self, target: RuntimeTarget) -> dict[str, Any] | None:
         with self._lock:
@@ -95,10 +101,10 @@ class Cluster(kube.Cluster):
 
 
 @dataclass
-class Session(kube.Session):
+class CachedSession(kube.ApiSession):
     """The kube layer's calls, with runtimes and Queues answered from the process's caches while they are fresh."""
 
-    cluster: Cluster
+    cluster: CachedServer
 
     def runtime(self, target: RuntimeTarget) -> dict[str, Any] | None:
         """A runtime, from the cache while it is fresh; a missing one is never cached."""

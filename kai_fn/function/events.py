@@ -73,7 +73,8 @@ class Ignored:
     reason: str
 
 
-Event = TrainJobEvent | PodGroupEvent | Resync | Ignored
+Work = TrainJobEvent | PodGroupEvent | Resync  # what asks for work: all but Ignored
+Event = Work | Ignored
 
 
 def parse(headers: Mapping[str, str], body: bytes) -> Event:

@@ -14,7 +14,7 @@ from kai_fn.core.decide import Action, Ignore, LetGo, MakeGang, MarkTooLate, Ref
 from kai_fn.core.queue_check import check
 from kai_fn.function import metrics, report, reserve
 from kai_fn.kube import GuardFailed, NotServed
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.function.report import Outcome, Result
 from kai_fn.settings import Settings
 from kai_fn.kube.events import event_body
@@ -48,7 +48,7 @@ class Changed(Exception):
 class Execution:
     """One TrainJob's pass as seen by the steps that carry out its action."""
 
-    def __init__(self, session: Session, settings: Settings, obj: dict[str, Any],
+    def __init__(self, session: CachedSession, settings: Settings, obj: dict[str, Any],
                  jobset: dict[str, Any] | None, moment: datetime.datetime) -> None:
         self.session, self.settings, self.obj, self.jobset = session, settings, obj, jobset
         self.now = moment  # one clock reading per pass

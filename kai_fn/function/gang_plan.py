@@ -14,11 +14,11 @@ from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.owner_metadata import KaiCluster
 from kai_fn.core.plan import Plan, plan
 from kai_fn.core.runtime import target
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.settings import Settings
 
 
-def of(session: Session, settings: Settings, trainjob: dict[str, Any]) -> Plan | None:
+def of(session: CachedSession, settings: Settings, trainjob: dict[str, Any]) -> Plan | None:
     """The TrainJob's plan, or None when it has none now."""
     try:
         job = parse(TrainJob, trainjob)

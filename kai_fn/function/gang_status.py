@@ -18,7 +18,7 @@ from kai_fn.core.plan import Plan
 from kai_fn.core.state import Entry, facts, gang_names, judged, named_at_admission, reserving
 from kai_fn.function import gang_plan, metrics, report, reserve
 from kai_fn.kube import Gone, Transient
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.function.events import PodGroupEvent
 from kai_fn.function.inventory import creation_order
 from kai_fn.function.isolate import tally_of
@@ -28,7 +28,7 @@ from kai_fn.settings import Settings
 from kai_fn.kube.events import event_body
 
 
-def observe(event: PodGroupEvent, session: Session, settings: Settings, optin: OptIn) -> Outcome:
+def observe(event: PodGroupEvent, session: CachedSession, settings: Settings, optin: OptIn) -> Outcome:
     """One PodGroup update: a PodGroup GET, then at most a TrainJob GET, a pod list and an Event (plus the bound
     mark). The event only says which PodGroup to look at: what is reported comes from the PodGroup as the API server
     returns it to kai_fn, so a forged or stale body can skip a look but never make a report."""
@@ -53,7 +53,7 @@ def observe(event: PodGroupEvent, session: Session, settings: Settings, optin: O
         return _report(event, session, settings, podgroup, owner)
 
 
-def _report(event: PodGroupEvent, session: Session, settings: Settings, podgroup: dict[str, Any],
+def _report(event: PodGroupEvent, session: CachedSession, settings: Settings, podgroup: dict[str, Any],
             owner: dict[str, Any]) -> Outcome:
     """The look at a gang whose PodGroup kai_fn made, holding its TrainJob (:mod:`kai_fn.function.keylocks`)."""
     ns, pg_name, recent = event.namespace, event.name, session.cluster.recent
@@ -85,12 +85,12 @@ def _report(event: PodGroupEvent, session: Session, settings: Settings, podgroup
     return outcome
 
 
-def hand_over(session: Session, podgroup: dict[str, Any], owner: dict[str, Any]) -> Outcome | None:
+def hand_over(session: CachedSession, podgroup: dict[str, Any], owner: dict[str, Any]) -> Outcome | None:
     """KAI's controllers rewrite the gang's status when a pod joins it: the moment JobSet makes the launcher, its
     placeholder goes (kai_fn/function/reserve.py). An Outcome when that was this event's work, else None (the gang's
     status is looked at as for any other)."""
-    ns, name, uid = objects.meta(podgroup).get("namespace"), owner["name"], owner.get("uid")
-    pg_name = objects.meta(podgroup).get("name")
+    ns, name, uid = str(objects.meta(podgroup).get("namespace") or ""), owner["name"], owner.get("uid")
+    pg_name = str(objects.meta(podgroup).get("name") or "")  # a PodGroup read from the API server has both
     trainjob = session.trainjob(ns, name)
     if trainjob is None or objects.meta(trainjob).get("uid") != uid:
         return Outcome("ignored", "its TrainJob no longer exists", ns, name, uid, pg_name)
@@ -104,7 +104,7 @@ def hand_over(session: Session, podgroup: dict[str, Any], owner: dict[str, Any])
     return Outcome("done", done, ns, name, uid, pg_name) if changed else None
 
 
-def made_gang(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
+def made_gang(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
               podgroup: dict[str, Any]) -> dict[str, Any] | None:
     """The main PodGroup, where it is the decision (a JobSet named at admission, or not made yet): this one, or read
     (this one is a stage's: KAI's flavor, whose main PodGroup is ``pg-<name>-<uid>``)."""
@@ -124,7 +124,7 @@ def owning_trainjob(podgroup: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def report_on(session: Session, settings: Settings, trainjob: dict[str, Any], podgroup: dict[str, Any],
+def report_on(session: CachedSession, settings: Settings, trainjob: dict[str, Any], podgroup: dict[str, Any],
               main_name: str) -> Outcome:
     """Bound (:func:`kai_fn.core.state.judged`: the plan's minMember pods of the gang's own Jobs on nodes): GangBound
     once, then the mark on the main PodGroup. Nothing on a node and KAI gives reasons: GangUnschedulable. Another
@@ -170,7 +170,7 @@ def report_on(session: Session, settings: Settings, trainjob: dict[str, Any], po
     return Outcome("blocked", f"{report.GANG_UNSCHEDULABLE}: {message}", ns, name, uid, pg_name)
 
 
-def warn_if_edited(session: Session, trainjob: dict[str, Any], podgroup: dict[str, Any], planned: Plan) -> None:
+def warn_if_edited(session: CachedSession, trainjob: dict[str, Any], podgroup: dict[str, Any], planned: Plan) -> None:
     """A Warning ``PodGroupEdited`` when the gang's shape on its PodGroup is no longer the plan's, and nothing put
     back (docs/how-it-decides.md, "Bound"): only writers the admission policy trusts get an edit through, on
     purpose; and "bound" never reads the spec. The same edit is one Event, however often it is seen."""
@@ -185,14 +185,14 @@ def warn_if_edited(session: Session, trainjob: dict[str, Any], podgroup: dict[st
         metrics.GANG_STATUS.labels(report.PODGROUP_EDITED).inc()
 
 
-def sweep(session: Session, settings: Settings, entries: list[Entry]) -> dict[str, int]:
+def sweep(session: CachedSession, settings: Settings, entries: list[Entry]) -> dict[str, int]:
     """The resync's pass over released gangs not known to be bound: a pod list each (and an Event, a mark),
     KAI_FN_RESYNC_LIMIT in turn."""
     tally: dict[str, int] = {}
     waiting = [e for e in entries if e.podgroup is not None and e.marks.settled() is None]
     for entry in session.cluster.take_turn("sweep", waiting, settings.resync_limit, creation_order):
         with session.cluster.locks.hold(entry.key):
-            result = tally_of("sweep", session, entry.trainjob, lambda e=entry: report_on(
-                session, settings, e.trainjob, e.podgroup or {}, e.marks.podgroup or "").result)
+            result = tally_of("sweep", session, entry.trainjob, lambda: report_on(
+                session, settings, entry.trainjob, entry.podgroup or {}, entry.marks.podgroup or "").result)
         tally[result] = tally.get(result, 0) + 1
     return tally

@@ -22,7 +22,7 @@ import flask
 
 from kai_fn.function import events, gang_status, inventory, metrics, reconcile, resync
 from kai_fn.function.auth import Authenticator, Denied
-from kai_fn.function.cluster import Cluster, Session
+from kai_fn.function.cluster import CachedServer, CachedSession
 from kai_fn.function.optin import OptIn
 from kai_fn.kube import Transient
 from kai_fn.function.report import Outcome, configure_logging, log
@@ -37,10 +37,10 @@ class App:
     """Settings and the one API client of this process, both made at start-up so a bad one stops it there; and the
     one :class:`OptIn`, the namespaces it may act in, which every event, the resync and the catch-up ask."""
 
-    def __init__(self, settings: Settings | None = None, cluster: Cluster | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, cluster: CachedServer | None = None) -> None:
         self.settings = settings or load()
         configure_logging(self.settings.log_level)
-        self.cluster = cluster or Cluster.from_settings(self.settings)
+        self.cluster = cluster or CachedServer.from_settings(self.settings)
         self.optin = OptIn(self.settings)
         self.auth = Authenticator(self.settings.audience, self.settings.senders) if self.settings.audience else None
         self.work: WorkQueue | None = None
@@ -138,7 +138,7 @@ class App:
             return body
         fields = {"sender": sender} if sender else {}
         try:
-            event = events.parse(request.headers, body)
+            event = events.parse(dict(request.headers), body)
         except events.BadEvent as error:
             return Delivery(400, str(error), "bad", fields)
         fields |= {"type": event.type, "id": event.id}
@@ -146,7 +146,7 @@ class App:
             return Delivery(200, event.reason, "ignored", fields)
         return self.dispatch(event, session, fields)
 
-    def authenticate(self, request: flask.Request, session: Session) -> str | Delivery | None:
+    def authenticate(self, request: flask.Request, session: CachedSession) -> str | Delivery | None:
         """The sender's user name (None when delivery is not authenticated), or the refusal."""
         if self.auth is None:
             return None
@@ -169,7 +169,7 @@ class App:
             return Delivery(413, f"body is over KAI_FN_MAX_BODY_BYTES ({limit})", "too_large")
         return body
 
-    def dispatch(self, event: events.Event, session: Session, fields: dict[str, Any]) -> Delivery:
+    def dispatch(self, event: events.Work, session: CachedSession, fields: dict[str, Any]) -> Delivery:
         """The work the event asks for: the resync, a gang's status, or a TrainJob's pass (queued when it can be)."""
         try:
             if isinstance(event, events.Resync):
@@ -184,14 +184,14 @@ class App:
             else:
                 fields |= {"kind": event.via, "namespace": event.namespace, "name": event.name, "uid": event.uid,
                            "mode": event.mode}
-                work, outcome = "trainjob", reconcile.answer_without_a_read(event, session, self.settings)
-                if outcome is None:
-                    outcome = reconcile.not_opted_in(event, session, self.optin)
-                if outcome is None and self.offer(event):
+                work = "trainjob"
+                answer = reconcile.answer_without_a_read(event, session, self.settings)
+                if answer is None:
+                    answer = reconcile.not_opted_in(event, session, self.optin)
+                if answer is None and self.offer(event):
                     return Delivery(202, "accepted: reconciled right after this answer", "accepted",
                                     fields | {"api_calls": session.calls})
-                if outcome is None:
-                    outcome = reconcile.pass_of(event, session, self.settings)
+                outcome = answer if answer is not None else reconcile.pass_of(event, session, self.settings)
         except (Transient, reconcile.Retry) as error:
             return Delivery(503, str(error), "retry", fields | {"api_calls": session.calls})
         return Delivery(200, outcome.reason, outcome.result, fields | _outcome_fields(outcome, session, fields),
@@ -227,7 +227,7 @@ class Delivery:
     work: str | None = None
 
 
-def _outcome_fields(outcome: Outcome, session: Session, fields: dict[str, Any]) -> dict[str, Any]:
+def _outcome_fields(outcome: Outcome, session: CachedSession, fields: dict[str, Any]) -> dict[str, Any]:
     """What a finished pass adds to its log line, the delivery's and the queued pass's alike."""
     out: dict[str, Any] = {"api_calls": session.calls, "uid": outcome.uid or fields.get("uid")}
     if outcome.podgroup:

@@ -19,14 +19,14 @@ import logging
 import socket
 
 from kai_fn.function import metrics
-from kai_fn.kube import MERGE_PATCH, ApiError, Session
+from kai_fn.kube import MERGE_PATCH, ApiError, ApiSession
 from kai_fn.kube.lease import LEASE_SECONDS, PATH, micro
 from kai_fn.settings import Settings
 
 log = logging.getLogger("kai_fn")
 
 
-def beat(session: Session, settings: Settings, now: datetime.datetime) -> str:
+def beat(session: ApiSession, settings: Settings, now: datetime.datetime) -> str:
     """The end of a successful resync: the gauge, then the Lease (one PATCH); what happened, for the log line."""
     metrics.LAST_RESYNC.set(now.timestamp())
     if not settings.heartbeat_lease:

@@ -14,7 +14,7 @@ from kai_fn.core import turns
 from kai_fn.core.objects import meta
 from kai_fn.core.state import Entry, join, podgroup_api
 from kai_fn.function.backoff import Backoff, Key
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.function.optin import OptIn
 from kai_fn.settings import Settings
 
@@ -24,7 +24,7 @@ def creation_order(entry: Entry) -> str:
     return turns.order(entry.trainjob)
 
 
-def take(session: Session, settings: Settings, optin: OptIn) -> list[Entry]:
+def take(session: CachedSession, settings: Settings, optin: OptIn) -> list[Entry]:
     """Every TrainJob of the opted-in namespaces, joined (2N + 2 LISTs at most: the module's docstring)."""
     names = optin.names(session)
     trainjobs = [t for ns in sorted(names) for t in session.list_trainjobs(ns)]

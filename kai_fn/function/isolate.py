@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from kai_fn.core import objects
 from kai_fn.function import metrics, report
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.kube import Transient
 from kai_fn.kube.events import event_body
 
@@ -22,7 +22,7 @@ log = logging.getLogger("kai_fn")
 T = TypeVar("T")
 
 
-def apart(stage: str, session: Session, trainjob: dict[str, Any] | None, work: Callable[[], T],
+def apart(stage: str, session: CachedSession, trainjob: dict[str, Any] | None, work: Callable[[], T],
           failed: T, let_through: tuple[type[Exception], ...] = ()) -> T:
     """``work()``, or ``failed`` when it raised anything but ``let_through`` (what a retry may fix)."""
     try:
@@ -40,7 +40,7 @@ def apart(stage: str, session: Session, trainjob: dict[str, Any] | None, work: C
         return failed
 
 
-def tally_of(stage: str, session: Session, trainjob: dict[str, Any] | None, work: Callable[[], str],
+def tally_of(stage: str, session: CachedSession, trainjob: dict[str, Any] | None, work: Callable[[], str],
              retried: tuple[type[Exception], ...] = (Transient,)) -> str:
     """One object's result in a run's tally: ``work()``, ``retry`` when it raised one of ``retried`` (the next run
     tries again), ``error`` when it raised anything else (:func:`apart`)."""
@@ -53,7 +53,7 @@ def tally_of(stage: str, session: Session, trainjob: dict[str, Any] | None, work
     return apart(stage, session, trainjob, attempt, "error")
 
 
-def _warn(session: Session, trainjob: dict[str, Any] | None, stage: str, error: Exception, why: str) -> None:
+def _warn(session: CachedSession, trainjob: dict[str, Any] | None, stage: str, error: Exception, why: str) -> None:
     meta = objects.meta(trainjob)
     if not isinstance(meta.get("name"), str) or not isinstance(meta.get("namespace"), str):
         return

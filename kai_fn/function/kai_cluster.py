@@ -7,21 +7,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kai_fn.core import owner_metadata
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.owner_metadata import KaiCluster
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.kube import ApiError, Forbidden, NotFound, Transient, Unauthorized
 from kai_fn.settings import Settings
 
 log = logging.getLogger(__name__)
-_CACHE = "_kai_cluster"  # on the process's Cluster: what -> (expiry, value)
+_CACHE = "_kai_cluster"  # on the process's CachedServer: what -> (expiry, value)
 T = TypeVar("T")
 
 
-def read(session: Session, settings: Settings, job: TrainJob, runtime: dict[str, Any]) -> KaiCluster | None:
+def read(session: CachedSession, settings: Settings, job: TrainJob, runtime: dict[str, Any]) -> KaiCluster | None:
     """The cluster as KAI's podgrouper sees it (the KAI flavor only). PriorityClasses that cannot be listed (no
     permission: an older install's RBAC) are taken to exist, as before kai_fn read them; a ConfigMap that cannot be
     read counts as absent, as it does for KAI."""
@@ -39,18 +39,18 @@ def read(session: Session, settings: Settings, job: TrainJob, runtime: dict[str,
                       node_pool_label=settings.node_pool_label_key)
 
 
-def _cached(session: Session, what: str, read_it: Callable[[], T]) -> T:
+def _cached(session: CachedSession, what: str, read_it: Callable[[], T]) -> T:
     cache: dict[str, tuple[float, Any]] = session.cluster.__dict__.setdefault(_CACHE, {})
     hit = cache.get(what)
     if hit is not None and hit[0] > time.monotonic():
-        return hit[1]
+        return cast(T, hit[1])  # what read_it returned when it was put there
     value = read_it()
     if session.cluster.runtime_ttl > 0:
         cache[what] = (time.monotonic() + session.cluster.runtime_ttl, value)
     return value
 
 
-def _priority_classes(session: Session) -> frozenset[str] | None:
+def _priority_classes(session: CachedSession) -> frozenset[str] | None:
     try:
         listed = session.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")
     except ApiError as error:
@@ -61,7 +61,7 @@ def _priority_classes(session: Session) -> frozenset[str] | None:
     return frozenset(str(i.get("metadata", {}).get("name")) for i in _items(listed))
 
 
-def _configmap_data(session: Session, where: str) -> dict[str, str] | None:
+def _configmap_data(session: CachedSession, where: str) -> dict[str, str] | None:
     namespace, _, name = where.partition("/")
     try:
         found = session.request("GET", "/api/v1/namespaces/{namespace}/configmaps/{name}", namespace=namespace,

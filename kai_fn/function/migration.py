@@ -15,10 +15,11 @@ from typing import Any
 from kai_fn.core import keys, objects
 from kai_fn.core.decide import Action, LetGo, MakeGang, SettleReservation, Skip
 from kai_fn.core.patch import jobset_patch
+from kai_fn.core.state import Entry, podgroup_api
 from kai_fn.kube import Gone, GuardFailed, Transient
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.function.execute import Retry
-from kai_fn.function.inventory import Entry, creation_order, podgroup_api
+from kai_fn.function.inventory import creation_order
 from kai_fn.function.isolate import tally_of
 from kai_fn.function.report import Outcome
 from kai_fn.settings import Settings
@@ -45,7 +46,7 @@ def kept(trainjob: dict[str, Any], settings: Settings) -> bool:
             or not settings.resume)
 
 
-def carry(session: Session, settings: Settings, trainjob: dict[str, Any], jobset: dict[str, Any] | None
+def carry(session: CachedSession, settings: Settings, trainjob: dict[str, Any], jobset: dict[str, Any] | None
           ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Carry the TrainJob's own marks to its JobSet (``jobset``: the one it controls, as read) and main PodGroup,
     then remove them from it: the TrainJob and the JobSet as they are now. Nothing to carry: no API call."""
@@ -76,7 +77,7 @@ def carry(session: Session, settings: Settings, trainjob: dict[str, Any], jobset
     return written or trainjob, jobset
 
 
-def after_pass(session: Session, settings: Settings, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
+def after_pass(session: CachedSession, settings: Settings, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
                action: Action, outcome: Outcome) -> Outcome:
     """Resume a TrainJob the earlier gate suspended once the pass decided its JobSet or found it out of scope."""
     if not owed(trainjob):
@@ -94,7 +95,7 @@ def after_pass(session: Session, settings: Settings, trainjob: dict[str, Any], j
                    outcome.namespace, outcome.name, outcome.uid, outcome.podgroup)
 
 
-def let_go(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> None:
+def let_go(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> None:
     """Out of scope: its JobSet (suspended, never held) is marked so, so later events cost nothing."""
     if jobset is None or keys.MARKER_PODGROUP in objects.notes(jobset) or keys.MARKER_SKIPPED in objects.notes(jobset):
         return
@@ -106,7 +107,7 @@ def let_go(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | 
         raise Retry("the JobSet changed while it was let go") from None
 
 
-def resume(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> None:
+def resume(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> None:
     """``spec.suspend: false`` with the annotation removed, so it is never taken for one owed again; Trainer
     resumes its JobSet with it."""
     meta = objects.meta(trainjob)
@@ -115,7 +116,7 @@ def resume(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | 
     session.cluster.recent.decided(meta.get("uid"), objects.meta(jobset).get("uid"))
 
 
-def resync(session: Session, settings: Settings, entries: list[Entry]) -> str:
+def resync(session: CachedSession, settings: Settings, entries: list[Entry]) -> str:
     """The resync's share: the listed TrainJobs that carry a mark of the earlier gate, in turn. The pass does the
     rest; here, what no pass does: a TrainJob outside KAI_FN_NAMESPACES, or whose JobSet is decided already."""
     found = [e for e in entries if concerns(e.trainjob) and not objects.deleting(e.trainjob)
@@ -124,13 +125,13 @@ def resync(session: Session, settings: Settings, entries: list[Entry]) -> str:
         return ""
     tally: dict[str, int] = {}
     for entry in session.cluster.take_turn("migration", found, settings.resync_limit, creation_order):
-        result = tally_of("migration", session, entry.trainjob, lambda e=entry: migrate(session, settings, e),
+        result = tally_of("migration", session, entry.trainjob, lambda: migrate(session, settings, entry),
                           retried=(Retry, Transient))
         tally[result] = tally.get(result, 0) + 1
     return f"; {len(found)} of the earlier TrainJob gate: " + ", ".join(f"{n} {r}" for r, n in sorted(tally.items()))
 
 
-def migrate(session: Session, settings: Settings, entry: Entry) -> str:
+def migrate(session: CachedSession, settings: Settings, entry: Entry) -> str:
     """One listed TrainJob: its marks carried; resumed when out of KAI_FN_NAMESPACES or its JobSet is decided."""
     trainjob, jobset = carry(session, settings, entry.trainjob, entry.jobset)
     carried = trainjob is not entry.trainjob

@@ -46,7 +46,7 @@ class Recent:
         with self._lock:
             return bool(podgroup_uid) and podgroup_uid in self._bound
 
-    def _put(self, table: OrderedDict, key: str, value: object) -> None:
+    def _put(self, table: OrderedDict[str, None], key: str, value: None) -> None:
         with self._lock:
             table[key] = value
             table.move_to_end(key)

@@ -24,7 +24,7 @@ from kai_fn.core.runtime import target
 from kai_fn.function import kai_cluster, migration, report
 from kai_fn.kube import Gone, GuardFailed, Invalid, Transient
 from kai_fn.kube.errors import status_body
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.function.events import TrainJobEvent, Via
 from kai_fn.function.execute import Changed, Execution, NotYet, Retry
 from kai_fn.function.isolate import apart
@@ -37,7 +37,7 @@ __all__ = ["Reconciler", "Retry", "NotYet", "answer_without_a_read", "not_opted_
 _PATCH_ATTEMPTS = 3
 
 
-def answer_without_a_read(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome | None:
+def answer_without_a_read(event: TrainJobEvent, session: CachedSession, settings: Settings) -> Outcome | None:
     """The answer the event's identity (and what this process remembers) gives without an API call, or None when
     the TrainJob needs a pass. The body is never read here: whoever sent it, only the live TrainJob decides."""
     if not settings.watches(event.namespace) and event.via is not Via.JOBSET:
@@ -49,7 +49,7 @@ def answer_without_a_read(event: TrainJobEvent, session: Session, settings: Sett
     return None
 
 
-def not_opted_in(event: TrainJobEvent, session: Session, optin: OptIn) -> Outcome | None:
+def not_opted_in(event: TrainJobEvent, session: CachedSession, optin: OptIn) -> Outcome | None:
     """The answer to an event whose namespace did not opt in (no read of the object, no write: kai_fn does nothing
     there, whoever sent it), or None. Costs the opted-in namespaces' LIST at most every
     ``KAI_FN_NAMESPACE_CACHE_SECONDS``."""
@@ -58,7 +58,7 @@ def not_opted_in(event: TrainJobEvent, session: Session, optin: OptIn) -> Outcom
     return Outcome("ignored", refusal(event.namespace), event.namespace, event.name, event.uid)
 
 
-def reconcile(event: TrainJobEvent, session: Session, settings: Settings, optin: OptIn) -> Outcome:
+def reconcile(event: TrainJobEvent, session: CachedSession, settings: Settings, optin: OptIn) -> Outcome:
     """One TrainJob's pass, planned from the TrainJob as the API server returns it to kai_fn: read now, or listed
     by the resync a moment ago. An event's body, authenticated or not, never decides a gang. How it ended sets the
     TrainJob's back-off from the resync (:mod:`kai_fn.function.backoff`); a pass the API failed is no refusal."""
@@ -69,7 +69,7 @@ def reconcile(event: TrainJobEvent, session: Session, settings: Settings, optin:
     return pass_of(event, session, settings)
 
 
-def pass_of(event: TrainJobEvent, session: Session, settings: Settings) -> Outcome:
+def pass_of(event: TrainJobEvent, session: CachedSession, settings: Settings) -> Outcome:
     """The pass, once :func:`answer_without_a_read` and :func:`not_opted_in` let the event through."""
     obj = event.object if event.via is Via.RESYNC else None
     if obj is None:
@@ -94,7 +94,7 @@ def now() -> datetime.datetime:
 class Reconciler(Execution):
     """One TrainJob's pass: the reads and the plan; :class:`Execution` carries out what is decided."""
 
-    def __init__(self, session: Session, settings: Settings, obj: dict[str, Any],
+    def __init__(self, session: CachedSession, settings: Settings, obj: dict[str, Any],
                  jobset: dict[str, Any] | None = None, moment: datetime.datetime | None = None) -> None:
         super().__init__(session, settings, obj, jobset, moment or now())
 

@@ -8,10 +8,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from kai_fn.core.plan import Plan
-from kai_fn.core.reasons import (  # noqa: F401  (re-exported: the shell's names for them)
+from kai_fn.core.reasons import (
     GANG_BOUND, GANG_CREATED, GANG_EXCEEDS_QUEUE, GANG_UNSCHEDULABLE, INVALID_RUNTIME, INVALID_TRAINJOB,
     JOBSET_MISMATCH, NOT_ADOPTED, PLAN_BLOCKED, PODGROUP_EDITED, QUEUE_NOT_FOUND, RUNTIME_NOT_FOUND, SCHEDULE_TIMEOUT,
     SCHEDULER_NOT_SERVED, TOO_LATE, UNPROCESSABLE, Result)
+
+# The reasons are re-exported: the shell's names for them (kai_fn.core.reasons).
+__all__ = [
+    "GANG_BOUND", "GANG_CREATED", "GANG_EXCEEDS_QUEUE", "GANG_UNSCHEDULABLE", "INVALID_RUNTIME", "INVALID_TRAINJOB",
+    "JOBSET_MISMATCH", "NOT_ADOPTED", "PLAN_BLOCKED", "PODGROUP_EDITED", "QUEUE_NOT_FOUND", "RUNTIME_NOT_FOUND",
+    "SCHEDULE_TIMEOUT", "SCHEDULER_NOT_SERVED", "TOO_LATE", "UNPROCESSABLE", "Result",
+    "Outcome", "JsonFormatter", "configure_logging", "gang_text", "gang_created", "log"]
 
 log = logging.getLogger("kai_fn")
 

@@ -21,13 +21,13 @@ from kai_fn.core.plan import plan
 from kai_fn.core.runtime import target
 from kai_fn.function import metrics
 from kai_fn.kube import Gone, Transient
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.settings import Settings
 
 Planned = Callable[[], Sequence[dict[str, Any]]]  # the placeholders the plan makes (a runtime read: only when needed)
 
 
-def make(session: Session, bodies: Sequence[dict[str, Any]]) -> int:
+def make(session: CachedSession, bodies: Sequence[dict[str, Any]]) -> int:
     """Create each placeholder (idempotent: one kai_fn made for the TrainJob is kept); the number created. One of
     that name being deleted (an earlier TrainJob's of the same name) is waited for; any other that is not what kai_fn
     plans is never taken as the placeholder (:class:`NotAdopted`)."""
@@ -48,7 +48,7 @@ def make(session: Session, bodies: Sequence[dict[str, Any]]) -> int:
     return created
 
 
-def planned(session: Session, settings: Settings, trainjob: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+def planned(session: CachedSession, settings: Settings, trainjob: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """The placeholders of the TrainJob's plan, to make them again (a resume, a restart of its JobSet)."""
     job = parse(TrainJob, trainjob)
     raw = session.runtime(target(job))
@@ -58,7 +58,7 @@ def planned(session: Session, settings: Settings, trainjob: dict[str, Any]) -> t
     return plan(job, parse(Runtime, raw), **settings.planning(), cluster=cluster).placeholders
 
 
-def settle(session: Session, trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroup: str,
+def settle(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroup: str,
            planned: Planned | None, pods: list[dict[str, Any]] | None = None, *,
            unmarked: bool = False, reserves: str | None = None) -> tuple[str, bool]:
     """Bring the TrainJob's placeholders to what :func:`kai_fn.core.reserve.step` wants: what was done, in words,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from kai_fn.core.state import Entry
 from kai_fn.function import gang_status, heartbeat, inventory, metrics, migration, timeouts
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.kube import Transient
 from kai_fn.function.events import TrainJobEvent, Via
 from kai_fn.function.isolate import tally_of
@@ -42,7 +42,8 @@ class OneAtATime:
         with self._lock:
             joined = self._running
             if joined is None:
-                self._running = mine = (threading.Event(), [])
+                mine: tuple[threading.Event, list[Outcome | BaseException]] = (threading.Event(), [])
+                self._running = mine
         if joined is not None:
             metrics.RESYNC_JOINS.inc()
             done, result = joined
@@ -70,7 +71,7 @@ def as_event(entry: Entry) -> TrainJobEvent:
                          (entry.trainjob.get("metadata") or {}).get("uid"), entry.trainjob, via=Via.RESYNC)
 
 
-def resync(session: Session, settings: Settings, optin: OptIn, offer: Offer | None = None) -> Outcome:
+def resync(session: CachedSession, settings: Settings, optin: OptIn, offer: Offer | None = None) -> Outcome:
     moment = now()
     entries = inventory.take(session, settings, optin)
     backoff = session.cluster.backoff
@@ -85,8 +86,8 @@ def resync(session: Session, settings: Settings, optin: OptIn, offer: Offer | No
     inline = [e for e in owed if e not in queued]
     for entry in session.cluster.take_turn("owed", inline, settings.resync_limit, inventory.creation_order):
         with session.cluster.locks.hold(entry.key):
-            result = tally_of("resync", session, entry.trainjob, lambda e=entry: Reconciler(
-                session, settings, e.trainjob, e.jobset, moment).run().result, retried=(Retry, Transient))
+            result = tally_of("resync", session, entry.trainjob, lambda: Reconciler(
+                session, settings, entry.trainjob, entry.jobset, moment).run().result, retried=(Retry, Transient))
         backoff.record(inventory.backoff_key(entry), result, inventory.version_of(entry))
         tally[result] = tally.get(result, 0) + 1
     left = max(len(inline) - settings.resync_limit, 0)

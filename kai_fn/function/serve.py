@@ -31,7 +31,7 @@ import logging
 import os
 import signal
 import time
-from typing import Any
+from typing import Any, cast
 
 import functions_framework
 from waitress.channel import HTTPChannel
@@ -46,7 +46,7 @@ BUFFERED_BYTES = 256 * 1024 * 1024  # bodies held at once, at most: KAI_FN_MAX_B
 ANSWER_SECONDS = 5.0  # at SIGTERM, for the requests in hand; + waitress's 5 s + DRAIN_SECONDS: 30 s at most
 
 
-class Channel(HTTPChannel):  # type: ignore[misc]
+class Channel(HTTPChannel):
     """A connection that knows since when it owes a whole request: its opening, then each request's first byte."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -60,7 +60,7 @@ class Channel(HTTPChannel):  # type: ignore[misc]
         return done
 
 
-class Server(TcpWSGIServer):  # type: ignore[misc]
+class Server(TcpWSGIServer):
     """waitress's server, whose once-a-second maintenance also closes each connection owing a request past its
     deadline, and which stops (SIGTERM) once the requests in hand are answered. Subclassed, not patched: it uses
     waitress 3.0.2's ``channel_class``, ``maintenance``, ``active_channels`` and a channel's ``request``/``requests``
@@ -70,14 +70,20 @@ class Server(TcpWSGIServer):  # type: ignore[misc]
     stop_by: float | None = None
 
     def maintenance(self, now: float) -> None:
-        super().maintenance(now)
+        super().maintenance(now)  # type: ignore[arg-type]  # waitress passes time.time(); types-waitress says int
         late = now - self.adj.channel_timeout
-        for channel in list(self.active_channels.values()):
+        channels = self.channels()
+        for channel in channels:
             if not channel.requests and channel.owed_since is not None and channel.owed_since < late:
                 channel.will_close = True  # closed by the loop's next pass; nothing reached the application
-        busy = any(c.requests or c.total_outbufs_len for c in self.active_channels.values())
+        busy = any(c.requests or c.total_outbufs_len for c in channels)
         if self.stop_by is not None and (not busy or now >= self.stop_by):
             raise SystemExit(0)  # ends waitress's loop, which then stops its threads
+
+    def channels(self) -> list[Channel]:
+        """The open connections: waitress's ``active_channels`` is a dict of them by file descriptor (types-waitress
+        says one channel), each made by :attr:`channel_class`."""
+        return list(cast("dict[int, Channel]", self.active_channels).values())
 
     def stop(self, *_: object) -> None:
         """SIGTERM's handler: accept no more, and stop once the requests in hand are answered."""
@@ -99,12 +105,14 @@ def adjustments(settings: Settings) -> dict[str, Any]:
 def serve(host: str, port: int, source: str = "main.py", target: str = "handle") -> None:
     """Serve ``target`` of ``source`` until SIGTERM or SIGINT; a bad setting stops it before it listens."""
     settings = load()
-    app = functions_framework.create_app(target=target, source=source, signature_type="http")  # type: ignore[no-untyped-call]
+    app = functions_framework.create_app(  # type: ignore[no-untyped-call]  # functions-framework: unannotated
+        target=target, source=source, signature_type="http")
     limits = adjustments(settings)
     server = Server(app, host=host, port=port, **limits)
     signal.signal(signal.SIGTERM, server.stop)
     _json_lines(logging.getLogger("waitress"))
-    log.info("serving", extra={"fields": {"port": server.effective_port, "threads": limits["threads"],
+    listening = server.effective_port  # type: ignore[attr-defined]  # waitress sets it; types-waitress leaves it out
+    log.info("serving", extra={"fields": {"port": listening, "threads": limits["threads"],
                                           "connections": limits["connection_limit"],
                                           "request_seconds": settings.request_seconds}})
     try:

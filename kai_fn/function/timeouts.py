@@ -17,29 +17,29 @@ from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue
 from kai_fn.core.state import Entry, judged
 from kai_fn.function import gang_plan, metrics, report
 from kai_fn.kube import Gone, Stale, Transient
-from kai_fn.function.cluster import Session
+from kai_fn.function.cluster import CachedSession
 from kai_fn.function.isolate import apart, tally_of
 from kai_fn.settings import Settings
 from kai_fn.kube.events import event_body
 
 
-def check(session: Session, settings: Settings, entries: list[Entry], now: datetime.datetime) -> str:
+def check(session: CachedSession, settings: Settings, entries: list[Entry], now: datetime.datetime) -> str:
     """Time out what is overdue."""
     tally: dict[str, int] = {}
     due = [(wait, e) for e in entries if e.podgroup is not None and settings.watches(e.key[0])
            and (wait := apart("timeout", session, e.trainjob,
-                              lambda e=e: overdue(e.trainjob, e.marks, e.podgroup or {}, now), None)) is not None]
+                              lambda: overdue(e.trainjob, e.marks, e.podgroup or {}, now), None)) is not None]
     due.sort(key=lambda d: d[0].deadline)
     for wait, entry in due[: settings.resync_limit]:
         with session.cluster.locks.hold(entry.key):
             _count(tally, tally_of("timeout", session, entry.trainjob,
-                                   lambda w=wait, e=entry: time_out(session, settings, w, e, now)))
+                                   lambda: time_out(session, settings, wait, entry, now)))
     left = max(len(due) - settings.resync_limit, 0)
     summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "none"
     return f"timeouts: {summary}" + (f"; {left} left for the next run" if left else "")
 
 
-def time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime) -> str:
+def time_out(session: CachedSession, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime) -> str:
     """One overdue gang: bound after all (:func:`kai_fn.core.state.judged`, against its plan: marked, the wait ends
     quietly), or timed out (marked, maybe suspended, reported)."""
     podgroup = entry.podgroup or {}
@@ -86,7 +86,7 @@ def time_out(session: Session, settings: Settings, wait: Wait, entry: Entry, now
     return "suspended" if suspend else "timed out"
 
 
-def _mark(session: Session, podgroup: dict[str, Any], key: str, now: datetime.datetime) -> bool:
+def _mark(session: CachedSession, podgroup: dict[str, Any], key: str, now: datetime.datetime) -> bool:
     """One of the gang's marks on its main PodGroup; False when it is gone. Not guarded by resourceVersion: KAI
     writes the PodGroup's status all the time, and a mark is a fact about the gang, not about that copy."""
     meta = podgroup.get("metadata") or {}

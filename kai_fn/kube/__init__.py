@@ -8,13 +8,8 @@ from kai_fn.kube.errors import (
 )
 from kai_fn.kube.session import JSON_PATCH, MERGE_PATCH, ApiServer, ApiSession
 
-# kai_fn/function's own Cluster and Session subclass these under the names they had; the aliases go once the function
-# names its classes for what they add (the process's caches), and imports these names.
-Cluster = ApiServer
-Session = ApiSession
-
 __all__ = [
-    "AlreadyExists", "ApiError", "ApiServer", "ApiSession", "Cluster", "Conflict", "Forbidden", "Gone", "GuardFailed",
-    "Invalid", "JSON_PATCH", "MERGE_PATCH", "NoClusterConfig", "NotFound", "NotServed", "Observer", "Session", "Stale",
-    "Terminating", "Transient", "Unauthorized", "api_client", "request_shape",
+    "AlreadyExists", "ApiError", "ApiServer", "ApiSession", "Conflict", "Forbidden", "Gone", "GuardFailed", "Invalid",
+    "JSON_PATCH", "MERGE_PATCH", "NoClusterConfig", "NotFound", "NotServed", "Observer", "Stale", "Terminating",
+    "Transient", "Unauthorized", "api_client", "request_shape",
 ]

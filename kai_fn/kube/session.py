@@ -1,4 +1,4 @@
-"""Typed calls on one API server, every one through one request path (:meth:`Session.request`): bounded by a
+"""Typed calls on one API server, every one through one request path (:meth:`ApiSession.request`): bounded by a
 timeout, counted per session, and its refusals raised as the table of :mod:`kai_fn.kube.errors` says.
 
 Each typed call then says what a refusal means for it (a GET's 404 is None, a patch's is :class:`Gone`, a create's

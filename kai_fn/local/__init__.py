@@ -1,9 +1,11 @@
 """What only a workstation runs, for the tests and the demos: the API emulator, the function as a process, the event
 source stand-ins, the chain testbed's harness, the pod watcher, and the two demos."""
+from __future__ import annotations
+
 import argparse
 
 
-def add_demo(sub: argparse._SubParsersAction) -> None:
+def add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``python -m kai_fn demo [--real]``: the harness's one command, added to the operator's CLI."""
     d = sub.add_parser("demo", help="emulated cluster + real function server + the sample events",
                        description="kai_fn's whole loop with no cluster, in about a minute: an emulated API server "

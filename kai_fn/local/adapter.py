@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import IO, Any, Self
 
 import yaml
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
+from kai_fn.local import k8s
 from kai_fn.local.process import REPO, Started, built, end, free_port
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ def source_spec(manifest: dict[str, Any], namespace: str = "kai-fn") -> SourceSp
     resources = []
     for r in spec["resources"]:
         group, _, version = r["apiVersion"].rpartition("/")
-        watch_ = {"gvr": {"Group": group, "Version": version, "Resource": guess_resource(r["kind"])}}
+        watch_: dict[str, Any] = {"gvr": {"Group": group, "Version": version, "Resource": guess_resource(r["kind"])}}
         if r.get("selector") is not None:
             watch_["selector"] = selector_string(r["selector"])
         resources.append(watch_)
@@ -277,8 +278,8 @@ class RealApiServerSource(Started):
         meta = client.V1ObjectMeta
         ensure(self.core.create_namespace, client.V1Namespace(metadata=meta(name=ns)))
         ensure(self.core.create_namespaced_service_account, ns, client.V1ServiceAccount(metadata=meta(name=sa)))
-        token = self.core.create_namespaced_service_account_token(sa, ns, client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=6 * 3600))).status.token
+        token = k8s.token(self.core.create_namespaced_service_account_token(sa, ns, client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=6 * 3600))))
         host, ca = self.api.configuration.host, self.api.configuration.ssl_ca_cert
         self.kubeconfig.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "adapter",
@@ -311,7 +312,7 @@ class RealApiServerSource(Started):
         if self.spec.namespace_selector is None:
             return [self.spec.namespace]
         listed = self.core.list_namespace(label_selector=selector_string(self.spec.namespace_selector))
-        return sorted(n.metadata.name for n in listed.items)
+        return sorted(k8s.name(n) for n in listed.items)
 
     def _deploy(self, namespaces: list[str]) -> None:
         """Starts an adapter for ``namespaces``; the previous one stops once this one has listed."""
@@ -335,8 +336,8 @@ class RealApiServerSource(Started):
     def _watch_namespaces(self) -> None:
         while not self.stopping.is_set():
             try:
-                for _ in watch.Watch().stream(self.core.list_namespace, timeout_seconds=5,
-                                              label_selector=selector_string(self.spec.namespace_selector)):
+                for _ in k8s.Stream(self.core.list_namespace, timeout_seconds=5,
+                                    label_selector=selector_string(self.spec.namespace_selector)):
                     self._reconcile()
                     if self.stopping.is_set():
                         break

@@ -22,13 +22,14 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
-from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from kai_fn.core import keys
+from kai_fn.local import k8s
 from kai_fn.local.adapter import RealApiServerSource, source_spec
 from kai_fn.local.ping import RealPingSource
 from kai_fn.local.process import REPO, FunctionProcess
@@ -74,7 +75,7 @@ def kubectl_of(kubeconfig: Path) -> Path:
 
 
 def sample(name: str) -> dict[str, Any]:
-    return yaml.safe_load((SAMPLES / name).read_text())
+    return k8s.obj(yaml.safe_load((SAMPLES / name).read_text()))
 
 
 def for_scheduler(runtime: dict[str, Any], scheduler: str) -> dict[str, Any]:
@@ -119,8 +120,8 @@ class Testbed:
         for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]:
             if pool:
                 rj["template"]["spec"]["template"]["spec"]["nodeSelector"] = {POOL_LABEL: pool}
-        return client.CustomObjectsApi(self.api).create_namespaced_custom_object(
-            *TRAINER, namespace, "trainingruntimes", rt)
+        return k8s.obj(client.CustomObjectsApi(self.api).create_namespaced_custom_object(
+            *TRAINER, namespace, "trainingruntimes", rt))
 
     def nodes(self, spec: str, pool: str = "gpu-node") -> None:
         """simnodes: nodes ``<pool>-0..N-1`` of ``NxG`` exist (existing ones kept), labelled ``kai-fn.testbed/pool``."""
@@ -132,12 +133,15 @@ class Testbed:
         """The pool's pods first, then its nodes: kwok ends a deleted pod only while its node exists (no kubelet, no
         pod garbage collector here), so a pod left on a deleted node stays, and keeps its namespace Terminating."""
         core = client.CoreV1Api(self.api)
-        nodes = [n.metadata.name for n in core.list_node(label_selector=f"{POOL_LABEL}={pool}").items]
-        on_pool = lambda: [p for node in nodes  # noqa: E731
-                           for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items]
+        nodes = [k8s.name(n) for n in core.list_node(label_selector=f"{POOL_LABEL}={pool}").items]
+
+        def on_pool() -> list[client.V1Pod]:
+            return [p for node in nodes
+                    for p in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items]
+
         for pod in on_pool():
             try:
-                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+                core.delete_namespaced_pod(k8s.name(pod), k8s.meta(pod).namespace or "", grace_period_seconds=0)
             except ApiException as e:
                 if e.status != 404:
                     raise
@@ -175,8 +179,8 @@ class Testbed:
         deadline = time.monotonic() + 10
         while True:
             try:
-                return client.CustomObjectsApi(self.api).create_namespaced_custom_object(*TRAINER, namespace,
-                                                                                        "trainjobs", job)
+                return k8s.obj(client.CustomObjectsApi(self.api).create_namespaced_custom_object(
+                    *TRAINER, namespace, "trainjobs", job))
             except ApiException as e:
                 if e.status != 403 or "must be created before the TrainJob" not in str(e.body) \
                         or time.monotonic() > deadline:
@@ -184,12 +188,15 @@ class Testbed:
                 time.sleep(0.5)
 
 
+Source = RealApiServerSource | RealPingSource | ApiServerSource | PingSource  # what feeds the function events
+
+
 @dataclass
 class Chain(Testbed):
     """The running chain: the testbed, the function process (``function.url``), and the sources feeding it."""
 
     function: FunctionProcess
-    sources: list[RealApiServerSource | RealPingSource | ApiServerSource | PingSource] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
     log_dir: Path | None = None
     queue_proxy: QueueProxy | None = None  # in front of the function: the sources' sink (kai_fn/local/queue_proxy.py)
     # More replicas (``running(replicas=N)``): each a function and its queue-proxy, the spreader in front of them all.
@@ -217,7 +224,7 @@ def _token(core: client.CoreV1Api, namespace: str, name: str, audiences: list[st
         namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))))
     request = client.AuthenticationV1TokenRequest(
         spec=client.V1TokenRequestSpec(audiences=audiences, expiration_seconds=seconds))
-    return core.create_namespaced_service_account_token(name, namespace, request).status.token
+    return k8s.token(core.create_namespaced_service_account_token(name, namespace, request))
 
 
 def _ignore_conflict(create: Callable[[], Any]) -> None:
@@ -248,8 +255,8 @@ def wait_for_policy(api: client.ApiClient, namespace: str, scheduler: str, timeo
     deadline = time.monotonic() + timeout
     while True:
         try:
-            made = objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets",
-                                                        probe_jobset(scheduler), dry_run="All")
+            made = k8s.obj(objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets",
+                                                                probe_jobset(scheduler), dry_run="All"))
         except ApiException as e:
             if e.status != 503:
                 raise
@@ -277,8 +284,9 @@ def wait_for_segment_policy(api: client.ApiClient, namespace: str, timeout: floa
     """As :func:`wait_for_policy`, for the segment pods' policy: a dry-run pod comes back in its SubGroup."""
     deadline = time.monotonic() + timeout
     while True:
-        made = client.CoreV1Api(api).create_namespaced_pod(namespace, probe_segment_pod(), dry_run="All")
-        if ((made.metadata.labels or {}).get(keys.KAI_SUBGROUP_LABEL) == "node-1") is acting:
+        made = client.CoreV1Api(api).create_namespaced_pod(
+            namespace, probe_segment_pod(), dry_run="All")  # type: ignore[arg-type]  # a dict body is sent as it is
+        if ((k8s.meta(made).labels or {}).get(keys.KAI_SUBGROUP_LABEL) == "node-1") is acting:
             return
         if time.monotonic() > deadline:
             raise RuntimeError(f"the admission policy {SEGMENT_POLICY} did not {'take' if acting else 'lose'} effect "
@@ -342,7 +350,7 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
     """
     kubeconfig = Path(kubeconfig)
     logs = Path(log_dir) if log_dir else kubeconfig.parent
-    api = config.new_client_from_config(config_file=str(kubeconfig))
+    api = k8s.new_client(str(kubeconfig))
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         stack.callback(api.close)
         kubectl = kubectl_of(kubeconfig)
@@ -355,9 +363,14 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
             (logs / "function.log").open("ab"))))
         chain = Chain(kubeconfig, api, kubectl, function, log_dir=logs, flavor=flavor)
         _front(stack, chain, objs, env, queue_proxy=queue_proxy, replicas=replicas)
-        sources = (knative_event_sources(api, objs, chain.sink, logs, audience is not None, ping_seconds)
-                   if knative_sources else event_sources(api, flavor, chain.sink, tokens, ping_seconds))
-        chain.sources = [stack.enter_context(source) for source in sources]
+        sources: list[Source] = []
+        if knative_sources:
+            sources += knative_event_sources(api, objs, chain.sink, logs, audience is not None, ping_seconds)
+        else:
+            sources += event_sources(api, flavor, chain.sink, tokens, ping_seconds)
+        for source in sources:
+            stack.enter_context(source)  # each source's __enter__ starts it and returns it
+        chain.sources = sources
         yield chain
 
 
@@ -413,8 +426,12 @@ def _function_env(api: client.ApiClient, objs: list[dict[str, Any]], kubeconfig:
     if audience:
         for key, sa in SOURCE_SAS.items():
             token = _token(core, NAMESPACE, sa, [audience], token_seconds)
-            tokens[key] = lambda token=token: token
+            tokens[key] = _constant(token)
     return env, tokens
+
+
+def _constant(token: str) -> Callable[[], str]:
+    return lambda: token
 
 
 def _front(stack: ExitStack, chain: Chain, objs: list[dict[str, Any]], env: dict[str, str], *, queue_proxy: bool,
@@ -422,7 +439,10 @@ def _front(stack: ExitStack, chain: Chain, objs: list[dict[str, Any]], env: dict
     """What stands between the sources and the function: its queue-proxy, and with more replicas, each one's
     function and queue-proxy behind a spreader."""
     logs = chain.log_dir or chain.kubeconfig.parent
-    log = lambda name: stack.enter_context((logs / name).open("ab"))  # noqa: E731
+
+    def log(name: str) -> IO[bytes]:
+        return stack.enter_context((logs / name).open("ab"))
+
     if queue_proxy:
         chain.queue_proxy = stack.enter_context(QueueProxy(service_settings(objs), chain.function.port,
                                                            log=log("queue-proxy.log")))

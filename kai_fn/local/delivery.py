@@ -77,7 +77,7 @@ class Adapter:
 
     def backoff(self, retry: int) -> float:
         """The wait before retry number ``retry`` (1-based), sdk-go's BackoffStrategyExponential."""
-        return self.period * 2 ** retry
+        return float(self.period * 2 ** retry)
 
     def post(self, sample: Sample) -> Try:
         started = time.perf_counter()

@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from kai_fn.commands.tables import table
 from kai_fn.core import gang, keys
+from kai_fn.local import k8s
 from kai_fn.local.chain import PODGROUP_APIS, Chain
 from kai_fn.local.podwatch import PodSeen, PodWatch
-from kai_fn.local.realchain import ChainError, Cluster, chain_cluster, kai_fn_running
+from kai_fn.local.realchain import ChainError, ChainHandle, chain_cluster, kai_fn_running
 
 POOL = "demo-gpu"
 JOB = "llama-pretrain"
@@ -90,7 +91,7 @@ def run() -> int:
         return 1
 
 
-def _story(cluster: Cluster, began: float) -> int:
+def _story(cluster: ChainHandle, began: float) -> int:
     core = client.CoreV1Api(cluster.api)
     # A testbed started here has just its 3 nodes; on a reused one the demo keeps to nodes of its own.
     pool = None if cluster.started else POOL
@@ -158,7 +159,7 @@ def _kai_says(chain: Chain, ns: str) -> Callable[[list[PodSeen]], str]:
         if group is None or all(p.node for p in seen):
             return ""
         try:
-            podgroup = objs.get_namespaced_custom_object(*PODGROUP_APIS["kai"], ns, "podgroups", group)
+            podgroup = k8s.obj(objs.get_namespaced_custom_object(*PODGROUP_APIS["kai"], ns, "podgroups", group))
         except ApiException:
             return ""
         return gang.describe(gang.unschedulable(podgroup))
@@ -170,24 +171,24 @@ def _tried(core: client.CoreV1Api, ns: str) -> bool:
     """The scheduler has looked at every pod: bound, or PodScheduled=False."""
     tried = 0
     for pod in core.list_namespaced_pod(ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={JOB}").items:
-        conds = {c.type: c.status for c in (pod.status.conditions or [])}
-        tried += pod.spec.node_name is not None or conds.get("PodScheduled") == "False"
+        conds = {c.type: c.status for c in (k8s.pod_status(pod).conditions or [])}
+        tried += k8s.pod_spec(pod).node_name is not None or conds.get("PodScheduled") == "False"
     return tried >= NODES
 
 
-def _told(cluster: Cluster, ns: str) -> None:
+def _told(cluster: ChainHandle, ns: str) -> None:
     """The Events kai_fn posted on the TrainJob, in the story's order, once it marked the gang bound."""
     _wait_bound_marked(cluster, ns)
     story = ("GangCreated", "GangUnschedulable", "GangBound")
     events = client.CoreV1Api(cluster.api).list_namespaced_event(ns, field_selector=f"involvedObject.name={JOB}").items
     told = sorted((e for e in events if e.involved_object.kind == "TrainJob" and e.reason in story),
                   key=lambda e: (e.first_timestamp or e.event_time, story.index(e.reason)))
-    counts = {e.reason: sum(x.reason == e.reason for x in told) for e in told}
+    counts = {str(e.reason): sum(x.reason == e.reason for x in told) for e in told}  # a reason of the story
     say(f"kai_fn told the TrainJob (kubectl describe trainjob -n {ns} {JOB}): "
         + ", ".join(reason + (f" (x{n})" if n > 1 else "") for reason, n in counts.items()))
 
 
-def _status(cluster: Cluster, ns: str) -> None:
+def _status(cluster: ChainHandle, ns: str) -> None:
     """What an operator runs next: ``python -m kai_fn status`` for the demo's namespace, as run here."""
     command = ["python", "-m", "kai_fn", "status", "-n", ns, "--kubeconfig", str(cluster.kubeconfig)]
     say("every TrainJob kai_fn looks after, one line each: " + " ".join(command))
@@ -197,12 +198,12 @@ def _status(cluster: Cluster, ns: str) -> None:
         raise ChainError(f"python -m kai_fn status exited {done.returncode}")
 
 
-def _wait_bound_marked(cluster: Cluster, ns: str, deadline_s: float = 30) -> None:
+def _wait_bound_marked(cluster: ChainHandle, ns: str, deadline_s: float = 30) -> None:
     """kai_fn marks the gang's PodGroup ``kai-fn/bound`` after its GangBound Event, on the PodGroup's next change or
     the next resync (every 10 s here); bounded, since ``status`` reads the pods meanwhile and needs no mark."""
     objs, end = client.CustomObjectsApi(cluster.api), time.monotonic() + deadline_s
     while time.monotonic() < end:
-        groups = objs.list_namespaced_custom_object(*PODGROUP_APIS["kai"], ns, "podgroups")["items"]
+        groups = k8s.items(objs.list_namespaced_custom_object(*PODGROUP_APIS["kai"], ns, "podgroups"))
         if any(keys.GANG_BOUND_ANNOTATION in (g["metadata"].get("annotations") or {}) for g in groups):
             return
         time.sleep(0.5)

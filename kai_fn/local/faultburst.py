@@ -25,7 +25,7 @@ from kubernetes import client
 
 from kai_fn.core import keys
 from kai_fn.core.state import gang_names
-from kai_fn.local import faults
+from kai_fn.local import faults, k8s
 from kai_fn.local.chain import TRAINER, Chain
 from kai_fn.local.objwatch import BIND_REQUESTS, KAI_PODGROUPS, ObjectWatch
 from kai_fn.local.podwatch import PodSeen, PodWatch
@@ -243,8 +243,8 @@ def owner_trainjob(pg: dict[str, Any]) -> str:
     """The TrainJob a PodGroup is for: kai_fn's are owned by it, KAI podgrouper's by its JobSet (same name)."""
     for ref in pg["metadata"].get("ownerReferences") or []:
         if ref.get("kind") in ("TrainJob", "JobSet"):
-            return ref["name"]
-    return (pg["metadata"].get("labels") or {}).get(keys.TRAINJOB_NAME_LABEL, "?")
+            return str(ref["name"])
+    return str((pg["metadata"].get("labels") or {}).get(keys.TRAINJOB_NAME_LABEL, "?"))
 
 
 def body(job: Job, small_queue: str, pods: int) -> dict[str, Any]:
@@ -352,9 +352,9 @@ def _trainer_versions(chain: Chain, jobs: list[Job]) -> dict[str, str] | None:
     objs, out = client.CustomObjectsApi(chain.api), {}
     try:
         for ns in {job.namespace for job in jobs}:
-            made = {j["metadata"]["name"] for j in objs.list_namespaced_custom_object(
-                "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", _request_timeout=10)["items"]}
-            for tj in objs.list_namespaced_custom_object(*TRAINER, ns, "trainjobs", _request_timeout=10)["items"]:
+            made = {j["metadata"]["name"] for j in k8s.items(objs.list_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", _request_timeout=10))}
+            for tj in k8s.items(objs.list_namespaced_custom_object(*TRAINER, ns, "trainjobs", _request_timeout=10)):
                 if tj["metadata"]["name"] in made:
                     out[f"{ns}/{tj['metadata']['name']}"] = tj["metadata"]["resourceVersion"]
     except Exception:  # noqa: BLE001 - the API server still coming back
@@ -368,14 +368,14 @@ def _read_end(record: Record, objs: client.CustomObjectsApi, core: client.CoreV1
     unsettled (a gang is made when its PodGroup is)."""
     try:
         for ns in namespaces:
-            for tj in objs.list_namespaced_custom_object(*TRAINER, ns, "trainjobs", _request_timeout=10)["items"]:
+            for tj in k8s.items(objs.list_namespaced_custom_object(*TRAINER, ns, "trainjobs", _request_timeout=10)):
                 record.trainjobs[f"{ns}/{tj['metadata']['name']}"] = tj
-            for js in objs.list_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets",
-                                                         _request_timeout=10)["items"]:
+            for js in k8s.items(objs.list_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets",
+                                                                   _request_timeout=10)):
                 record.jobsets[f"{ns}/{js['metadata']['name']}"] = js
             for e in core.list_namespaced_event(ns, _request_timeout=10).items:
                 if e.type == "Warning" and e.reporting_component == keys.MANAGED_BY:
-                    record.warnings.setdefault(f"{ns}/{e.involved_object.name}", set()).add(e.reason)
+                    record.warnings.setdefault(f"{ns}/{e.involved_object.name}", set()).add(e.reason or "")
     except Exception:  # noqa: BLE001 - an API server still coming back: read again
         return False
     record.podgroups = {f"{w.namespace}/{name}": obj for w in groups for name, obj in list(w.objects.items())}

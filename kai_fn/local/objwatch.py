@@ -13,7 +13,9 @@ import datetime
 import threading
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
+
+from kai_fn.local import k8s
 
 BIND_REQUESTS = ("scheduling.run.ai", "v1alpha2", "bindrequests")
 KAI_PODGROUPS = ("scheduling.run.ai", "v2alpha2", "podgroups")
@@ -48,11 +50,11 @@ class ObjectWatch:
         group, version, plural = self.resource
         while not self._stop.is_set():
             try:
-                listed = self.objs.list_namespaced_custom_object(group, version, self.namespace, plural,
-                                                                 _request_timeout=10)
+                listed = k8s.obj(self.objs.list_namespaced_custom_object(group, version, self.namespace, plural,
+                                                                         _request_timeout=10))
                 for obj in listed["items"]:
                     self._saw(obj)
-                for event in watch.Watch().stream(
+                for event in k8s.Stream(
                         self.objs.list_namespaced_custom_object, group, version, self.namespace, plural,
                         resource_version=listed["metadata"]["resourceVersion"], timeout_seconds=5,
                         _request_timeout=10):

@@ -12,12 +12,13 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import IO, Any, Self
 
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
+from kai_fn.local import k8s
 from kai_fn.local.adapter import AdapterProcess, child_name, ensure, eventing_dir
 from kai_fn.local.process import Started, free_port
 
@@ -59,7 +60,7 @@ class RealPingSource(Started):
         self.namespace = self.manifest["metadata"].get("namespace") or "kai-fn"
         self.process: AdapterProcess | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="mtping-")
-        self._log = None
+        self._log: IO[str] | None = None
 
     @property
     def sender(self) -> str:
@@ -81,9 +82,9 @@ class RealPingSource(Started):
         if self.oidc:
             ensure(self.core.create_namespaced_service_account, self.namespace, client.V1ServiceAccount(
                 metadata=meta(name=child_name(self.name, OIDC_SUFFIX).lower())))
-        token = self.core.create_namespaced_service_account_token(ACCOUNT, SYSTEM_NAMESPACE,
-                                                                  client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=6 * 3600))).status.token
+        token = k8s.token(self.core.create_namespaced_service_account_token(ACCOUNT, SYSTEM_NAMESPACE,
+                                                                            client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=6 * 3600))))
         path = Path(self._tmp.name) / "kubeconfig"
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "mtping",
@@ -100,7 +101,7 @@ class RealPingSource(Started):
         if self.schedule:
             body["spec"] = {**body["spec"], "schedule": self.schedule}
         self._delete()
-        made = self.objects.create_namespaced_custom_object(*SOURCES[:2], self.namespace, SOURCES[2], body)
+        made = k8s.obj(self.objects.create_namespaced_custom_object(*SOURCES[:2], self.namespace, SOURCES[2], body))
         self.objects.patch_namespaced_custom_object_status(
             *SOURCES[:2], self.namespace, SOURCES[2], self.name,
             {"status": status(self.manifest, self.sink, made["metadata"]["generation"], oidc=self.oidc)})

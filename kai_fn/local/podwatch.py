@@ -13,8 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kai_fn.local import k8s
 
 SP_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 KAI_GROUP_ANNOTATION = "pod-group-name"
@@ -83,13 +85,13 @@ class PodWatch:
             try:
                 listed = core.list_namespaced_pod(self.namespace, _request_timeout=10)
                 for pod in listed.items:
-                    self._saw(self.api.sanitize_for_serialization(pod))
-                self._gone_unless({pod.metadata.name for pod in listed.items})
-                stream = watch.Watch().stream(core.list_namespaced_pod, self.namespace,
-                                              resource_version=listed.metadata.resource_version,
-                                              timeout_seconds=5, _request_timeout=10)
+                    self._saw(k8s.as_json(self.api, pod))
+                self._gone_unless({k8s.name(pod) for pod in listed.items})
+                stream = k8s.Stream(core.list_namespaced_pod, self.namespace,
+                                    resource_version=(listed.metadata or client.V1ListMeta()).resource_version,
+                                    timeout_seconds=5, _request_timeout=10)
                 for event in stream:
-                    self._saw(self.api.sanitize_for_serialization(event["object"]), gone=event["type"] == "DELETED")
+                    self._saw(k8s.as_json(self.api, event["object"]), gone=event["type"] == "DELETED")
                     if self._stop.is_set():
                         break
             except Exception:  # API server gone for a moment (restart scenario), or a watch that expired
@@ -134,8 +136,8 @@ class PodWatch:
         objs = client.CustomObjectsApi(self.api)
         for _ in range(20):  # the API server may be restarting: a 404 is an answer, an outage is not
             try:
-                group = objs.get_namespaced_custom_object(api[0], api[1], self.namespace, api[2], name,
-                                                          _request_timeout=5)
+                group = k8s.obj(objs.get_namespaced_custom_object(api[0], api[1], self.namespace, api[2], name,
+                                                                  _request_timeout=5))
                 if pod_created and group["metadata"]["creationTimestamp"][:19] > pod_created[:19]:  # UTC, to the second
                     return False
                 self._groups_seen.add(name)
@@ -154,5 +156,6 @@ def _scheduled(pod: dict[str, Any]) -> str | None:
     """When the pod was bound (its PodScheduled condition turned True), as the API server wrote it."""
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
-            return condition.get("lastTransitionTime")
+            when = condition.get("lastTransitionTime")
+            return str(when) if when is not None else None
     return None

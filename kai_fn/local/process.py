@@ -149,7 +149,7 @@ def built(component: str) -> Path:
     return Path(done.stdout.strip().splitlines()[-1].split("=", 1)[1])
 
 
-def end(proc: subprocess.Popen[bytes] | None, timeout: float | None = None) -> None:
+def end(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None, timeout: float | None = None) -> None:
     """Wait ``timeout`` for a process already told to stop, then SIGKILL its whole group (a worker or child outliving
     it would keep its port); ``None``: SIGKILL at once."""
     if proc is None or proc.poll() is not None:

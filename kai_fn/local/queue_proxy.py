@@ -144,7 +144,8 @@ class QueueProxy:
         try:
             request = urllib.request.Request(self.url, headers=PROBE_HEADERS)
             with urllib.request.urlopen(request, timeout=2) as response:
-                return response.status == 200
+                ok: bool = response.status == 200
+                return ok
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
 

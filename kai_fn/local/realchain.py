@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from kai_fn.local.chain import Chain, running
+from kai_fn.local import k8s
+from kai_fn.local.chain import QUEUE_PROXY, Chain, running
 from kai_fn.local.process import REPO
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
@@ -28,8 +29,10 @@ class ChainError(RuntimeError):
 
 
 @dataclass
-class Cluster:
-    """A chain testbed outside pytest; ``started``: by us, so we stop it."""
+class ChainHandle:
+    """A handle on the chain testbed outside pytest, as :func:`chain_cluster` brought it up: its kubeconfig, its
+    state directory and a client; ``started``: by us, so we stop it. Not :class:`kai_fn.local.chain.Testbed`, the
+    admin's tools on a testbed, which :func:`kai_fn_running` makes from it."""
 
     kubeconfig: Path
     state: Path
@@ -43,7 +46,7 @@ def _run_sh(*args: str, env: dict[str, str], quiet: bool) -> subprocess.Complete
 
 
 @contextmanager
-def chain_cluster(nodes: str = "3x8", env: dict[str, str] | None = None, quiet: bool = False) -> Iterator[Cluster]:
+def chain_cluster(nodes: str = "3x8", env: dict[str, str] | None = None, quiet: bool = False) -> Iterator[ChainHandle]:
     """``./run.sh cluster up --chain --without-kai-fn`` (build progress shown unless quiet; kai_fn is started by
     :func:`kai_fn_running`), stopped at the end only if started here. ``env`` goes to run.sh (KAI_FN_TESTBED_DIR,
     KAI_FN_TESTBED_AUDIT_LOG, …)."""
@@ -53,11 +56,11 @@ def chain_cluster(nodes: str = "3x8", env: dict[str, str] | None = None, quiet: 
     if up.returncode != 0:
         raise ChainError("./run.sh cluster up --chain --without-kai-fn failed (the lines above say why)")
     kubeconfig = Path(up.stdout.strip().splitlines()[-1])
-    api = config.new_client_from_config(config_file=str(kubeconfig))
+    api = k8s.new_client(str(kubeconfig))
     try:
-        yield Cluster(kubeconfig, kubeconfig.parent, api, started=not reused)
+        yield ChainHandle(kubeconfig, kubeconfig.parent, api, started=not reused)
     finally:
-        api.close()
+        k8s.close(api)
         if not reused:
             _run_sh("cluster", "down", env=env, quiet=True)
 
@@ -76,10 +79,10 @@ def submit(api: client.ApiClient, ns: str, body: dict[str, Any], attempts: int =
     objs = client.CustomObjectsApi(api)
     for _ in range(attempts):
         try:
-            return objs.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", body, _request_timeout=10)
+            return k8s.obj(objs.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", body, _request_timeout=10))
         except ApiException as e:
             if e.status == 409:
-                return objs.get_namespaced_custom_object(*TRAINER, ns, "trainjobs", body["metadata"]["name"])
+                return k8s.obj(objs.get_namespaced_custom_object(*TRAINER, ns, "trainjobs", body["metadata"]["name"]))
             if e.status not in (500, 503, 504, 429):
                 raise ChainError(f"creating TrainJob {ns}/{body['metadata']['name']}: {e.status} {e.reason}") from None
         except (HTTPError, OSError):  # connection refused or reset while the API server restarts
@@ -89,12 +92,11 @@ def submit(api: client.ApiClient, ns: str, body: dict[str, Any], attempts: int =
 
 
 @contextmanager
-def kai_fn_running(cluster: Cluster, log_dir: Path | None = None, ping_seconds: float = 10.0,
+def kai_fn_running(cluster: ChainHandle, log_dir: Path | None = None, ping_seconds: float = 10.0,
                    production: bool = False, queue_proxy: bool | None = None) -> Iterator[Chain]:
     """kai_fn on the chain (kai_fn.local.chain.running): function, sources, admission policy; stopped at the end.
     ``production``: the Service's settings as they are (see :func:`running`); ``queue_proxy``: as there (None: its
     default)."""
-    more = {} if queue_proxy is None else {"queue_proxy": queue_proxy}
     with running(cluster.kubeconfig, ping_seconds=ping_seconds, log_dir=log_dir, production=production,
-                 **more) as chain:
+                 queue_proxy=QUEUE_PROXY if queue_proxy is None else queue_proxy) as chain:
         yield chain

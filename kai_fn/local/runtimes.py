@@ -17,11 +17,12 @@ from typing import Any
 
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from kai_fn.core import keys
 from kai_fn.core.models import Runtime, TrainJob, parse
 from kai_fn.core.plan import plan
+from kai_fn.local import k8s
 from kai_fn.local.chain import POOL_LABEL, TRAINER, Testbed, for_scheduler
 from kai_fn.local.process import REPO
 
@@ -55,7 +56,8 @@ def official() -> dict[str, dict[str, Any]]:
 
 
 def jobs_of(runtime: dict[str, Any]) -> list[dict[str, Any]]:
-    return runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    jobs: list[dict[str, Any]] = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    return jobs
 
 
 def initializers_of(runtime: dict[str, Any]) -> tuple[str, ...]:
@@ -144,11 +146,11 @@ class Watched:
 
 def pods_of(core: client.CoreV1Api, ns: str, trainjob_name: str) -> list[client.V1Pod]:
     return [p for p in core.list_namespaced_pod(ns, label_selector=f"{JOBSET_LABEL}={trainjob_name}").items
-            if p.metadata.deletion_timestamp is None]
+            if k8s.meta(p).deletion_timestamp is None]
 
 
 def _job(p: client.V1Pod) -> str:
-    return (p.metadata.labels or {}).get(REPLICATED_JOB_LABEL, "")
+    return (k8s.meta(p).labels or {}).get(REPLICATED_JOB_LABEL, "")
 
 
 def watch(bed: Testbed, ns: str, name: str, runtime: dict[str, Any], want: int, began: float, deadline_s: float,
@@ -162,10 +164,10 @@ def watch(bed: Testbed, ns: str, name: str, runtime: dict[str, Any], want: int, 
         pods = pods_of(core, ns, name)
         gpu = [p for p in pods if _job(p) in gpu_jobs]
         if gpu and seen.initializers == "no GPU pod seen":
-            done = sorted(_job(p) for p in pods if _job(p) in inits and p.status.phase == "Succeeded")
+            done = sorted(_job(p) for p in pods if _job(p) in inits and k8s.pod_status(p).phase == "Succeeded")
             seen.initializers = "" if done == sorted(inits) else \
                 f"a GPU pod existed while only {done or 'no'} initializers had Succeeded (of {list(inits)})"
-        seen.placed, seen.pods = sum(1 for p in gpu if p.spec.node_name), len(gpu)
+        seen.placed, seen.pods = sum(1 for p in gpu if k8s.pod_spec(p).node_name), len(gpu)
         if len(gpu) >= want and seen.placed == len(gpu):
             seen.bound, seen.seconds = True, time.monotonic() - began
             return seen
@@ -179,7 +181,7 @@ def watch(bed: Testbed, ns: str, name: str, runtime: dict[str, Any], want: int, 
 def podgroups_of(bed: Testbed, ns: str, uid: str) -> list[tuple[str, int, str]]:
     """The KAI PodGroups of the namespace made for TrainJob ``uid`` (kai_fn's are owned by it; KAI's podgrouper's
     by the JobSet): name, minMember, queue."""
-    found = client.CustomObjectsApi(bed.api).list_namespaced_custom_object(*PODGROUPS, ns, "podgroups")["items"]
+    found = k8s.items(client.CustomObjectsApi(bed.api).list_namespaced_custom_object(*PODGROUPS, ns, "podgroups"))
     return sorted((pg["metadata"]["name"], pg["spec"].get("minMember"), pg["spec"].get("queue"))
                   for pg in found if uid in pg["metadata"]["name"]
                   or any(o.get("uid") == uid for o in pg["metadata"].get("ownerReferences") or []))
@@ -188,8 +190,8 @@ def podgroups_of(bed: Testbed, ns: str, uid: str) -> list[tuple[str, int, str]]:
 def planned(bed: Testbed, ns: str, name: str) -> list[tuple[str, int, str]]:
     """kai_fn's plan (:func:`kai_fn.core.plan.plan`, default settings) for the live TrainJob and its runtime."""
     objs = client.CustomObjectsApi(bed.api)
-    job = objs.get_namespaced_custom_object(*TRAINER, ns, "trainjobs", name)
-    rt = objs.get_cluster_custom_object(*TRAINER, "clustertrainingruntimes", job["spec"]["runtimeRef"]["name"])
+    job = k8s.obj(objs.get_namespaced_custom_object(*TRAINER, ns, "trainjobs", name))
+    rt = k8s.obj(objs.get_cluster_custom_object(*TRAINER, "clustertrainingruntimes", job["spec"]["runtimeRef"]["name"]))
     result = plan(parse(TrainJob, job), parse(Runtime, rt))
     return sorted((pg["metadata"]["name"], pg["spec"]["minMember"], pg["spec"]["queue"]) for pg in result.podgroups)
 
@@ -199,10 +201,11 @@ def kai_says_why(bed: Testbed, ns: str, runtime: dict[str, Any], pods: list[clie
     waiting. Not every GPU pod need exist: MPI's launcher-as-node runtimes make their launcher only once the nodes are
     Ready, and until then a placeholder holds its place in the nodes' PodGroup (docs/reservation.md)."""
     gpu = [p for p in pods if _job(p) in gpu_jobs_of(runtime)]
-    waiting = {(p.metadata.annotations or {}).get(keys.KAI_POD_GROUP_ANNOTATION) for p in gpu if not p.spec.node_name}
+    waiting = {(k8s.meta(p).annotations or {}).get(keys.KAI_POD_GROUP_ANNOTATION) for p in gpu
+               if not k8s.pod_spec(p).node_name}
     if not waiting - {None}:
         return False
-    found = client.CustomObjectsApi(bed.api).list_namespaced_custom_object(*PODGROUPS, ns, "podgroups")["items"]
+    found = k8s.items(client.CustomObjectsApi(bed.api).list_namespaced_custom_object(*PODGROUPS, ns, "podgroups"))
     return any((pg.get("status") or {}).get("schedulingConditions") for pg in found
                if pg["metadata"]["name"] in waiting)
 
@@ -240,14 +243,14 @@ class Run:
 
 
 def uid_of(bed: Testbed, ns: str, name: str) -> str:
-    return client.CustomObjectsApi(bed.api).get_namespaced_custom_object(
-        *TRAINER, ns, "trainjobs", name)["metadata"]["uid"]
+    return str(k8s.obj(client.CustomObjectsApi(bed.api).get_namespaced_custom_object(
+        *TRAINER, ns, "trainjobs", name))["metadata"]["uid"])
 
 
 def claims_of(bed: Testbed, ns: str, names: set[str]) -> dict[str, str]:
-    return {c.metadata.name: (c.metadata.annotations or {}).get("pv.kubernetes.io/bind-completed", "no")
+    return {k8s.name(c): (k8s.meta(c).annotations or {}).get("pv.kubernetes.io/bind-completed", "no")
             for c in client.CoreV1Api(bed.api).list_namespaced_persistent_volume_claim(ns).items
-            if c.metadata.name in names}
+            if k8s.name(c) in names}
 
 
 def scenario(bed: Testbed, runtime: dict[str, Any], ns: str, pool: str, path: str, *, contention: bool = True,

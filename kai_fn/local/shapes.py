@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes import client
 
+from kai_fn.local import k8s
 from kai_fn.local.chain import POOL_LABEL, TRAINER, Testbed
 
 GPU = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "8"}
@@ -126,8 +127,8 @@ class Fared:
 
 def trainer_pods(core: client.CoreV1Api, ns: str, trainjob: str, shape: Shape) -> list[client.V1Pod]:
     found = core.list_namespaced_pod(ns, label_selector=f"{JOBSET_LABEL}={trainjob}").items
-    return [p for p in found if p.metadata.deletion_timestamp is None
-            and (p.metadata.labels or {}).get(REPLICATED_JOB_LABEL) in shape.trainer_jobs]
+    return [p for p in found if k8s.meta(p).deletion_timestamp is None
+            and (k8s.meta(p).labels or {}).get(REPLICATED_JOB_LABEL) in shape.trainer_jobs]
 
 
 def submit(bed: Testbed, ns: str, name: str, shape: Shape, runtime: str) -> float:
@@ -159,8 +160,8 @@ def watch_fare(bed: Testbed, ns: str, name: str, shape: Shape, began: float, dea
         pods = trainer_pods(core, ns, name, shape)
         if on_poll:
             on_poll(pods)
-        if len(pods) >= want and all(p.spec.node_name for p in pods):
+        if len(pods) >= want and all(k8s.pod_spec(p).node_name for p in pods):
             return Fared("bound", time.monotonic() - began, len(pods), len(pods))
         time.sleep(0.2)
-    placed = sum(1 for p in pods if p.spec.node_name)
+    placed = sum(1 for p in pods if k8s.pod_spec(p).node_name)
     return Fared("partly bound" if placed else "deadlocked", None, placed, len(pods))

@@ -22,9 +22,10 @@ from typing import Any, Literal, Self
 
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
+from kai_fn.local import k8s
 from kai_fn.local.delivery import Adapter, Delivery
 from kai_fn.commands.invoke import Sample
 
@@ -181,7 +182,7 @@ class ApiServerSource(_Sender):
         if namespace in self.enabled:
             return True
         try:
-            labels = self.core.read_namespace(namespace).metadata.labels or {}
+            labels = k8s.meta(self.core.read_namespace(namespace)).labels or {}
         except ApiException:
             return False
         if labels.get(self.selector[0]) == self.selector[1]:
@@ -192,7 +193,7 @@ class ApiServerSource(_Sender):
     def _list(self) -> str:
         listed = self.objects.list_cluster_custom_object(self.resource.group, self.resource.version,
                                                          self.resource.plural, label_selector=self.resource.selector)
-        return listed["metadata"]["resourceVersion"]
+        return str(k8s.obj(listed)["metadata"]["resourceVersion"])
 
     def start(self) -> Self:
         """Lists before returning, so every change made after ``start()`` is delivered."""
@@ -204,11 +205,11 @@ class ApiServerSource(_Sender):
         while not self.stopping.is_set():
             try:
                 version = version or self._list()  # no add for what exists already
-                stream = watch.Watch()
-                for change in stream.stream(self.objects.list_cluster_custom_object, self.resource.group,
-                                            self.resource.version, self.resource.plural,
-                                            label_selector=self.resource.selector, resource_version=version,
-                                            allow_watch_bookmarks=True, timeout_seconds=5):
+                stream = k8s.Stream(self.objects.list_cluster_custom_object, self.resource.group,
+                                    self.resource.version, self.resource.plural,
+                                    label_selector=self.resource.selector, resource_version=version,
+                                    allow_watch_bookmarks=True, timeout_seconds=5)
+                for change in stream:
                     obj = change["object"]
                     version = obj.get("metadata", {}).get("resourceVersion", version)
                     if change["type"] == "ERROR":

@@ -41,7 +41,7 @@ class Spreader:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
                 try:
-                    conn = http.client.HTTPConnection(target.hostname, target.port, timeout=timeout)
+                    conn = http.client.HTTPConnection(target.hostname or "", target.port, timeout=timeout)
                     conn.request(self.command, self.path, body=body, headers=headers)
                     answer = conn.getresponse()
                     status, reply, out = answer.status, answer.getheaders(), answer.read()

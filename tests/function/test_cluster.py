@@ -5,7 +5,7 @@ import threading
 
 from kai_fn.core.runtime import RuntimeTarget
 from kai_fn.function import metrics
-from kai_fn.function.cluster import Cluster
+from kai_fn.function.cluster import CachedServer
 from kai_fn.local.emulator import Fault
 from kai_fn.settings import load
 from tests.conftest import sample_object, seed
@@ -13,8 +13,8 @@ from tests.conftest import sample_object, seed
 RT = RuntimeTarget("ClusterTrainingRuntime", "torch-distributed-kai", None)
 
 
-def cluster(api, **settings) -> Cluster:
-    return Cluster.from_settings(load(**settings), api.kubeconfig)
+def cluster(api, **settings) -> CachedServer:
+    return CachedServer.from_settings(load(**settings), api.kubeconfig)
 
 
 def test_concurrent_cold_cache_lookups_make_one_get(api):

@@ -46,7 +46,7 @@ def test_a_podgroup_event_waits_for_the_pass_of_its_trainjob_under_way(api, func
     """In process: the gang's status of a PodGroup event is looked at only once the pass holding its TrainJob ends
     (on main it ran in the request thread beside the pass)."""
     from kai_fn.function import events, gang_status
-    from kai_fn.function.cluster import Cluster
+    from kai_fn.function.cluster import CachedServer
     from kai_fn.function.optin import OptIn
     from kai_fn.settings import load
     from tests.ce import resource, send
@@ -60,7 +60,7 @@ def test_a_podgroup_event_waits_for_the_pass_of_its_trainjob_under_way(api, func
     sample = resource(made, "update")
     event = events.parse(sample.headers, sample.body)
     settings = load(KUBECONFIG=emulator.kubeconfig)
-    cluster = Cluster.from_settings(settings, emulator.kubeconfig)
+    cluster = CachedServer.from_settings(settings, emulator.kubeconfig)
     outcomes: list = []
     with cluster.locks.hold((NS, NAME)):  # a pass of llama-finetune under way
         looking = threading.Thread(target=lambda: outcomes.append(

@@ -240,7 +240,7 @@ def test_an_unexpected_error_on_one_trainjob_is_its_own_the_resync_goes_on_and_r
     """In process: the pass of one TrainJob raises what no check foresaw; the other is released, the bad one gets an
     Unprocessable Warning and a metric, the heartbeat is renewed."""
     from kai_fn.function import metrics, resync
-    from kai_fn.function.cluster import Cluster
+    from kai_fn.function.cluster import CachedServer
     from kai_fn.function.optin import OptIn
     from kai_fn.function.reconcile import Reconciler
     from kai_fn.settings import load
@@ -260,7 +260,7 @@ def test_an_unexpected_error_on_one_trainjob_is_its_own_the_resync_goes_on_and_r
     monkeypatch.setattr(Reconciler, "run", run)
     settings = load(KUBECONFIG=emulator.kubeconfig)
     before = metrics.OBJECT_ERRORS.labels("resync")._value.get()
-    outcome = resync.resync(Cluster.from_settings(settings, emulator.kubeconfig).session(), settings, OptIn(settings))
+    outcome = resync.resync(CachedServer.from_settings(settings, emulator.kubeconfig).session(), settings, OptIn(settings))
     assert "1 done" in outcome.reason and "1 error" in outcome.reason and "heartbeat: renewed" in outcome.reason
     assert not still_held(api)
     (warning,) = [e for e in events_of(api, "Unprocessable") if e["involvedObject"]["name"] == "broken"]

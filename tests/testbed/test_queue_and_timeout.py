@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client
 
 from kai_fn.core import keys, objects, state
-from kai_fn.function.cluster import Cluster
+from kai_fn.function.cluster import CachedServer
 from kai_fn.kube import Stale
 from kai_fn.settings import load
 from kai_fn.local.process import REPO, FunctionProcess
@@ -207,7 +207,7 @@ def test_the_real_server_refuses_a_merge_patch_naming_an_old_resource_version(te
     objs = client.CustomObjectsApi(testbed.api)
     objs.patch_namespaced_custom_object(*TRAINER, ns, "trainjobs", "llama",
                                         {"metadata": {"annotations": {"example.com/touched": "yes"}}})
-    session = Cluster.from_settings(load(), kubeconfig=str(testbed.kubeconfig)).session()
+    session = CachedServer.from_settings(load(), kubeconfig=str(testbed.kubeconfig)).session()
     stale = copy.deepcopy({"metadata": {"resourceVersion": tj["metadata"]["resourceVersion"],
                                         "annotations": {keys.TIMED_OUT_ANNOTATION: "2026-01-01T00:00:00Z"}},
                            "spec": {"suspend": True}})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import copy
 import json
 import shutil
@@ -218,7 +219,7 @@ class Emulator:
         with self._server.state_lock:
             self._server.remove(info, namespace, name)
 
-    def history(self, api_version: str, kind: str, namespace: str | None, name: str) -> list[dict[str, Any] | None]:
+    def history(self, api_version: str, kind: str, namespace: str | None, name: str) -> builtins.list[dict[str, Any] | None]:
         """Every stored version of an object, oldest first; None marks a deletion."""
         info = self._info(api_version, kind)
         key = Server.key(info, namespace, name)
@@ -227,7 +228,7 @@ class Emulator:
                 return []
             return [None if v is None else copy.deepcopy(v.raw) for v in self._server.objects[key].history]
 
-    def collect_garbage(self) -> list[tuple[str, str, str | None, str]]:
+    def collect_garbage(self) -> builtins.list[tuple[str, str, str | None, str]]:  # list: the method above
         """Do once what the cluster's garbage collector does: delete objects whose owners are all gone.
 
         An owner counts as present only if an object of its kind and name exists with the referenced uid,

@@ -77,6 +77,7 @@ def segment_marks(jobset: dict[str, Any]) -> dict[str, tuple[dict[str, str], dic
         return {}
     parallelism = next(rj["template"]["spec"].get("parallelism", 1) for rj in jobset["spec"]["replicatedJobs"]
                        if rj["name"] == target.name)
+    out: dict[str, tuple[dict[str, str], dict[str, str]]]
     out = {ps.name: ({keys.KAI_SUBGROUP_LABEL: ps.name}, {}) for ps in main.pod_sets if ps.name != target.name}
     out[target.name] = ({keys.SEGMENT_SIZE_LABEL: size}, {keys.SEGMENT_PARENT_ANNOTATION: target.name,
                                                           keys.SEGMENT_JOB_PODS_ANNOTATION: str(parallelism)})

@@ -21,7 +21,7 @@ def _strict_equal(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(_strict_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_strict_equal(x, y) for x, y in zip(a, b))
-    return a == b
+    return bool(a == b)
 
 
 class _TestOperation(jsonpatch.TestOperation):
@@ -63,7 +63,8 @@ def patched(info: KindInfo, old: dict[str, Any], body: Any, media: str | None) -
         if not all(isinstance(op, dict) for op in body):
             raise ApiError(400, "json: cannot unmarshal into Go value of type jsonpatch.Operation")
         try:
-            return _JsonPatch(body).apply(copy.deepcopy(old))
+            patched: dict[str, Any] = _JsonPatch(body).apply(copy.deepcopy(old))
+            return patched
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, KeyError, TypeError) as exc:
             # As k8s.io/apiserver's patch handler answers it: a generic 422 naming no object, kind or cause.
             raise ApiError(422, "the server rejected our request due to an error in our request") from exc
@@ -74,5 +75,6 @@ def patched(info: KindInfo, old: dict[str, Any], body: Any, media: str | None) -
                                 f"{'array' if isinstance(body, list) else 'value'} into Go value of type struct "
                                 '{ APIVersion string "json:\\"apiVersion,omitempty\\""; Kind string '
                                 '"json:\\"kind,omitempty\\"" }')
-        return _merge(copy.deepcopy(old), body)
+        merged: dict[str, Any] = _merge(copy.deepcopy(old), body)  # a dict: the patch is one
+        return merged
     raise unsupported_media(info, media)

@@ -120,7 +120,8 @@ class Server(kmock.KubernetesEmulator):
     def live(self) -> Iterator[tuple[KindInfo, dict[str, Any]]]:
         for (resource, _, _), obj in self.objects.items():
             if not obj.deleted:
-                yield BY_RESOURCE[resource.group, resource.version, resource.plural], obj.raw
+                # every key is made by key() from a KindInfo's three names, none of them None
+                yield BY_RESOURCE[resource.group or "", resource.version or "", resource.plural or ""], obj.raw
 
     def calls(self) -> list[Call]:
         with self.state_lock:
@@ -251,8 +252,8 @@ class Server(kmock.KubernetesEmulator):
             items = [
                 copy.deepcopy(obj) for found, obj in self.live()
                 if found is info and (namespace is None or obj["metadata"].get("namespace") == namespace)
-                and matches(labels, lambda k, o=obj: (o["metadata"].get("labels") or {}).get(k))
-                and matches(fields, lambda k, o=obj: dotted(o, k))
+                and matches(labels, lambda k: (obj["metadata"].get("labels") or {}).get(k))
+                and matches(fields, lambda k: dotted(obj, k))
             ]
             revision = str(self._revision)
         items.sort(key=key_of)

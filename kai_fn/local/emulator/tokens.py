@@ -70,8 +70,9 @@ class Tokens:
         return token
 
     def review(self, body: Any) -> tuple[int, dict[str, Any]]:
-        spec = body.get("spec") if isinstance(body, dict) else None
-        token = spec.get("token") if isinstance(spec, dict) else None
+        found = body.get("spec") if isinstance(body, dict) else None
+        spec: dict[str, Any] = found if isinstance(found, dict) else {}
+        token = spec.get("token")
         if not isinstance(token, str) or not token:
             return 400, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                          "message": "token is required for TokenReview in authentication", "reason": "BadRequest",
