@@ -24,6 +24,7 @@ GANG_EXCEEDS_QUEUE = "GangExceedsQueue"
 SCHEDULE_TIMEOUT = "ScheduleTimeout"
 SCHEDULER_NOT_SERVED = "SchedulerNotInstalled"  # the PodGroup or Queue API answers 404
 UNPROCESSABLE = "Unprocessable"  # the object's work failed unexpectedly (kai_fn/function/isolate.py)
+OBJECT_TOO_LARGE = "ObjectTooLarge"  # left out of a LIST for its size (kai_fn/kube/listing.py)
 NOT_ADOPTED = "NotMadeByKaiFn"  # an object of the gang's name that kai_fn did not make, or that differs
 PODGROUP_EDITED = "PodGroupEdited"  # the spec of a PodGroup kai_fn made no longer says its plan
 # Normal

@@ -17,16 +17,21 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kai_fn import kube
-from kai_fn.core import turns
+from kai_fn.core import keys, reasons, turns
 from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.runtime import RuntimeTarget
 from kai_fn.function import metrics
 from kai_fn.function.backoff import Backoff
+from kai_fn.kube import listing
+from kai_fn.kube.events import event_body
 from kai_fn.function.keylocks import KeyLocks
 from kai_fn.function.recent import Recent
 from kai_fn.settings import Settings
 
 T = TypeVar("T")
+# The resources kai_fn LISTs whose objects an Event may name (apiVersion, kind).
+_KINDS = {"trainjobs": (keys.TRAINER_API, keys.TRAINJOB_KIND), "jobsets": (keys.JOBSET_API, "JobSet"),
+          "podgroups": (keys.KAI_PODGROUP_API, "PodGroup")}
 
 
 @dataclass
@@ -48,8 +53,23 @@ class CachedServer(kube.ApiServer):
     @classmethod
     def from_settings(cls, settings: Settings, kubeconfig: str | None = None, context: str | None = None) -> CachedServer:
         meter = metrics.Meter()
-        return cls(kube.api_client(kubeconfig, context, meter), settings.api_timeout_seconds, meter,
-                   runtime_ttl=settings.runtime_cache_seconds, backoff=Backoff(first=settings.resync_backoff_seconds))
+        server = cls(kube.api_client(kubeconfig, context, meter), settings.api_timeout_seconds, meter,
+                     runtime_ttl=settings.runtime_cache_seconds, backoff=Backoff(first=settings.resync_backoff_seconds))
+        server.on_oversized = server.left_out
+        return server
+
+    def left_out(self, skipped: listing.Oversized) -> None:
+        """An object a LIST left out for its size (:mod:`kai_fn.kube.listing`): counted, and told on the object
+        (one Event per object and size: a resync that meets it again posts nothing new)."""
+        metrics.OVERSIZED.labels(skipped.resource).inc()
+        kind = _KINDS.get(skipped.resource)
+        if kind is None or not skipped.namespace or not skipped.name:
+            return
+        message = (f"{skipped.size} bytes of JSON, over the {self.max_object_bytes} kai_fn reads: left out of its "
+                   f"LIST, never worked on (a TrainJob's or JobSet's is some 5-30 KiB)")
+        obj = {"metadata": {"name": skipped.name, "namespace": skipped.namespace}}
+        self.session().create_event(skipped.namespace, event_body(obj, reasons.OBJECT_TOO_LARGE, message, True,
+                                                                  key=str(skipped.size), kind=kind))
 
     def session(self) -> CachedSession:
         return CachedSession(self)

@@ -85,6 +85,10 @@ OBJECT_ERRORS = Counter(
     "kai_fn_object_errors", "Objects whose work failed unexpectedly, by stage (pass, resync, sweep, timeout): each "
     "gets an Unprocessable Warning on its TrainJob, and the other objects go on.", ["stage"], registry=REGISTRY,
 )
+OVERSIZED = Counter(
+    "kai_fn_oversized_objects", "Objects a LIST answered that kai_fn left out for their size (over 512 KiB of JSON), "
+    "by resource: each gets an ObjectTooLarge Warning and is never worked on.", ["resource"], registry=REGISTRY,
+)
 REFUSED_ADOPTIONS = Counter(
     "kai_fn_refused_adoptions", "Objects of the name kai_fn would give a gang's PodGroup or placeholder that kai_fn "
     "did not make (or that differ from the plan): never taken as the gang.", ["kind"],

@@ -11,9 +11,11 @@ from kai_fn.core.objects import stamp
 
 _INSTANCE = socket.gethostname()
 
-def event_body(trainjob: dict[str, Any], reason: str, message: str, warning: bool, key: str | None = None) -> dict[str, Any]:
-    """A core/v1 Event on the TrainJob. Its name is derived from ``key`` (default: the message), so a duplicate
-    or concurrent delivery that reports the same thing gets a 409 instead of writing a second Event."""
+def event_body(trainjob: dict[str, Any], reason: str, message: str, warning: bool, key: str | None = None,
+               kind: tuple[str, str] = (keys.TRAINER_API, keys.TRAINJOB_KIND)) -> dict[str, Any]:
+    """A core/v1 Event on the TrainJob (or on the object of ``kind``, its apiVersion and kind). Its name is derived
+    from ``key`` (default: the message), so a duplicate or concurrent delivery that reports the same thing gets a 409
+    instead of writing a second Event."""
     meta = trainjob["metadata"]
     digest = hashlib.sha256(f"{meta.get('uid')}|{reason}|{message if key is None else key}".encode()).hexdigest()[:10]
     now = stamp(datetime.datetime.now(datetime.UTC))
@@ -22,8 +24,8 @@ def event_body(trainjob: dict[str, Any], reason: str, message: str, warning: boo
         "kind": "Event",
         "metadata": {"name": f"{meta['name'][:200]}.kai-fn.{digest}", "namespace": meta["namespace"]},
         "involvedObject": {
-            "apiVersion": keys.TRAINER_API,
-            "kind": keys.TRAINJOB_KIND,
+            "apiVersion": kind[0],
+            "kind": kind[1],
             "name": meta["name"],
             "namespace": meta["namespace"],
             "uid": meta.get("uid"),
