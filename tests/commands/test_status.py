@@ -464,3 +464,15 @@ def test_a_refusal_outlasts_its_warning_status_still_says_blocked_and_release_he
     api.reset_calls()
     code, out, _ = release(api, "--held", "-n", NS, "--yes", "--reason", REASON, capsys=capsys)
     assert (code, api.writes()) == (0, []), out  # nothing held: the blocked one is not a candidate
+
+
+@pytest.mark.parametrize("setup, state, reason", STATES.values(), ids=list(STATES))
+def test_explain_reads_every_state_as_status_does(api, function, capsys, setup, state, reason):
+    """One reading of where a TrainJob stands (kai_fn/core/state.py), whoever asks: ``explain``'s reading is the
+    line ``status`` prints for it, over every state the table above leaves one in."""
+    from tests.commands.test_explain import explain
+    name = setup(api, function.url)
+    _, out, _ = explain(api, f"{NS}/{name}", "-o", "json", capsys=capsys)
+    reading = json.loads(out)["reading"]
+    line = lines(api, capsys, "-n", NS)[name]
+    assert reading == {k: v for k, v in line.items() if k != "stranded"} and reading["state"] == state
