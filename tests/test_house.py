@@ -1,7 +1,8 @@
 """House rules that hold over the whole tree: no function in kai_fn over 50 lines, no text that cites notes kept
 outside the repository (a reader of the repository cannot follow such a reference), mypy --strict over all of kai_fn
-with each ``type: ignore`` naming its error code and its reason, and one name per class (no module-level alias
-such as ``Cluster = ApiServer``)."""
+with each ``type: ignore`` naming its error code and its reason, one name per class (no module-level alias
+such as ``Cluster = ApiServer``), and every API path built in kai_fn/kube alone (the function and the commands call
+its typed methods)."""
 from __future__ import annotations
 
 import ast
@@ -51,6 +52,15 @@ def aliases(root: Path) -> list[str]:
                             for t in node.targets)):
                 found.append(f"{path.relative_to(root.parent)}:{node.lineno} {ast.unparse(node)}")
     return found
+
+
+API_PATH = re.compile(r"""["'](/apis?/|/api\b)""")
+
+
+def raw_api_paths(root: Path) -> list[str]:
+    """``<file>:<line>`` for every string under ``root`` that starts an API path (``"/api/…"``, ``"/apis/…"``)."""
+    return [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*.py"))
+            for n, line in enumerate(path.read_text().splitlines(), 1) if API_PATH.search(line)]
 
 
 def citations(paths: list[Path]) -> list[str]:
@@ -124,3 +134,14 @@ def test_a_long_function_is_one_over_the_limit(tmp_path, lines, found):
     body = "\n".join(["def f():"] + ["    x = 1"] * (lines - 2) + ["    return x"])
     (tmp_path / "pkg" / "m.py").write_text(body + "\n")
     assert bool(long_functions(tmp_path / "pkg")) is found
+
+
+@pytest.mark.parametrize("tree", ["kai_fn/function", "kai_fn/commands", "kai_fn/core"])
+def test_only_the_kube_layer_builds_api_paths(tree):
+    assert raw_api_paths(REPO / tree) == []
+
+
+def test_a_raw_api_path_is_a_string_that_starts_one(tmp_path):
+    (tmp_path / "a.py").write_text('x = session.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")\n'
+                                  "y = '/api/v1/namespaces'\nz = 'apis are fine in prose'\n")
+    assert raw_api_paths(tmp_path) == ["a.py:1", "a.py:2"]

@@ -13,7 +13,7 @@ from kai_fn.core import owner_metadata
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.owner_metadata import KaiCluster
 from kai_fn.function.cluster import CachedSession
-from kai_fn.kube import ApiError, Forbidden, NotFound, Transient, Unauthorized
+from kai_fn.kube import ApiError, Forbidden, Transient, Unauthorized
 from kai_fn.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -52,27 +52,25 @@ def _cached(session: CachedSession, what: str, read_it: Callable[[], T]) -> T:
 
 def _priority_classes(session: CachedSession) -> frozenset[str] | None:
     try:
-        listed = session.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")
+        listed = session.priority_classes()
     except ApiError as error:
         if not _refused(error):
             raise
         log.warning("cannot list PriorityClasses (%s): every PriorityClass named is taken to exist", error)
         return None
-    return frozenset(str(i.get("metadata", {}).get("name")) for i in _items(listed))
+    return frozenset(str(i.get("metadata", {}).get("name")) for i in listed)
 
 
 def _configmap_data(session: CachedSession, where: str) -> dict[str, str] | None:
     namespace, _, name = where.partition("/")
     try:
-        found = session.request("GET", "/api/v1/namespaces/{namespace}/configmaps/{name}", namespace=namespace,
-                                name=name)
+        found = session.configmap(namespace, name)
     except ApiError as error:
         if not _refused(error):
             raise
-        if not isinstance(error, NotFound):
-            log.warning("cannot read KAI's defaults ConfigMap %s (%s): taken as absent", where, error)
+        log.warning("cannot read KAI's defaults ConfigMap %s (%s): taken as absent", where, error)
         return None
-    data = found.get("data") if isinstance(found, dict) else None
+    data = found.get("data") if found is not None else None
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
@@ -80,7 +78,3 @@ def _refused(error: ApiError) -> bool:
     """Not found or not allowed: an answer, not a fault to retry; anything Transient is retried with the event."""
     return isinstance(error, (Forbidden, Unauthorized)) or not isinstance(error, Transient)
 
-
-def _items(listed: Any) -> list[dict[str, Any]]:
-    items = listed.get("items") if isinstance(listed, dict) else None
-    return [i for i in items or [] if isinstance(i, dict)]

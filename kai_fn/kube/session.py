@@ -198,6 +198,14 @@ class ApiSession:
         whether a cache answered (never, here)."""
         return QueueTree.of(self._list(keys.KAI_QUEUE_API, "queues")), False
 
+    def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ConfigMap (KAI's defaults, ``KAI_DEFAULTS_CONFIGMAP``); None when it does not exist."""
+        return self._get("v1", "configmaps", namespace, name)
+
+    def priority_classes(self) -> list[dict[str, Any]]:
+        """Every PriorityClass (cluster-scoped), read for the names a gang's priority may take."""
+        return self._list("scheduling.k8s.io/v1", "priorityclasses")
+
     def topology(self, name: str) -> dict[str, Any] | None:
         """KAI's Topology (cluster-scoped), read to check the levels a gang names; None when it does not exist."""
         return self._get(keys.KAI_TOPOLOGY_API, "topologies", None, name)
