@@ -298,3 +298,29 @@ def test_the_readmes_prose_cites_no_issue_numbers_nor_commit_hashes():
 @pytest.mark.parametrize("text", ["as issue 21 measured", "at code aefb12a", "(kubeflow/trainer#3429)"])
 def test_the_prose_check_finds_an_issue_number_or_a_commit_hash(text):
     assert ISSUE_OR_COMMIT.search(text)
+
+
+CITED_TEST = re.compile(r"(tests/[\w/]+\.py)::(\w+)")
+
+
+def cited_tests(text: str) -> list[tuple[str, str]]:
+    """Every ``tests/<path>.py::<name>`` in ``text``."""
+    return CITED_TEST.findall(text)
+
+
+def test_every_test_the_docs_name_exists():
+    """docs/, README.md, BENCHMARKS.md and knative/README.md name tests as evidence (docs/security.md's attack table
+    above all): each must be a test function of that file."""
+    missing = []
+    for doc in [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md", REPO / "BENCHMARKS.md",
+                REPO / "knative" / "README.md"]:
+        for path, name in cited_tests(doc.read_text()):
+            source = REPO / path
+            if not source.is_file() or not re.search(rf"^def {name}\(", source.read_text(), re.M):
+                missing.append(f"{doc.relative_to(REPO)}: {path}::{name}")
+    assert missing == []
+
+
+def test_a_cited_test_is_a_path_and_a_function_name():
+    assert cited_tests("`tests/function/test_trust.py::test_a_forged_body` and tests/kube/x.py, not a test") == [
+        ("tests/function/test_trust.py", "test_a_forged_body")]
