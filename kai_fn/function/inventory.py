@@ -40,11 +40,11 @@ def owed(entry: Entry, settings: Settings) -> bool:
 
 def backoff_key(entry: Entry) -> Key:
     namespace, name = entry.key
-    return namespace, name, str((entry.trainjob.get("metadata") or {}).get("uid") or "")
+    return namespace, name, str(meta(entry.trainjob).get("uid") or "")
 
 
 def version_of(entry: Entry) -> str:
-    return str((entry.trainjob.get("metadata") or {}).get("resourceVersion") or "")
+    return str(meta(entry.trainjob).get("resourceVersion") or "")
 
 
 def due(entries: list[Entry], settings: Settings, backoff: Backoff) -> tuple[list[Entry], int]:

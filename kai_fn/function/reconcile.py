@@ -127,10 +127,11 @@ class Reconciler(Execution):
         """Decide, then carry it out; a gang's patch that found the JobSet changed is decided again on it, read
         now, up to three times."""
         made = self.made_gang()
-        action = decide.before_plan(state.facts(self.obj, self.jobset, made), self.context())
+        facts = state.facts(self.obj, self.jobset, made)
+        action = decide.before_plan(facts, self.context())
         if action is not None:
             if isinstance(action, decide.Skip) and made is not None and (unlike := decide.made_before_its_jobset(
-                    state.facts(self.obj, self.jobset, made), self.context(), self.planned())) is not None:
+                    facts, self.context(), self.planned())) is not None:
                 self.carry_out(unlike)  # told once per process: the Skip below remembers the JobSet
             return action, self.carry_out(action)
         planned = self.planned()
