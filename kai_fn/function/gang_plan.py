@@ -21,11 +21,17 @@ from kai_fn.settings import Settings
 def of(session: CachedSession, settings: Settings, trainjob: dict[str, Any]) -> Plan | None:
     """The TrainJob's plan, or None when it has none now."""
     try:
-        job = parse(TrainJob, trainjob)
-        raw = session.runtime(target(job))
-        if raw is None:
-            return None
-        cluster = KaiCluster(node_pool_label=settings.node_pool_label_key)
-        return plan(job, parse(Runtime, raw), **settings.planning(), cluster=cluster)
+        return planned(session, settings, trainjob)
     except InputError:
         return None
+
+
+def planned(session: CachedSession, settings: Settings, trainjob: dict[str, Any]) -> Plan | None:
+    """The TrainJob's plan from its runtime (cached) and the queue's node pool, PriorityClasses playing no part;
+    None when its runtime is gone; :class:`InputError` when the TrainJob or runtime cannot be read."""
+    job = parse(TrainJob, trainjob)
+    raw = session.runtime(target(job))
+    if raw is None:
+        return None
+    cluster = KaiCluster(node_pool_label=settings.node_pool_label_key)
+    return plan(job, parse(Runtime, raw), **settings.planning(), cluster=cluster)

@@ -15,11 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kai_fn.core import adopt, keys, objects, reserve, state
-from kai_fn.core.models import Runtime, TrainJob, parse
-from kai_fn.core.owner_metadata import KaiCluster
-from kai_fn.core.plan import plan
-from kai_fn.core.runtime import target
-from kai_fn.function import metrics
+from kai_fn.function import gang_plan, metrics
 from kai_fn.kube import Gone, Transient
 from kai_fn.function.cluster import CachedSession
 from kai_fn.settings import Settings
@@ -50,12 +46,8 @@ def make(session: CachedSession, bodies: Sequence[dict[str, Any]]) -> int:
 
 def planned(session: CachedSession, settings: Settings, trainjob: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """The placeholders of the TrainJob's plan, to make them again (a resume, a restart of its JobSet)."""
-    job = parse(TrainJob, trainjob)
-    raw = session.runtime(target(job))
-    if raw is None:
-        return ()
-    cluster = KaiCluster(node_pool_label=settings.node_pool_label_key)  # the queue's pool; PriorityClasses play no part
-    return plan(job, parse(Runtime, raw), **settings.planning(), cluster=cluster).placeholders
+    found = gang_plan.planned(session, settings, trainjob)
+    return found.placeholders if found is not None else ()
 
 
 def settle(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroup: str,
