@@ -2,8 +2,8 @@
 
 :func:`running` applies what a cluster without Knative can hold of the flavor's manifests (identity, RBAC, Lease,
 admission policies) and the samples/chain runtimes, runs the function with its ServiceAccount's token and the
-Service's settings behind Knative's queue-proxy, and feeds it from Knative's own adapters (or the stand-ins of
-:mod:`kai_fn.local.source`, ``KAI_FN_CHAIN_SOURCES=stand-in``). All of it stops on exit, the policies removed: the
+Service's settings behind Knative's queue-proxy, and feeds it from Knative's own adapters (the stand-ins of
+:mod:`kai_fn.local.source` serve only the tiers without Knative). All of it stops on exit, the policies removed: the
 testbed may be shared with tiers that do not expect them. ``python -m kai_fn.local.chain serve`` runs it until SIGTERM.
 """
 from __future__ import annotations
@@ -34,7 +34,6 @@ from kai_fn.local.adapter import RealApiServerSource, source_spec
 from kai_fn.local.ping import RealPingSource
 from kai_fn.local.process import REPO, FunctionProcess
 from kai_fn.local.queue_proxy import QueueProxy, service_settings
-from kai_fn.local.source import NAMED_JOBSETS, PODGROUPS, TRAINJOBS, ApiServerSource, PingSource
 from kai_fn.local.spread import Spreader
 
 MANIFESTS = {"kai": REPO / "knative" / "base", "scheduler-plugins": REPO / "knative" / "overlays" / "scheduler-plugins"}
@@ -48,16 +47,8 @@ POOL_LABEL = "kai-fn.testbed/pool"
 POLICY = keys.NAMING_POLICY_NAME  # knative/components/admission-policy
 SEGMENT_POLICY = keys.SEGMENT_POLICY_NAME  # knative/components/segment-policy
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
-# The identities Knative gives each source when authentication-oidc is on (see knative/base).
-SOURCE_SAS = {
-    "trainjobs": "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource",
-    "jobsets": "kai-fn-jobsets-oidc-sources.knative.dev-apiserversource",
-    "podgroups": "kai-fn-podgroups-oidc-sources.knative.dev-apiserversource",
-    "ping": "kai-fn-resync-oidc-sources.knative.dev-pingsource",
-}
 RUNTIMES = ("clustertrainingruntime-chain.yaml", "clustertrainingruntime-chain-staged.yaml")
 _FUNCTION_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease"}
-KNATIVE_SOURCES = os.environ.get("KAI_FN_CHAIN_SOURCES", "knative") != "stand-in"
 # The hold (a MutatingAdmissionPolicy) and kai_fn's marks kept its own (a ValidatingAdmissionPolicy).
 _POLICY_KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
                  "ValidatingAdmissionPolicyBinding"}
@@ -188,7 +179,7 @@ class Testbed:
                 time.sleep(0.5)
 
 
-Source = RealApiServerSource | RealPingSource | ApiServerSource | PingSource  # what feeds the function events
+Source = RealApiServerSource | RealPingSource  # what feeds the function events: Knative's own adapters
 
 
 @dataclass
@@ -315,17 +306,6 @@ def knative_event_sources(api: client.ApiClient, objs: list[dict[str, Any]], sin
     return sources
 
 
-def event_sources(api: client.ApiClient, flavor: str, sink: str, tokens: dict[str, Callable[[], str] | None],
-                  ping_seconds: float) -> list[ApiServerSource | PingSource]:
-    """The stand-ins of :mod:`kai_fn.local.source` for the sources knative/base declares, as context managers, not
-    started: the TrainJob, named JobSet and PodGroup ApiServerSources and the resync PingSource; ``tokens`` per source (keys of
-    ``SOURCE_SAS``) when delivery is authenticated."""
-    return [ApiServerSource(api, TRAINJOBS, sink, token=tokens["trainjobs"]),
-            ApiServerSource(api, NAMED_JOBSETS, sink, token=tokens["jobsets"]),
-            ApiServerSource(api, PODGROUPS[flavor], sink, token=tokens["podgroups"]),
-            PingSource(sink, ping_seconds, token=tokens["ping"])]
-
-
 def _service_env(objs: list[dict[str, Any]]) -> dict[str, str]:
     """The function's settings as the rendered Knative Service gives them."""
     service = next(o for o in objs if o["kind"] == "Service")
@@ -337,14 +317,14 @@ def _service_env(objs: list[dict[str, Any]]) -> dict[str, str]:
 def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None = "kai-fn",
             ping_seconds: float = 30.0, policy: bool = True, log_dir: str | Path | None = None,
             settings: dict[str, str] | None = None, token_seconds: int = 6 * 3600,
-            knative_sources: bool = KNATIVE_SOURCES, production: bool = False,
+            production: bool = False,
             queue_proxy: bool = QUEUE_PROXY, replicas: int = 1) -> Iterator[Chain]:
     """The chain around a running ``cluster up --chain`` testbed (see the module docstring).
 
     ``flavor``: ``kai`` or ``scheduler-plugins`` (Coscheduling). ``audience``: None delivers without tokens.
     ``log_dir``: where ``function.log`` and the adapters' logs go (default: next to the kubeconfig). ``settings``:
     more variables over the Service's; runtimes are not cached unless ``production`` (scenarios use them at once).
-    ``knative_sources``: Knative's adapters, else the stand-ins; their ping runs ``@every <ping_seconds>s``.
+    ``ping_seconds``: the resync PingSource runs ``@every <ping_seconds>s``.
     ``queue_proxy``: deliver through Knative Serving's queue-proxy (``KAI_FN_CHAIN_QUEUE_PROXY=0``: straight to the
     function). ``replicas``: as many functions, each with its queue-proxy, behind a round-robin spreader.
     """
@@ -356,18 +336,14 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
         kubectl = kubectl_of(kubeconfig)
         objs = _render(kubectl, flavor)
         _install(stack, Testbed(kubeconfig, api, kubectl, flavor=flavor), objs, policy=policy)
-        env, tokens = _function_env(api, objs, Path(tmp) / "kubeconfig", flavor=flavor, audience=audience,
-                                    production=production, token_seconds=token_seconds)
+        env = _function_env(api, objs, Path(tmp) / "kubeconfig", flavor=flavor, audience=audience,
+                            production=production, token_seconds=token_seconds)
         env |= settings or {}
         function = stack.enter_context(FunctionProcess(env, log=stack.enter_context(
             (logs / "function.log").open("ab"))))
         chain = Chain(kubeconfig, api, kubectl, function, log_dir=logs, flavor=flavor)
         _front(stack, chain, objs, env, queue_proxy=queue_proxy, replicas=replicas)
-        sources: list[Source] = []
-        if knative_sources:
-            sources += knative_event_sources(api, objs, chain.sink, logs, audience is not None, ping_seconds)
-        else:
-            sources += event_sources(api, flavor, chain.sink, tokens, ping_seconds)
+        sources = knative_event_sources(api, objs, chain.sink, logs, audience is not None, ping_seconds)
         for source in sources:
             stack.enter_context(source)  # each source's __enter__ starts it and returns it
         chain.sources = sources
@@ -405,10 +381,9 @@ def _remove_policies(testbed: Testbed) -> None:
 
 
 def _function_env(api: client.ApiClient, objs: list[dict[str, Any]], kubeconfig: Path, *, flavor: str,
-                  audience: str | None, production: bool, token_seconds: int,
-                  ) -> tuple[dict[str, str], dict[str, Callable[[], str] | None]]:
-    """The function's environment (the Service's settings, a kubeconfig at ``kubeconfig`` with its ServiceAccount's
-    token) and, when ``audience`` is set, each source's token (keys of ``SOURCE_SAS``)."""
+                  audience: str | None, production: bool, token_seconds: int) -> dict[str, str]:
+    """The function's environment: the Service's settings and a kubeconfig at ``kubeconfig`` with its
+    ServiceAccount's token (Knative's adapters make their own OIDC tokens)."""
     core = client.CoreV1Api(api)
     admin = api.configuration
     kubeconfig.write_text(yaml.safe_dump({
@@ -422,16 +397,7 @@ def _function_env(api: client.ApiClient, objs: list[dict[str, Any]], kubeconfig:
     if not production:  # the scenarios make runtimes and opt namespaces in while the function runs
         env |= {"KAI_FN_RUNTIME_CACHE_SECONDS": "0", "KAI_FN_NAMESPACE_CACHE_SECONDS": "0"}
     env |= {"KAI_FN_AUDIENCE": audience or "", "KAI_FN_SENDERS": ""}  # knative/base's senders, or none at all
-    tokens: dict[str, Callable[[], str] | None] = dict.fromkeys(SOURCE_SAS)
-    if audience:
-        for key, sa in SOURCE_SAS.items():
-            token = _token(core, NAMESPACE, sa, [audience], token_seconds)
-            tokens[key] = _constant(token)
-    return env, tokens
-
-
-def _constant(token: str) -> Callable[[], str]:
-    return lambda: token
+    return env
 
 
 def _front(stack: ExitStack, chain: Chain, objs: list[dict[str, Any]], env: dict[str, str], *, queue_proxy: bool,

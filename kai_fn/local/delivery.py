@@ -1,6 +1,6 @@
 """The ApiServerSource adapter's delivery to a direct sink (at least once, retried as below), over real HTTP: one
-implementation for the stand-in event sources (kai_fn/local/source.py: the emulator tier, and the chain with
-``KAI_FN_CHAIN_SOURCES=stand-in``) and the tests; the chain runs Knative's own adapters.
+implementation for the stand-in event sources (kai_fn/local/source.py: the emulator tier, which runs without
+Knative) and the tests; the chain runs Knative's own adapters.
 
 knative/eventing's adapter sends through cloudevents/sdk-go with an exponential retry context:
 ``Backoff(ctx, n)`` waits ``period * 2**n`` before retry n (n = 1..5) and gives up when n would exceed 5, so one

@@ -80,7 +80,7 @@ def adapter(chain: Chain, name: str = "kai-fn-trainjobs") -> RealApiServerSource
     """The running adapter of one of knative/base's ApiServerSources (the chain on Knative's own sources)."""
     found = [s for s in chain.sources if isinstance(s, RealApiServerSource) and s.spec.name == name]
     if not found:
-        raise FaultError(f"no adapter for ApiServerSource {name} (KAI_FN_CHAIN_SOURCES=stand-in?)")
+        raise FaultError(f"no adapter for ApiServerSource {name}")
     return found[0]
 
 
