@@ -6,15 +6,20 @@ main PodGroup is marked ``kai-fn/bound`` is never reported on again (the mark is
 Trainer no reconcile);
 an unschedulable report needs the PodGroup, read now, to carry KAI's reasons and no pod of the gang to be on a node
 (KAI writes reasons only while nothing is allocated). Event names come from their content, so the same report made
-twice is one Event. The resync sweeps released gangs too, because binding itself changes no PodGroup.
+twice is one Event. The resync looks at released gangs too, because binding itself changes no PodGroup. With
+workers (``KAI_FN_BACKGROUND_WORKERS``) a PodGroup event is only checked in the request thread (:func:`precheck`, no
+read) and the look is its TrainJob's work in the queue (:mod:`kai_fn.function.keywork`); a gang seen waiting says
+when its schedule timeout is due (``Outcome.due``), which sets its TrainJob's timer.
 """
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 from typing import Any
 
 from kai_fn.core import adopt, gang, keys, objects
 from kai_fn.core.plan import Plan
+from kai_fn.core.schedule_timeout import waiting
 from kai_fn.core.state import Entry, facts, gang_names, judged, named_at_admission, reserving
 from kai_fn.function import gang_plan, metrics, report, reserve
 from kai_fn.kube import Gone, Transient
@@ -32,18 +37,36 @@ def observe(event: PodGroupEvent, session: CachedSession, settings: Settings, op
     """One PodGroup update: a PodGroup GET, then at most a TrainJob GET, a pod list and an Event (plus the bound
     mark). The event only says which PodGroup to look at: what is reported comes from the PodGroup as the API server
     returns it to kai_fn, so a forged or stale body can skip a look but never make a report."""
+    return precheck(event, session, settings, optin) or look(event, session, settings)
+
+
+def precheck(event: PodGroupEvent, session: CachedSession, settings: Settings, optin: OptIn) -> Outcome | None:
+    """The answer the event gives without a read of the PodGroup (the opted-in namespaces' LIST at most, cached), or
+    None when its gang is worth a look."""
     hint = event.object
     ns, pg_name = event.namespace, event.name
     if not settings.watches(ns):
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", ns, pg_name, event.uid)
     if objects.labels(hint).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY:
         return Outcome("ignored", "not a PodGroup kai_fn made", ns, pg_name, event.uid)
-    recent = session.cluster.recent
-    if recent.is_bound(event.uid):
+    if session.cluster.recent.is_bound(event.uid):
         return Outcome("skipped", "already bound", ns, pg_name, event.uid, pg_name)
     if not optin.opted_in(session, ns):
         return Outcome("ignored", refusal(ns), ns, pg_name, event.uid)
-    podgroup = session.podgroup(hint.get("apiVersion") or keys.KAI_PODGROUP_API, ns, pg_name)
+    return None
+
+
+def trainjob_key(event: PodGroupEvent) -> tuple[str, str] | None:
+    """The key of the TrainJob the event's PodGroup names (kai_fn's label on it), for the work queue: a hint, as the
+    body is; :func:`look` reads the owner from the PodGroup itself and holds that TrainJob."""
+    name = objects.labels(event.object).get(keys.TRAINJOB_NAME_LABEL)
+    return (event.namespace, name) if isinstance(name, str) and name else None
+
+
+def look(event: PodGroupEvent, session: CachedSession, settings: Settings) -> Outcome:
+    """The look at the gang, once :func:`precheck` let the event through: the PodGroup read now, its TrainJob held."""
+    ns, pg_name = event.namespace, event.name
+    podgroup = session.podgroup(event.object.get("apiVersion") or keys.KAI_PODGROUP_API, ns, pg_name)
     if podgroup is None:
         return Outcome("ignored", "the PodGroup no longer exists", ns, pg_name, event.uid)
     owner = owning_trainjob(podgroup)
@@ -74,7 +97,8 @@ def _report(event: PodGroupEvent, session: CachedSession, settings: Settings, po
         return Outcome("ignored", "its TrainJob no longer exists", ns, owner["name"], owner.get("uid"), pg_name)
     jobset = session.jobset(ns, owner["name"])
     jobset = jobset if jobset and objects.controlled_by(jobset, owner.get("uid")) else None
-    marks = facts(trainjob, jobset, made_gang(session, trainjob, jobset, podgroup))
+    made = made_gang(session, trainjob, jobset, podgroup)
+    marks = facts(trainjob, jobset, made)
     if why := marks.settled(pg_name):
         if marks.bound is not None:
             recent.bound(objects.meta(podgroup).get("uid"))
@@ -82,7 +106,9 @@ def _report(event: PodGroupEvent, session: CachedSession, settings: Settings, po
     outcome = report_on(session, settings, trainjob, podgroup, marks.podgroup or "")
     if outcome.bound:
         recent.bound(objects.meta(podgroup).get("uid"))
-    return outcome
+        return outcome
+    wait = waiting(trainjob, marks, made if made is not None else podgroup) if settings.flavor == "kai" else None
+    return outcome if wait is None else replace(outcome, due=wait.deadline)
 
 
 def hand_over(session: CachedSession, podgroup: dict[str, Any], owner: dict[str, Any]) -> Outcome | None:

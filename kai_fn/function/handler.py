@@ -5,8 +5,10 @@ choose the status: 2xx with an empty body when done, or when a later event will 
 JobSet is not made yet; a Broker turns a non-empty non-CloudEvent body into a redelivery), 503 + Retry-After when
 only a retry can help (a direct sink does not retry 500), 400 for a bad event,
 413 for an oversized body; with ``KAI_FN_AUDIENCE`` set, 401 / 403 for a sender that is not let in, checked
-before the body is read. With ``KAI_FN_BACKGROUND_WORKERS``, a TrainJob event that needs a pass is answered 202 at
-once and reconciled right after (kai_fn.function.workqueue says why); its pass logs a line of its own (``work``).
+before the body is read. With ``KAI_FN_BACKGROUND_WORKERS``, an event that needs work on its TrainJob (a pass, a
+look at its gang) is answered 202 at once, and the work is done right after as that TrainJob's turn in the work
+queue (kai_fn.function.workqueue says why, kai_fn.function.keywork what); each part logs a line of its own
+(``work``).
 ``GET /metrics`` serves the Prometheus metrics and ``GET`` elsewhere the health check (no auth: they hold no secrets).
 """
 from __future__ import annotations
@@ -15,19 +17,19 @@ import atexit
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import flask
 
-from kai_fn.function import events, gang_status, inventory, metrics, reconcile, resync
+from kai_fn.function import events, gang_status, inventory, keywork, metrics, reconcile, resync
 from kai_fn.function.auth import Authenticator, Denied
 from kai_fn.function.cluster import CachedServer, CachedSession
 from kai_fn.function.optin import OptIn
 from kai_fn.kube import Transient
 from kai_fn.function.report import Outcome, configure_logging, log
 from kai_fn.settings import Settings, load
-from kai_fn.function.workqueue import Again, Item, WorkQueue
+from kai_fn.function.workqueue import WorkQueue
 
 RETRY_AFTER_SECONDS = 2
 DRAIN_SECONDS = 20  # after SIGTERM's answers (kai_fn.function.serve, 10 s at most): 30 s in all, as gunicorn's was
@@ -48,13 +50,18 @@ class App:
         metrics.BACKING_OFF.set_function(self.cluster.backoff.waiting)
         self._started_lock, self._caught_up = threading.Lock(), False
         if self.settings.background_workers:
-            self.work = WorkQueue(self.pass_after_answer, self.settings.background_workers, on_drop=_dropped)
+            worker = keywork.Worker(self.cluster, self.settings, self.optin)
+            self.work = WorkQueue(worker, self.settings.background_workers, on_drop=keywork.dropped,
+                                  merge=keywork.merge)
+            worker.queue = self.work
             metrics.WORK_QUEUE.set_function(self.work.depth)
+            metrics.WORK_TIMERS.set_function(self.work.timers)
             atexit.register(self.drain)
 
     def offer(self, event: events.TrainJobEvent) -> bool:
         """Queue the TrainJob's pass for after the answer; False without workers, or when the queue is full."""
-        return self.work is not None and self.work.offer((event.namespace, event.name), event)
+        return self.work is not None and self.work.offer((event.namespace, event.name),
+                                                         keywork.Chores(trainjob=event))
 
     def catch_up(self) -> None:
         """Once, on the first request a started process gets (its readiness probe): a resync's worth of held
@@ -170,16 +177,18 @@ class App:
         return body
 
     def dispatch(self, event: events.Work, session: CachedSession, fields: dict[str, Any]) -> Delivery:
-        """The work the event asks for: the resync, a gang's status, or a TrainJob's pass (queued when it can be)."""
+        """The work the event asks for: the resync, or its TrainJob's (queued when it can be)."""
         try:
             if isinstance(event, events.Resync):
-                offer = self.offer if self.work is not None else None
                 work, outcome = "resync", self.resyncs.run(
-                    lambda: resync.resync(session, self.settings, self.optin, offer))
+                    lambda: resync.resync(session, self.settings, self.optin, self.work))
             elif isinstance(event, events.PodGroupEvent):
                 fields |= {"kind": "PodGroup", "namespace": event.namespace, "podgroup": event.name,
                            "mode": event.mode}
-                work, outcome = "gang_status", gang_status.observe(event, session, self.settings, self.optin)
+                work, done = "gang_status", self.gang_status(event, session)
+                if isinstance(done, Delivery):
+                    return replace(done, fields=fields | done.fields)
+                outcome = done
                 fields |= {"name": outcome.name, "uid": outcome.uid}
             else:
                 fields |= {"kind": event.via, "namespace": event.namespace, "name": event.name, "uid": event.uid,
@@ -197,23 +206,17 @@ class App:
         return Delivery(200, outcome.reason, outcome.result, fields | _outcome_fields(outcome, session, fields),
                         work)
 
-    def pass_after_answer(self, item: Item) -> None:
-        """One queued TrainJob pass, logged as the delivery would be (``msg: work``, its try and its wait); a
-        failure a retry may fix raises Again, and the queue tries it later."""
-        event: events.TrainJobEvent = item.payload
-        session = self.cluster.session()
-        started = time.perf_counter()
-        fields: dict[str, Any] = {
-            "type": event.type, "id": event.id, "kind": event.via, "namespace": event.namespace, "name": event.name,
-            "uid": event.uid, "mode": event.mode, "attempt": item.attempt,
-            "waited_ms": round((time.monotonic() - item.queued_at) * 1000, 1)}
-        try:
-            outcome = reconcile.reconcile(event, session, self.settings, self.optin)
-        except (Transient, reconcile.Retry) as error:
-            _log_work(fields | {"outcome": "retry", "reason": str(error), "api_calls": session.calls}, started)
-            raise Again() from None
-        _log_work(fields | {"outcome": outcome.result, "reason": outcome.reason}
-                  | _outcome_fields(outcome, session, fields), started)
+    def gang_status(self, event: events.PodGroupEvent, session: CachedSession) -> Outcome | Delivery:
+        """A PodGroup event: answered from what it says and this process knows (no read), else its gang looked at
+        as its TrainJob's work in the queue (202), or here without workers or room."""
+        answer = gang_status.precheck(event, session, self.settings, self.optin)
+        if answer is not None:
+            return answer
+        key = gang_status.trainjob_key(event)
+        if self.work is not None and key is not None and self.work.offer(key, keywork.Chores(podgroups=(event,))):
+            return Delivery(202, "accepted: its gang looked at right after this answer", "accepted",
+                            {"name": key[1], "api_calls": session.calls})
+        return gang_status.look(event, session, self.settings)
 
 
 @dataclass(frozen=True)
@@ -233,23 +236,6 @@ def _outcome_fields(outcome: Outcome, session: CachedSession, fields: dict[str, 
     if outcome.podgroup:
         out["podgroup"] = outcome.podgroup
     return out
-
-
-def _log_work(fields: dict[str, Any], started: float) -> None:
-    seconds = time.perf_counter() - started
-    metrics.RECONCILE_SECONDS.labels("trainjob").observe(seconds)
-    metrics.WORK.labels(fields["outcome"]).inc()
-    level = logging.WARNING if fields["outcome"] == "retry" else logging.INFO
-    log.log(level, "work", extra={"fields": fields | {"ms": round(seconds * 1000, 1)}})
-
-
-def _dropped(item: Item, error: BaseException | None) -> None:
-    event: events.TrainJobEvent = item.payload
-    metrics.WORK.labels("dropped").inc()
-    why = f"failed unexpectedly ({type(error).__name__}: {error})" if error else f"out of tries ({item.attempt})"
-    log.warning("work dropped", exc_info=error, extra={"fields": {
-        "namespace": event.namespace, "name": event.name, "uid": event.uid, "attempt": item.attempt,
-        "reason": f"{why}; the resync reconciles it"}})
 
 
 def _answer(status: int, reason: str) -> flask.Response:

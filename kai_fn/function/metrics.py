@@ -37,12 +37,18 @@ WAITING = Counter(
     registry=REGISTRY,
 )
 WORK = Counter(
-    "kai_fn_work", "TrainJob passes made after answering their event (KAI_FN_BACKGROUND_WORKERS), by outcome; 'retry': "
-    "the pass failed and is tried again later, 'dropped': out of tries or failed unexpectedly, left to the resync.",
+    "kai_fn_work", "Parts of TrainJobs' work done in the work queue (KAI_FN_BACKGROUND_WORKERS: passes, looks at gangs, "
+    "timeouts), by outcome; 'retry': the part failed and is tried again later, 'dropped': out of tries or failed "
+    "unexpectedly, left to the resync.",
     ["outcome"], registry=REGISTRY,
 )
 WORK_QUEUE = Gauge(
-    "kai_fn_work_queue", "TrainJobs whose pass after the answer is queued, waiting to be tried again, or running.",
+    "kai_fn_work_queue", "TrainJobs whose work after the answer is queued, waiting to be tried again, or running.",
+    registry=REGISTRY,
+)
+WORK_TIMERS = Gauge(
+    "kai_fn_work_timers", "TrainJobs whose work is queued for later: a gang's schedule timeout, due then "
+    "(kai_fn/function/keywork.py).",
     registry=REGISTRY,
 )
 BACKING_OFF = Gauge(

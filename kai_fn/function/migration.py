@@ -119,8 +119,7 @@ def resume(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, A
 def resync(session: CachedSession, settings: Settings, entries: list[Entry]) -> str:
     """The resync's share: the listed TrainJobs that carry a mark of the earlier gate, in turn. The pass does the
     rest; here, what no pass does: a TrainJob outside KAI_FN_NAMESPACES, or whose JobSet is decided already."""
-    found = [e for e in entries if concerns(e.trainjob) and not objects.deleting(e.trainjob)
-             and not session.cluster.recent.is_decided(objects.meta(e.trainjob).get("uid"))]
+    found = due(session, entries)
     if not found:
         return ""
     tally: dict[str, int] = {}
@@ -129,6 +128,12 @@ def resync(session: CachedSession, settings: Settings, entries: list[Entry]) -> 
                           retried=(Retry, Transient))
         tally[result] = tally.get(result, 0) + 1
     return f"; {len(found)} of the earlier TrainJob gate: " + ", ".join(f"{n} {r}" for r, n in sorted(tally.items()))
+
+
+def due(session: CachedSession, entries: list[Entry]) -> list[Entry]:
+    """The listed TrainJobs with marks of the earlier gate left to carry or a resume owed."""
+    return [e for e in entries if concerns(e.trainjob) and not objects.deleting(e.trainjob)
+            and not session.cluster.recent.is_decided(objects.meta(e.trainjob).get("uid"))]
 
 
 def migrate(session: CachedSession, settings: Settings, entry: Entry) -> str:

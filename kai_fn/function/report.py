@@ -1,6 +1,7 @@
 """What kai_fn tells people: Kubernetes Events on the TrainJob, and one JSON log line per delivery."""
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import sys
@@ -34,6 +35,7 @@ class Outcome:
     uid: str | None = None
     podgroup: str | None = None
     bound: bool = False  # the gang is on its nodes (GangBound posted now or before): later events of it cost nothing
+    due: datetime.datetime | None = None  # the gang waits, and its schedule timeout is due then: the key's timer
 
 
 

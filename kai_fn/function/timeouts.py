@@ -1,9 +1,13 @@
-"""The schedule timeout, checked on each resync ping: KAI has none, so kai_fn keeps the one the runtime asks for.
+"""The schedule timeout: KAI has none, so kai_fn keeps the one the runtime asks for.
 
 A wait starts when the gang's JobSet starts running (:attr:`kai_fn.core.state.Facts.wait_started`) and ends when
 the gang is bound or times out; both ends are marked on the main PodGroup, so no TrainJob is written unless
-``KAI_FN_ON_TIMEOUT=suspend`` asks kai_fn to suspend it. Per run, at most ``KAI_FN_RESYNC_LIMIT`` overdue gangs: a
-LIST of its pods each, and a mark and an Event when it is not bound. A resume after such a suspension starts a new
+``KAI_FN_ON_TIMEOUT=suspend`` asks kai_fn to suspend it. With workers (``KAI_FN_BACKGROUND_WORKERS``) a gang seen
+waiting sets its TrainJob's timer in the work queue to its deadline, and :func:`on_timer` times it out then, as that
+TrainJob's work (:mod:`kai_fn.function.keywork`); timers live in memory, so each resync still hands the overdue
+gangs to the queue (and sets the timers of the others), for a process that started since. Without workers,
+:func:`check` times them out on each resync ping. Either way, per run at most ``KAI_FN_RESYNC_LIMIT`` overdue gangs:
+a LIST of its pods each, and a mark and an Event when it is not bound. A resume after such a suspension starts a new
 wait by itself (JobSet's ``Suspended`` condition turns False again, after the timeout's mark).
 """
 from __future__ import annotations
@@ -13,8 +17,8 @@ from typing import Any
 
 from kai_fn.core import gang, keys, objects
 from kai_fn.core.objects import stamp
-from kai_fn.core.schedule_timeout import Wait, main_stage_wait, overdue
-from kai_fn.core.state import Entry, judged
+from kai_fn.core.schedule_timeout import Wait, main_stage_wait, waiting
+from kai_fn.core.state import Entry, facts, gang_name, join, judged, podgroup_api
 from kai_fn.function import gang_plan, metrics, report
 from kai_fn.kube import Gone, Stale, Transient
 from kai_fn.function.cluster import CachedSession
@@ -23,13 +27,18 @@ from kai_fn.settings import Settings
 from kai_fn.kube.events import event_body
 
 
+def waits(session: CachedSession, settings: Settings, entries: list[Entry]) -> list[tuple[Wait, Entry]]:
+    """Every listed gang that waits with a schedule timeout, the soonest due first."""
+    found = [(wait, e) for e in entries if e.podgroup is not None and settings.watches(e.key[0])
+             and (wait := apart("timeout", session, e.trainjob,
+                                lambda: waiting(e.trainjob, e.marks, e.podgroup or {}), None)) is not None]
+    return sorted(found, key=lambda d: d[0].deadline)
+
+
 def check(session: CachedSession, settings: Settings, entries: list[Entry], now: datetime.datetime) -> str:
-    """Time out what is overdue."""
+    """Time out what is overdue, here (no work queue)."""
     tally: dict[str, int] = {}
-    due = [(wait, e) for e in entries if e.podgroup is not None and settings.watches(e.key[0])
-           and (wait := apart("timeout", session, e.trainjob,
-                              lambda: overdue(e.trainjob, e.marks, e.podgroup or {}, now), None)) is not None]
-    due.sort(key=lambda d: d[0].deadline)
+    due = [(wait, e) for wait, e in waits(session, settings, entries) if wait.deadline <= now]
     for wait, entry in due[: settings.resync_limit]:
         with session.cluster.locks.hold(entry.key):
             _count(tally, tally_of("timeout", session, entry.trainjob,
@@ -39,20 +48,55 @@ def check(session: CachedSession, settings: Settings, entries: list[Entry], now:
     return f"timeouts: {summary}" + (f"; {left} left for the next run" if left else "")
 
 
+def on_timer(session: CachedSession, settings: Settings, key: tuple[str, str], now: datetime.datetime
+             ) -> tuple[str, datetime.datetime | None]:
+    """The TrainJob's timer (:mod:`kai_fn.function.keywork`): its objects read now (the TrainJob, its JobSet, its
+    main PodGroup), then :func:`timed` when its gang is overdue; and when to look again, if ever."""
+    ns, name = key
+    if settings.flavor != "kai" or not settings.watches(ns):
+        return "not kept here", None
+    trainjob = session.trainjob(ns, name)
+    if trainjob is None:
+        return "the TrainJob no longer exists", None
+    jobset = session.jobset(ns, name)
+    marks = facts(trainjob, jobset if jobset and objects.controlled_by(jobset, objects.meta(trainjob).get("uid"))
+                  else None)
+    podgroup = session.podgroup(podgroup_api(settings.flavor), ns, marks.podgroup or gang_name(trainjob, "kai"))
+    (entry,) = join([trainjob], [jobset] if jobset else [], [podgroup] if podgroup else [])
+    wait = waiting(entry.trainjob, entry.marks, entry.podgroup) if entry.podgroup is not None else None
+    if wait is None:
+        return "not waiting", None
+    if wait.deadline > now:
+        return "waiting", wait.deadline
+    return timed(session, settings, wait, entry, now)
+
+
 def time_out(session: CachedSession, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime) -> str:
+    return timed(session, settings, wait, entry, now)[0]
+
+
+def timed(session: CachedSession, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime
+          ) -> tuple[str, datetime.datetime | None]:
     """One overdue gang: bound after all (:func:`kai_fn.core.state.judged`, against its plan: marked, the wait ends
-    quietly), or timed out (marked, maybe suspended, reported)."""
+    quietly), or timed out (marked, maybe suspended, reported); and when a staged gang's main wave, not due yet, is."""
     podgroup = entry.podgroup or {}
     planned = gang_plan.of(session, settings, entry.trainjob)
     if planned is None:
-        return "no plan now"  # neither bound nor timed out on a count kai_fn cannot make (gang_plan.py)
+        return "no plan now", None  # neither bound nor timed out on a count kai_fn cannot make (gang_plan.py)
     pods = session.jobset_pods(wait.namespace, wait.name)
     if judged(planned, podgroup, pods).bound:
-        return "bound" if _mark(session, podgroup, keys.GANG_BOUND_ANNOTATION, now) else "changed"
+        return ("bound" if _mark(session, podgroup, keys.GANG_BOUND_ANNOTATION, now) else "changed"), None
     staged = main_stage_wait(wait, podgroup, pods)
-    if staged is None or staged.deadline > now:
-        return "earlier stage running" if staged is None else "stage waiting"
-    wait = staged
+    if staged is None:
+        return "earlier stage running", None
+    if staged.deadline > now:
+        return "stage waiting", staged.deadline
+    return _expire(session, settings, staged, entry, now), None
+
+
+def _expire(session: CachedSession, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime) -> str:
+    """The gang's wait is over: suspended (``KAI_FN_ON_TIMEOUT=suspend``), reported, marked."""
+    podgroup = entry.podgroup or {}
     suspend = settings.on_timeout == "suspend"
     # The suspension first: the timeout's mark ends the wait, so a mark written before a suspension that failed
     # would leave the gang running and never timed out again.
