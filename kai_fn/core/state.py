@@ -210,6 +210,8 @@ class Gang:
     podgroup: str | None = None
     reservation: str | None = None  # places held for a later wave (MPI's launcher), or when they were handed over
     planned: bool = False
+    priority: str | None = None  # spec.priorityClassName
+    preemptibility: str | None = None
 
 
 def gang_of(trainjob: dict[str, Any], main: dict[str, Any] | None, plan: Plan | None = None) -> Gang:
@@ -220,10 +222,13 @@ def gang_of(trainjob: dict[str, Any], main: dict[str, Any] | None, plan: Plan | 
         resources = dict(part.split("=", 1) for part in (notes(main).get(keys.MIN_RESOURCES_ANNOTATION) or ""
                                                          ).split(",") if "=" in part)
         return Gang(queue=spec.get("queue") or label, min_member=sum(gang.minima(main).values()) or None,
-                    gpus=_gpus(resources), podgroup=meta(main).get("name"), reservation=reservation(main))
+                    gpus=_gpus(resources), podgroup=meta(main).get("name"), reservation=reservation(main),
+                    priority=spec.get("priorityClassName"), preemptibility=spec.get("preemptibility"))
     if plan is not None and plan.podgroup is not None and plan.ignored is None:
+        spec = plan.podgroup.get("spec") or {}
         return Gang(queue=plan.queue or label, min_member=plan.min_member or None, gpus=_gpus(plan.min_resources),
-                    podgroup=plan.podgroup_name, planned=True)
+                    podgroup=plan.podgroup_name, planned=True, priority=spec.get("priorityClassName"),
+                    preemptibility=spec.get("preemptibility"))
     return Gang(queue=label)
 
 
@@ -271,7 +276,8 @@ class Reading:
         since = stamp(self.since) if self.since else None
         return {"namespace": self.namespace, "name": self.name, "state": str(self.phase), "reason": self.reason,
                 "since": since, "queue": self.gang.queue, "minMember": self.gang.min_member, "gpus": self.gang.gpus,
-                "podGroup": self.gang.podgroup, "reservation": self.gang.reservation, "planned": self.gang.planned}
+                "podGroup": self.gang.podgroup, "reservation": self.gang.reservation, "planned": self.gang.planned,
+                "priorityClassName": self.gang.priority, "preemptibility": self.gang.preemptibility}
 
 
 _Placed = tuple[Phase, str, datetime.datetime | None]

@@ -16,11 +16,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import adopt, decide, objects, segments, state
+from kai_fn.core import adopt, decide, objects, state
 from kai_fn.core.decide import Action, Context, MakeGang
-from kai_fn.core.models import InputError, Runtime, TrainJob, parse
-from kai_fn.core.plan import Plan, plan
-from kai_fn.core.runtime import target
 from kai_fn.function import kai_cluster, migration, report
 from kai_fn.kube import Gone, GuardFailed, Invalid, Transient
 from kai_fn.kube.errors import status_body
@@ -149,25 +146,8 @@ class Reconciler(Execution):
         raise Retry("the JobSet kept changing under the patch")
 
     def planned(self) -> decide.Planned:
-        """The TrainJob's plan, or why there is none: the runtime read, and the Topologies and KAI's defaults it
-        names."""
-        try:
-            job = parse(TrainJob, self.obj)
-            where = target(job)
-        except InputError as error:
-            return decide.InvalidTrainJob(str(error))
-        raw = self.session.runtime(where)
-        if raw is None:
-            return decide.RuntimeMissing(str(where))
-        try:
-            rt = parse(Runtime, raw)
-            named = segments.topologies_asked(job, rt) if self.settings.flavor == "kai" else ()
-            found = {n: segments.topology_resource(self.session.topology(n)) for n in named}
-            result: Plan = plan(job, rt, topologies=found, **self.settings.planning(),
-                                cluster=kai_cluster.read(self.session, self.settings, job, raw))
-        except InputError as error:
-            return decide.InvalidRuntime(str(where), str(error))
-        return result
+        """The TrainJob's plan, or why there is none (:mod:`kai_fn.plan_inputs`, as every command plans it)."""
+        return kai_cluster.planned(self.session, self.settings, self.obj)
 
     def made_gang(self) -> dict[str, Any] | None:
         """The main PodGroup, read where it is the decision: the JobSet was named at admission. (Before Trainer has

@@ -46,7 +46,7 @@ def make(session: CachedSession, bodies: Sequence[dict[str, Any]]) -> int:
 
 def planned(session: CachedSession, settings: Settings, trainjob: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """The placeholders of the TrainJob's plan, to make them again (a resume, a restart of its JobSet)."""
-    found = gang_plan.planned(session, settings, trainjob)
+    found = gang_plan.of(session, settings, trainjob)
     return found.placeholders if found is not None else ()
 
 
