@@ -74,10 +74,12 @@ class Execution:
                 self.decided()
                 return self.outcome("skipped", why, podgroup)
             case SettleReservation(podgroup, reserves):
-                done, changed = reserve.settle(self.session, self.obj, self.jobset, podgroup,
-                                               lambda: reserve.planned(self.session, self.settings, self.obj),
-                                               reserves=reserves)
-                return self.outcome("done" if changed else "skipped", done, podgroup)
+                settled = reserve.places(self.session, self.obj, self.jobset, podgroup,
+                                         lambda: reserve.planned(self.session, self.settings, self.obj),
+                                         reserves=reserves)
+                if settled.foreign is not None:
+                    return self.not_adopted(settled.foreign)
+                return self.outcome("done" if settled.changed else "skipped", settled.done, podgroup)
             case Wait(token):
                 metrics.WAITING.labels(token).inc()
                 return self.outcome("waiting", f"{_WAITING.get(token, token)}; its next event does the work")
@@ -144,9 +146,11 @@ class Execution:
                 if self.session.create_podgroup(podgroup):
                     self.created = True
                     metrics.GANGS_CREATED.inc()
-                else:
-                    self.adopt(podgroup)
-            reserve.make(self.session, action.placeholders)  # the later wave's places, before any pod of it
+                elif (taken := self.adopted(podgroup)) is not None:
+                    return self.not_adopted(taken)
+            made = reserve.make(self.session, action.placeholders)  # the later wave's places, before any pod of it
+            if made.foreign is not None:
+                return self.not_adopted(made.foreign)
         except NotServed as missing:
             flavor = self.settings.flavor
             return self.warn(report.SCHEDULER_NOT_SERVED,
@@ -155,7 +159,7 @@ class Execution:
                              f"is tried again on its next change and at every resync")
         return None
 
-    def not_adopted(self, taken: adopt.NotAdopted) -> Outcome:
+    def not_adopted(self, taken: adopt.Foreign) -> Outcome:
         return self.warn(report.NOT_ADOPTED, f"{taken}. Its gang is not taken: delete that {taken.kind} (kai_fn "
                                              f"then makes its own on the next pass or resync) or ask who made it")
 
@@ -180,12 +184,13 @@ class Execution:
         return self.warn(reason, f"{refusal.message}; no PodGroup is made (its pods wait unbound, holding nothing), "
                                  f"and it is checked again on its next change and at every resync")
 
-    def adopt(self, planned: dict[str, Any]) -> None:
-        """A PodGroup of the gang's name exists: it is the gang only when it is the one kai_fn plans."""
+    def adopted(self, planned: dict[str, Any]) -> adopt.Foreign | None:
+        """A PodGroup of the gang's name exists (its create answered 409): read it and judge it. None: it is the one
+        kai_fn plans, kept as the gang; else what makes it another's."""
         meta = planned["metadata"]
         live = self.session.podgroup(planned["apiVersion"], meta["namespace"], meta["name"])
         if live is None:
             raise Retry(f"PodGroup {meta['name']} was deleted while it was made")
-        if differences := adopt.podgroup_differences(live, planned):
+        if (taken := adopt.foreign(live, planned)) is not None:
             metrics.REFUSED_ADOPTIONS.labels("podgroup").inc()
-            raise adopt.NotAdopted("PodGroup", meta["namespace"], meta["name"], differences)
+        return taken

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kai_fn.core import adopt, decide, objects, state
+from kai_fn.core import decide, objects, state
 from kai_fn.core.decide import Action, Context, MakeGang
 from kai_fn.function import kai_cluster, migration, report
 from kai_fn.kube import Gone, GuardFailed, Invalid, Transient
@@ -112,8 +112,6 @@ class Reconciler(Execution):
             return self.warn(report.UNPROCESSABLE, f"the API server refused kai_fn's write: {str(why)[:400]}")
         except NotYet as wait:
             return self.carry_out(decide.Wait(wait.token))
-        except adopt.NotAdopted as taken:
-            return self.not_adopted(taken)
 
     def context(self) -> Context:
         settings = self.settings
