@@ -45,7 +45,7 @@ def entries(session: ApiSession, settings: Settings, namespace: str | None) -> l
     by_uid: dict[str, list[dict[str, Any]]] = {}
     for pg in podgroups:
         by_uid.setdefault(labels(pg).get(keys.TRAINJOB_UID_LABEL, ""), []).append(pg)
-    pods = _pods(session, namespace) if any(_needs_pods(e.marks, e.podgroup) for e in joined) else []
+    pods = _pods(session, namespace) if any(state.needs_pods(e.marks, e.podgroup) for e in joined) else []
     by_jobset: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for pod in pods:
         by_jobset.setdefault((meta(pod).get("namespace", ""), labels(pod).get(keys.JOBSET_NAME_LABEL, "")),
@@ -74,7 +74,7 @@ def reading_of(session: ApiSession, settings: Settings, trainjob: dict[str, Any]
     main = state.main_of(trainjob, jobset, mine)
     marks = state.facts(trainjob, jobset, main)
     if pods is None:
-        pods = session.jobset_pods(namespace, name) if _needs_pods(marks, main) else []
+        pods = session.jobset_pods(namespace, name) if state.needs_pods(marks, main) else []
     reader = plan_inputs.Remembered(session)
     found = _undecided(reader, settings, trainjob, marks)
     refused = _refused(settings, marks, trainjob, jobset, found, verdicts.queue_reader(session))
@@ -98,7 +98,7 @@ def _plan(found: decide.Planned | None) -> Plan | None:
 def _judged_by(reader: plan_inputs.Reader, settings: Settings, trainjob: dict[str, Any], marks: Facts,
                podgroup: dict[str, Any] | None) -> Plan | None:
     """The plan a released gang's pods are counted against (:func:`kai_fn.core.state.judged`), when they are."""
-    return _plan(plan_inputs.planned(reader, settings, trainjob)) if _needs_pods(marks, podgroup) else None
+    return _plan(plan_inputs.planned(reader, settings, trainjob)) if state.needs_pods(marks, podgroup) else None
 
 
 def _refused(settings: Settings, marks: Facts, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
@@ -114,11 +114,6 @@ def jobset_of(session: ApiSession, trainjob: dict[str, Any]) -> dict[str, Any] |
     meta = trainjob.get("metadata") or {}
     jobset = session.jobset(meta.get("namespace", ""), meta.get("name", ""))
     return jobset if jobset is not None and controlled_by(jobset, meta.get("uid")) else None
-
-
-def _needs_pods(marks: Facts, podgroup: dict[str, Any] | None) -> bool:
-    """Released with its gang and not marked bound: only its pods can say whether the gang is bound now."""
-    return marks.podgroup is not None and marks.bound is None and marks.running and podgroup is not None
 
 
 def _pods(session: ApiSession, namespace: str | None) -> list[dict[str, Any]]:

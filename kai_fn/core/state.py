@@ -337,6 +337,11 @@ def _undecided(marks: Facts, refused: Sequence[Refusal]) -> _Placed:
     return Phase.RUNNING_WITHOUT_GANG, "its JobSet ran without being named at admission: kai_fn never made its gang", None
 
 
+def needs_pods(marks: Facts, podgroup: dict[str, Any] | None) -> bool:
+    """Released with its gang and not marked bound: only its pods can say whether the gang is bound now."""
+    return marks.podgroup is not None and marks.bound is None and marks.running and podgroup is not None
+
+
 def judged(plan: Plan | None, podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> gang.GangCount:
     """The one count of a gang for "bound", wherever it is asked (the status path, the schedule timeout, ``status``,
     ``explain``): ``podgroup``'s pods of its planned Jobs against the plan's minMember (:func:`kai_fn.core.gang.judge`);
@@ -444,3 +449,15 @@ def join(trainjobs: list[dict[str, Any]], jobsets: list[dict[str, Any]], podgrou
             podgroup = None
         entries.append(Entry(trainjob, jobset, podgroup, facts(trainjob, jobset, podgroup)))
     return entries
+
+
+def after_pass(trainjob: dict[str, Any], jobset: dict[str, Any] | None, main: dict[str, Any] | None,
+               refused: Sequence[Refusal], made: bool = False) -> Phase | None:
+    """Where the function's pass left the TrainJob, from what it read and wrote alone (no call more): the phase of
+    :func:`read` on those objects. ``main``: the main PodGroup as the pass read or made it (``made``: now, so none of
+    its pods is bound yet). None when the pass cannot tell without reading more: a gang decided on its JobSet whose
+    PodGroup it did not read, or a released gang not marked bound, which only its pods can call bound."""
+    marks = facts(trainjob, jobset, main)
+    if not made and marks.podgroup is not None and (main is None or needs_pods(marks, main)):
+        return None
+    return read(trainjob, jobset, [main] if main is not None else [], [], refused).phase

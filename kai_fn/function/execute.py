@@ -7,11 +7,15 @@ replaced or changed meanwhile) sends the pass back to the decision with the JobS
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from typing import Any, assert_never
+
+import jsonpatch
 
 from kai_fn.core import adopt, decide, objects
 from kai_fn.core.decide import Action, Ignore, LetGo, MakeGang, MarkTooLate, Refuse, SettleReservation, Skip, Wait
 from kai_fn.core.queue_check import check
+from kai_fn.core.reasons import Refusal
 from kai_fn.function import metrics, report, reserve
 from kai_fn.kube import GuardFailed, NotServed
 from kai_fn.function.cluster import CachedSession
@@ -45,8 +49,17 @@ class Changed(Exception):
     """The JobSet changed under the gang's patch: decide again on the JobSet as it is now."""
 
 
+def applied(jobset: dict[str, Any] | None, ops: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The JobSet as a JSON Patch the API server accepted left it (its guards held: only the changes applied)."""
+    changes = [dict(op) for op in ops if op.get("op") != "test"]
+    if jobset is None or not changes:
+        return jobset
+    return jsonpatch.apply_patch(jobset, changes)  # type: ignore[no-any-return]  # jsonpatch is untyped
+
+
 class Execution:
-    """One TrainJob's pass as seen by the steps that carry out its action."""
+    """One TrainJob's pass as seen by the steps that carry out its action; what it made and refused (``main``,
+    ``refused``) tell where the TrainJob stands after it (:func:`kai_fn.core.state.after_pass`)."""
 
     def __init__(self, session: CachedSession, settings: Settings, obj: dict[str, Any],
                  jobset: dict[str, Any] | None, moment: datetime.datetime) -> None:
@@ -55,6 +68,9 @@ class Execution:
         meta = obj.get("metadata", {})
         self.namespace, self.name, self.uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
         self.created = self.checked = False  # across the patch's tries: the gang made, the Queue checked
+        self.main: dict[str, Any] | None = None  # the main PodGroup as read or made
+        self.made = False  # the gang made (or found in place) by this pass
+        self.refused: list[Refusal] = []
 
     def decided(self) -> None:
         """Nothing more is kai_fn's to do: later events of this TrainJob, or of this JobSet, cost no API call."""
@@ -65,6 +81,7 @@ class Execution:
 
     def warn(self, reason: str, message: str, result: Result = "blocked") -> Outcome:
         self.session.create_event(self.namespace, event_body(self.obj, reason, message, warning=True))
+        self.refused.append(Refusal(reason=reason, message=message))
         return self.outcome(result, f"{reason}: {message}")
 
     def carry_out(self, action: Action) -> Outcome:
@@ -102,6 +119,7 @@ class Execution:
         try:
             if action.ops:
                 self.session.patch_jobset(self.namespace, self.name, list(action.ops))
+                self.jobset = applied(self.jobset, action.ops)
         except GuardFailed:
             raise Retry("the JobSet changed while it was let go") from None
         self.decided()
@@ -113,6 +131,7 @@ class Execution:
         try:
             if ops:
                 self.session.patch_jobset(self.namespace, self.name, ops)
+                self.jobset = applied(self.jobset, ops)
         except GuardFailed:
             raise Retry("the JobSet changed while it was marked") from None
         self.decided()
@@ -128,6 +147,8 @@ class Execution:
                 self.session.patch_jobset(self.namespace, self.name, list(action.ops))
             except GuardFailed:
                 raise Changed() from None
+            self.jobset = applied(self.jobset, action.ops)
+        self.main, self.made = action.plan.podgroup, True
         if action.remember:
             self.decided()
         message = report.gang_created(action.plan, self.created, action.waits)

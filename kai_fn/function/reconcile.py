@@ -13,6 +13,7 @@ with kai_fn's own identity.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
@@ -94,8 +95,18 @@ class Reconciler(Execution):
     def __init__(self, session: CachedSession, settings: Settings, obj: dict[str, Any],
                  jobset: dict[str, Any] | None = None, moment: datetime.datetime | None = None) -> None:
         super().__init__(session, settings, obj, jobset, moment or now())
+        self.gone = False
 
     def run(self) -> Outcome:
+        """The pass, its Outcome carrying where the TrainJob stands after it, when the pass can tell
+        (:func:`kai_fn.core.state.after_pass`)."""
+        outcome = self.act()
+        if outcome.result == "error" or objects.deleting(self.obj) or self.gone:
+            return outcome
+        where = state.after_pass(self.obj, self.jobset, self.main, self.refused, made=self.made)
+        return dataclasses.replace(outcome, phase=str(where) if where is not None else None)
+
+    def act(self) -> Outcome:
         if objects.deleting(self.obj):
             return self.outcome("ignored", "the TrainJob is being deleted")
         try:
@@ -104,6 +115,7 @@ class Reconciler(Execution):
             action, outcome = self.decide_and_do()
             return migration.after_pass(self.session, self.settings, self.obj, self.jobset, action, outcome)
         except Gone:
+            self.gone = True
             return self.outcome("ignored", "the TrainJob no longer exists")
         except GuardFailed:
             raise Retry("the JobSet kept changing under kai_fn's patch") from None
@@ -121,7 +133,7 @@ class Reconciler(Execution):
     def decide_and_do(self) -> tuple[Action, Outcome]:
         """Decide, then carry it out; a gang's patch that found the JobSet changed is decided again on it, read
         now, up to three times."""
-        made = self.made_gang()
+        made = self.main = self.made_gang()
         facts = state.facts(self.obj, self.jobset, made)
         action = decide.before_plan(facts, self.context())
         if action is not None:
@@ -140,7 +152,7 @@ class Reconciler(Execution):
                 self.jobset = self.live_jobset()  # resumed, replaced or changed meanwhile: decide again
                 if self.jobset is None:
                     raise Gone("the JobSet was deleted under the patch") from None
-                made = self.made_gang()
+                made = self.main = self.made_gang()
         raise Retry("the JobSet kept changing under the patch")
 
     def planned(self) -> decide.Planned:

@@ -34,6 +34,7 @@ class Outcome:
     uid: str | None = None
     podgroup: str | None = None
     bound: bool = False  # the gang is on its nodes (GangBound posted now or before): later events of it cost nothing
+    phase: str | None = None  # where a TrainJob's pass left it, as `status` says it (kai_fn/core/state.py)
 
 
 

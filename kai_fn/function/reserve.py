@@ -87,10 +87,9 @@ def places(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, A
     named at admission); None: the JobSet's decision."""
     meta = objects.meta(trainjob)
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
-    held_places = reserves if reserves is not None else objects.notes(jobset).get(keys.RESERVES_ANNOTATION)
-    reserves_by_job = reserve.parse_reserves(held_places)
+    reserves_by_job = reserve.parse_reserves(
+        reserves if reserves is not None else objects.notes(jobset).get(keys.RESERVES_ANNOTATION))
     marks = state.facts(trainjob, jobset)
-
     running = marks.running and not marks.deleting and not objects.deleting(jobset)
 
     def now_step(listed: list[dict[str, Any]] | None) -> tuple[reserve.Step, list[dict[str, Any]]]:
@@ -118,13 +117,18 @@ def places(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, A
         gone = sum(1 for n in step.delete if session.delete_pod(ns, n, uids.get(n)))
         metrics.PLACEHOLDERS.labels("handed_over" if step.handed_over else "deleted").inc(len(step.delete))
         done.append(f"{gone} placeholder(s) deleted")
-    if (step.delete or unmarked) and (step.handed_over or step.finished):
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        ended = f"{stamp} {'handed-over' if step.handed_over else 'finished'}"
-        try:
-            session.patch_podgroup(keys.KAI_PODGROUP_API, ns, podgroup,
-                                   {"metadata": {"annotations": {keys.RESERVATION_ENDED_ANNOTATION: ended}}})
-            done.append("the gang marked")
-        except Gone:
-            pass
+    if (step.delete or unmarked) and (step.handed_over or step.finished) and _mark_ended(session, ns, podgroup, step):
+        done.append("the gang marked")
     return Settled(f"{step.why}{': ' + ', '.join(done) if done else ''}", bool(done))
+
+
+def _mark_ended(session: CachedSession, namespace: str, podgroup: str, step: reserve.Step) -> bool:
+    """``kai-fn/reservation-ended`` on the gang; False when it is gone."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    ended = f"{stamp} {'handed-over' if step.handed_over else 'finished'}"
+    try:
+        session.patch_podgroup(keys.KAI_PODGROUP_API, namespace, podgroup,
+                               {"metadata": {"annotations": {keys.RESERVATION_ENDED_ANNOTATION: ended}}})
+    except Gone:
+        return False
+    return True
