@@ -17,9 +17,10 @@ from decimal import Decimal
 from typing import Any
 
 from kai_fn.core import gang, keys, segments
-from kai_fn.core.objects import labels, meta, notes
+from kai_fn.core.objects import labels, meta, notes, suspended
 from kai_fn.core.objects import stamp
-from kai_fn.core.state import Facts, Reading, facts, judged, main_of, named_at_admission, reasons, reservation
+from kai_fn.core.state import (Facts, Reading, facts, judged, main_of, named_at_admission, podgroups_of, reasons,
+                               reservation)
 from kai_fn.core.models import Runtime, TrainJob, parse
 from kai_fn.core import decide
 from kai_fn.core.decide import name_differences
@@ -84,8 +85,7 @@ class _Look:
 
     @property
     def marks(self) -> Facts:
-        mine = [p for p in self.podgroups if labels(p).get(keys.TRAINJOB_UID_LABEL) == meta(self.obj).get("uid")]
-        return facts(self.obj, self.jobset, main_of(self.obj, self.jobset, mine))
+        return facts(self.obj, self.jobset, main_of(self.obj, self.jobset, podgroups_of(self.obj, self.podgroups)))
 
     @property
     def released(self) -> bool:
@@ -117,7 +117,7 @@ def _look(session: ApiSession, settings: Settings, obj: dict[str, Any], now: dat
     out.reading = reading.as_dict()
     out.state["since"] = status_mod.age(reading.age(now)) if reading.since else None
     marked = {**notes(obj), **notes(look.jobset), **labels(look.jobset)}
-    out.state |= {"released": look.released, "suspend": (obj.get("spec") or {}).get("suspend"),
+    out.state |= {"released": look.released, "suspend": look.marks.suspended,
                   "held": look.marks.held, "markers": {k: v for k, v in sorted(marked.items()) if k.startswith("kai-fn/")}}
     return look
 
@@ -244,7 +244,7 @@ def _podgroup(podgroups: list[dict[str, Any]], result: Plan, marked: str | None)
 def _jobset_state(result: Plan, jobset: dict[str, Any] | None) -> str:
     if jobset is None:
         return "missing"
-    running = (jobset.get("spec") or {}).get("suspend") is not True
+    running = not suspended(jobset)
     if named_at_admission(jobset):
         named = "names the plan's PodGroups" if not name_differences(result, jobset) else "names other PodGroups"
         return f"named at admission, {named}" + (", running" if running else ", suspended")

@@ -24,7 +24,7 @@ from typing import Any
 from kai_fn import plan_inputs
 from kai_fn.commands import verdicts
 from kai_fn.core import decide, keys, state
-from kai_fn.core.objects import controlled_by, deleting, labels, meta
+from kai_fn.core.objects import deleting, labels, meta
 from kai_fn.core.plan import Plan
 from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.reasons import Refusal
@@ -42,9 +42,6 @@ def entries(session: ApiSession, settings: Settings, namespace: str | None) -> l
     trainjobs = [t for t in session.list_trainjobs(namespace) if not deleting(t)]
     podgroups = session.podgroups(podgroup_api(settings.flavor), namespace)
     joined = state.join(trainjobs, session.list_jobsets(namespace), podgroups)
-    by_uid: dict[str, list[dict[str, Any]]] = {}
-    for pg in podgroups:
-        by_uid.setdefault(labels(pg).get(keys.TRAINJOB_UID_LABEL, ""), []).append(pg)
     pods = _pods(session, namespace) if any(state.needs_pods(e.marks, e.podgroup) for e in joined) else []
     by_jobset: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for pod in pods:
@@ -54,7 +51,7 @@ def entries(session: ApiSession, settings: Settings, namespace: str | None) -> l
     queues = verdicts.queue_reader(session)
     readings = []
     for entry in joined:
-        mine = by_uid.get(meta(entry.trainjob).get("uid", ""), [])
+        mine = list(entry.mine)
         if state.in_scope(entry.trainjob, entry.jobset, mine):
             found = _undecided(reader, settings, entry.trainjob, entry.marks)
             refused = _refused(settings, entry.marks, entry.trainjob, entry.jobset, found, queues)
@@ -111,9 +108,8 @@ def _refused(settings: Settings, marks: Facts, trainjob: dict[str, Any], jobset:
 
 
 def jobset_of(session: ApiSession, trainjob: dict[str, Any]) -> dict[str, Any] | None:
-    meta = trainjob.get("metadata") or {}
-    jobset = session.jobset(meta.get("namespace", ""), meta.get("name", ""))
-    return jobset if jobset is not None and controlled_by(jobset, meta.get("uid")) else None
+    where = meta(trainjob)
+    return state.own_jobset(trainjob, session.jobset(where.get("namespace", ""), where.get("name", "")))
 
 
 def _pods(session: ApiSession, namespace: str | None) -> list[dict[str, Any]]:

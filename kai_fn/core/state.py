@@ -165,6 +165,18 @@ def facts(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None,
     )
 
 
+def podgroups_of(trainjob: dict[str, Any], podgroups: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The TrainJob's PodGroups among ``podgroups`` (any TrainJob's), by the uid label kai_fn puts on them."""
+    uid = meta(trainjob).get("uid") or ""
+    return [p for p in podgroups if labels(p).get(keys.TRAINJOB_UID_LABEL) == uid]
+
+
+def own_jobset(trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JobSet of the TrainJob's name when the TrainJob controls it; None for none, or an earlier TrainJob's of
+    that name (being replaced)."""
+    return jobset if jobset is not None and controlled_by(jobset, meta(trainjob).get("uid")) else None
+
+
 def named_at_admission(jobset: dict[str, Any] | None) -> bool:
     """The admission policy named the JobSet's gang at its CREATE (and the previous version's policy does not hold
     it): its main PodGroup, once kai_fn made it, is the decision."""
@@ -289,7 +301,7 @@ def read(trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroups: Seq
     namespace (any TrainJob's: this one's are picked by uid); ``pods``: its JobSet's (or more); ``refused``: kai_fn's
     refusals of it, oldest first; ``plan``: what kai_fn would make, for the gang before it is made."""
     uid = meta(trainjob).get("uid") or ""
-    mine = [p for p in podgroups if labels(p).get(keys.TRAINJOB_UID_LABEL) == uid]
+    mine = podgroups_of(trainjob, podgroups)
     main = main_of(trainjob, jobset, mine)
     marks = facts(trainjob, jobset, main)
     if marks.skipped is not None:
@@ -400,6 +412,7 @@ class Entry:
     jobset: dict[str, Any] | None
     podgroup: dict[str, Any] | None  # the main gang's, when kai_fn made it
     marks: Facts
+    mine: tuple[dict[str, Any], ...] = ()  # every PodGroup kai_fn made for it (its uid label)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -435,6 +448,9 @@ def join(trainjobs: list[dict[str, Any]], jobsets: list[dict[str, Any]], podgrou
     """Each TrainJob with the JobSet it controls (same name) and the PodGroup its decision names (same uid)."""
     sets = {(meta(j).get("namespace"), meta(j).get("name")): j for j in jobsets}
     groups = {(meta(p).get("namespace"), meta(p).get("name")): p for p in podgroups}
+    by_uid: dict[str, list[dict[str, Any]]] = {}
+    for pg in podgroups:
+        by_uid.setdefault(labels(pg).get(keys.TRAINJOB_UID_LABEL, ""), []).append(pg)
     entries = []
     for trainjob in trainjobs:
         where, uid = meta(trainjob).get("namespace"), meta(trainjob).get("uid")
@@ -447,7 +463,8 @@ def join(trainjobs: list[dict[str, Any]], jobsets: list[dict[str, Any]], podgrou
             podgroup = next((groups[(where, n)] for n in gang_names(trainjob) if (where, n) in groups), None)
         if podgroup is not None and labels(podgroup).get(keys.TRAINJOB_UID_LABEL) != uid:
             podgroup = None
-        entries.append(Entry(trainjob, jobset, podgroup, facts(trainjob, jobset, podgroup)))
+        entries.append(Entry(trainjob, jobset, podgroup, facts(trainjob, jobset, podgroup),
+                             tuple(by_uid.get(uid or "", ()))))
     return entries
 
 

@@ -170,7 +170,7 @@ class Reconciler(Execution):
     def live_jobset(self) -> dict[str, Any] | None:
         """The TrainJob's JobSet, or None while Trainer has not made it."""
         jobset = self.session.jobset(self.namespace, self.name)
-        if jobset is None or objects.controlled_by(jobset, self.uid):
+        if jobset is None or state.own_jobset(self.obj, jobset) is not None:
             return jobset
         fresh = self.session.trainjob(self.namespace, self.name)
         if fresh is None or fresh.get("metadata", {}).get("uid") != self.uid:

@@ -87,9 +87,8 @@ def places(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, A
     named at admission); None: the JobSet's decision."""
     meta = objects.meta(trainjob)
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
-    reserves_by_job = reserve.parse_reserves(
-        reserves if reserves is not None else objects.notes(jobset).get(keys.RESERVES_ANNOTATION))
     marks = state.facts(trainjob, jobset)
+    reserves_by_job = reserve.parse_reserves(reserves if reserves is not None else marks.reserves)
     running = marks.running and not marks.deleting and not objects.deleting(jobset)
 
     def now_step(listed: list[dict[str, Any]] | None) -> tuple[reserve.Step, list[dict[str, Any]]]:
