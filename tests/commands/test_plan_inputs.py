@@ -67,3 +67,20 @@ def test_status_explain_and_plan_show_the_priority_preemptibility_and_queue_the_
     made = (pg["spec"]["queue"], pg["spec"]["priorityClassName"], pg["spec"].get("preemptibility"))
     assert made == ("team-a", *written)
     assert shown == {"status": made, "explain": made, "plan": made}
+
+
+def test_release_makes_the_gang_with_the_priority_and_preemptibility_the_function_would_write(
+        api, functions, capsys, monkeypatch):
+    """The operator's way out plans as the function does: the gang it makes is the one kai_fn would have made, so
+    kai_fn, back, takes it as its own and writes nothing."""
+    from tests.commands.test_release import REASON, named_llama, release
+    monkeypatch.setenv("KAI_DEFAULTS_CONFIGMAP", WHERE)
+    seed(api, defaults_configmap(INFERENCE), priority_class("inference"))
+    tj = named_llama(api)
+    code, _, _ = release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)
+    (pg,) = api.list(KAI_PG, "PodGroup", NS)
+    assert code == 0 and (pg["spec"]["priorityClassName"], pg["spec"]["preemptibility"]) == (
+        "inference", "non-preemptible")
+    api.reset_calls()
+    answer = send(functions(KAI_DEFAULTS_CONFIGMAP=WHERE).url, resource(tj, "update"))
+    assert answer.headers.get("X-Kai-Fn-Outcome") == "skipped" and api.writes() == []
