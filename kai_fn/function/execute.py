@@ -81,8 +81,13 @@ class Execution:
 
     def warn(self, reason: str, message: str, result: Result = "blocked") -> Outcome:
         self.session.create_event(self.namespace, event_body(self.obj, reason, message, warning=True))
-        self.refused.append(Refusal(reason=reason, message=message))
         return self.outcome(result, f"{reason}: {message}")
+
+    def refuse(self, reason: str, message: str, result: Result = "blocked") -> Outcome:
+        """A refusal of the decision's, which ``status`` makes again on the same objects: the Warning, and the
+        refusal kept for where the pass leaves the TrainJob."""
+        self.refused.append(Refusal(reason=reason, message=message))
+        return self.warn(reason, message, result)
 
     def carry_out(self, action: Action) -> Outcome:
         """Every action but a gang's (:meth:`make_gang`, which may come back with :class:`Changed`)."""
@@ -101,7 +106,7 @@ class Execution:
                 metrics.WAITING.labels(token).inc()
                 return self.outcome("waiting", f"{_WAITING.get(token, token)}; its next event does the work")
             case Refuse(reason, message, result):
-                return self.warn(reason, message, result)
+                return self.refuse(reason, message, result)
             case LetGo():
                 return self.let_go(action)
             case MarkTooLate(ops):
@@ -202,7 +207,7 @@ class Execution:
                 self.obj, reason, f"{refusal.message} (KAI_FN_QUEUE_CHECK=warn: released anyway)", warning=True))
             return None
         metrics.PRECHECK_REFUSALS.labels(reason).inc()
-        return self.warn(reason, f"{refusal.message}; no PodGroup is made (its pods wait unbound, holding nothing), "
+        return self.refuse(reason, f"{refusal.message}; no PodGroup is made (its pods wait unbound, holding nothing), "
                                  f"and it is checked again on its next change and at every resync")
 
     def adopted(self, planned: dict[str, Any]) -> adopt.Foreign | None:
