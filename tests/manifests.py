@@ -117,7 +117,7 @@ KAI_PODGROUPS = {("scheduling.run.ai", "podgroups", v) for v in ("create", "get"
     ("", "pods", "delete"),  # ... deleted once JobSet made the launcher, or the JobSet stopped
     ("", "pods", "get"),  # ... and a pod of a placeholder's name read before it is taken as kai_fn's (core/adopt.py)
     ("kai.scheduler", "topologies", "get"),  # the levels a placement names (kai_fn/core/segments.py)
-    ("scheduling.k8s.io", "priorityclasses", "list"),  # does a class named exist? (kai_fn/function/kai_cluster.py)
+    ("scheduling.k8s.io", "priorityclasses", "list"),  # does a class named exist? (kai_fn/plan_inputs.py)
 }
 SP_PODGROUPS = {("scheduling.x-k8s.io", "podgroups", v) for v in ("create", "get", "patch", "list")}
 # Granted, never called: the marks policy (knative/components/marks-policy) asks the authorizer whether the writer

@@ -1,8 +1,8 @@
 """House rules that hold over the whole tree: no function in kai_fn over 50 lines, no text that cites notes kept
 outside the repository (a reader of the repository cannot follow such a reference), mypy --strict over all of kai_fn
 with each ``type: ignore`` naming its error code and its reason, one name per class (no module-level alias
-such as ``Cluster = ApiServer``), and every API path built in kai_fn/kube alone (the function and the commands call
-its typed methods)."""
+such as ``Cluster = ApiServer``), every API path built in kai_fn/kube alone (the function and the commands call
+its typed methods), and the commands placing a TrainJob (phase, boundness, owner) only through kai_fn/core/state.py."""
 from __future__ import annotations
 
 import ast
@@ -52,6 +52,37 @@ def aliases(root: Path) -> list[str]:
                             for t in node.targets)):
                 found.append(f"{path.relative_to(root.parent)}:{node.lineno} {ast.unparse(node)}")
     return found
+
+
+# kai_fn's decision marks and the fields that place a TrainJob: read only by the state model (kai_fn/core/state.py,
+# with core/adopt.py and core/gang.py), so no reader derives a phase, a gang's boundness or an owner of its own.
+DECISION_MARKS = frozenset({"MARKER_PODGROUP", "MARKER_SKIPPED", "GANG_BOUND_ANNOTATION", "TIMED_OUT_ANNOTATION",
+                            "HELD_LABEL", "NAMED_LABEL", "RESERVES_ANNOTATION", "RESERVATION_ENDED_ANNOTATION",
+                            "RELEASED_AT_ANNOTATION", "TRAINJOB_UID_LABEL"})
+OWNERSHIP = frozenset({"controlled_by", "owned_by", "made_by_kai_fn"})
+
+
+def state_reads(root: Path) -> list[str]:
+    """``<file>:<line> <what>`` for every place under ``root`` that reads a decision mark (named other than as the key
+    of a dict it writes or in a message, such as a LIST's selector) or judges an owner itself."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            what = _state_read(node, parents)
+            if what:
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno} {what}")
+    return found
+
+
+def _state_read(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str | None:
+    parent = parents.get(node)
+    written = isinstance(parent, ast.Dict) and node in parent.keys or isinstance(parent, ast.FormattedValue)
+    if isinstance(node, ast.Attribute) and node.attr in DECISION_MARKS and not written:
+        return node.attr
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+    return name if name in OWNERSHIP else None
 
 
 API_PATH = re.compile(r"""["'](/apis?/|/api\b)""")
@@ -139,6 +170,41 @@ def test_a_long_function_is_one_over_the_limit(tmp_path, lines, found):
 @pytest.mark.parametrize("tree", ["kai_fn/function", "kai_fn/commands", "kai_fn/core"])
 def test_only_the_kube_layer_builds_api_paths(tree):
     assert raw_api_paths(REPO / tree) == []
+
+
+def test_the_commands_place_a_trainjob_only_through_the_state_model():
+    assert state_reads(REPO / "kai_fn" / "commands") == [], "ask kai_fn/core/state.py"
+
+
+# The function's modules that still name a mark or judge an owner themselves, each for its reason; an entry no
+# longer needed fails, so the list only shrinks.
+FUNCTION_STATE_READS = {
+    "function/migration.py": "the earlier TrainJob gate's marks, carried over to the JobSet (removed in 0.3.0)",
+    "function/gang_status.py": "GangBound's own mark, and the JobSet's owner (to ask core/state.py's own_jobset)",
+    "function/timeouts.py": "writes kai-fn/bound and kai-fn/timed-out through its _mark helper",
+    "function/reserve.py": "a placeholder pod's owner, by core/adopt.py's owned_by",
+}
+
+
+def test_the_function_places_a_trainjob_only_through_the_state_model_but_where_listed():
+    found = {line.split(":")[0] for line in state_reads(REPO / "kai_fn" / "function")}
+    assert found - set(FUNCTION_STATE_READS) == set(), "ask kai_fn/core/state.py"
+    assert set(FUNCTION_STATE_READS) - found == set(), "no longer needed: drop it from FUNCTION_STATE_READS"
+
+
+@pytest.mark.parametrize("line, reads", [
+    ("bound = keys.GANG_BOUND_ANNOTATION in notes(pg)", True),
+    ("x = notes(js).get(keys.MARKER_PODGROUP)", True),
+    ("mine = controlled_by(js, uid)", True),
+    ("patch = {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}", False),
+    ("msg = f'({keys.MARKER_SKIPPED}: released)'", False),
+    ("pgs = session.podgroups(api, ns, f'{keys.TRAINJOB_UID_LABEL}={uid}')", False),
+    ("q = keys.KAI_QUEUE_LABEL in labels(tj)", False),
+])
+def test_a_state_read_is_a_mark_read_or_an_owner_judged_outside_the_model(tmp_path, line, reads):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text(line + "\n")
+    assert bool(state_reads(tmp_path / "pkg")) is reads
 
 
 def test_a_raw_api_path_is_a_string_that_starts_one(tmp_path):

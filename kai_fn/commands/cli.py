@@ -16,11 +16,12 @@ from typing import Any, TextIO, TypeAlias
 import yaml
 
 from kai_fn import __version__
-from kai_fn.commands import plan_view
+from kai_fn import plan_inputs
+from kai_fn.commands import plan_files, plan_view
 from kai_fn.commands.terminal import visible, visible_lines
-from kai_fn.core import keys, segments
+from kai_fn.core import keys
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
-from kai_fn.core.plan import Plan, plan
+from kai_fn.core.plan import Plan
 from kai_fn.core.state import PHASES
 from kai_fn import settings as settings_mod
 
@@ -101,23 +102,18 @@ def plan_report(result: Plan, jobset: dict[str, Any] | None, trainjob: dict[str,
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    config = _settings(args)
     trainjob, preview = _trainjob_document(args.trainjob)
-    job = _read(args.trainjob, TrainJob, trainjob)
-    runtime = _read(args.runtime, Runtime)
+    _read(args.trainjob, TrainJob, trainjob)
+    runtime = load_document(args.runtime)
+    _read(args.runtime, Runtime, runtime)
     jobset = load_document(args.jobset) if args.jobset else None
-    topologies = {}
-    for path in args.topology or ():
-        doc = load_document(path)
-        name = (doc.get("metadata") or {}).get("name")
-        if doc.get("kind") != keys.TOPOLOGY_KIND or not isinstance(name, str):
-            raise UsageError(f"{path}: expected a {keys.KAI_TOPOLOGY_API} Topology with metadata.name")
-        topologies[name] = segments.topology_resource(doc)
+    files, config = _plan_files(args, runtime)
     try:
-        result = plan(job, runtime, topologies=topologies, **config.planning())
+        found = plan_inputs.planned(files, config, trainjob)
+        if not isinstance(found, Plan):
+            raise UsageError(f"{args.runtime}: {getattr(found, 'error', found)}")
+        result = found
         report = ({"preview": preview} if preview else {}) | plan_report(result, jobset, trainjob, config.resume)
-    except InputError as error:
-        raise UsageError(f"{args.runtime}: {error}") from None
     except plan_view.Mismatch as error:
         raise UsageError(f"{args.jobset}: {error}") from None
     if args.output == "json":
@@ -128,6 +124,32 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"error: {args.trainjob}: blocked: " + "; ".join(str(p) for p in result.problems if p.blocking),
               file=sys.stderr)
     return EXIT_BLOCKED if result.blocked else EXIT_OK
+
+
+def _plan_files(args: argparse.Namespace, runtime: dict[str, Any]) -> tuple[plan_files.Files, settings_mod.Settings]:
+    """What ``plan`` reads instead of a cluster, and the settings: KAI's defaults ConfigMap given is the configured
+    one."""
+    topologies = {}
+    for path in args.topology or ():
+        doc = load_document(path)
+        name = (doc.get("metadata") or {}).get("name")
+        if doc.get("kind") != keys.TOPOLOGY_KIND or not isinstance(name, str):
+            raise UsageError(f"{path}: expected a {keys.KAI_TOPOLOGY_API} Topology with metadata.name")
+        topologies[name] = doc
+    classes = [_named(path, "PriorityClass") for path in args.priority_class] if args.priority_class else None
+    defaults = _named(args.kai_defaults, "ConfigMap") if args.kai_defaults else None
+    overrides = {"KAI_PODGROUP_FLAVOR": args.flavor} if args.flavor else {}
+    if defaults is not None:
+        where = defaults.get("metadata") or {}
+        overrides["KAI_DEFAULTS_CONFIGMAP"] = f"{where.get('namespace') or 'kai-scheduler'}/{where['name']}"
+    return plan_files.Files(runtime, topologies, classes, defaults), settings_mod.load(**overrides)
+
+
+def _named(path: str, kind: str) -> dict[str, Any]:
+    doc = load_document(path)
+    if doc.get("kind") != kind or not isinstance((doc.get("metadata") or {}).get("name"), str):
+        raise UsageError(f"{path}: expected a {kind} with metadata.name")
+    return doc
 
 
 # argparse's action is generic only to type checkers (not subscriptable at run time on Python 3.11).
@@ -218,6 +240,10 @@ def _add_plan(sub: Subcommands) -> None:
     p.add_argument("--jobset", metavar="FILE", help="the live JobSet, to print the JSON Patch for it")
     p.add_argument("--topology", metavar="FILE", action="append",
                    help="a KAI Topology the TrainJob names, to check its levels (repeatable)")
+    p.add_argument("--priority-class", metavar="FILE", action="append",
+                   help="a PriorityClass that exists (repeatable); without any, every class named is taken to exist")
+    p.add_argument("--kai-defaults", metavar="FILE",
+                   help="KAI's defaults ConfigMap (its per-kind priority and preemptibility), as the cluster has it")
     _flavor(p)
     p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="yaml (default) or json")
     p.set_defaults(func=cmd_plan)

@@ -17,15 +17,18 @@ from decimal import Decimal
 from typing import Any
 
 from kai_fn.core import gang, keys, segments
-from kai_fn.core.objects import labels, meta, notes
+from kai_fn.core.objects import labels, meta, notes, suspended
 from kai_fn.core.objects import stamp
-from kai_fn.core.state import Facts, Reading, facts, judged, main_of, named_at_admission, reasons, reservation
-from kai_fn.core.models import InputError, Runtime, TrainJob, parse
+from kai_fn.core.state import (Facts, Reading, facts, judged, main_of, named_at_admission, podgroups_of, reasons,
+                               reservation)
+from kai_fn.core.models import Runtime, TrainJob, parse
+from kai_fn.core import decide
 from kai_fn.core.decide import name_differences
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
-from kai_fn.core.plan import Plan, plan
+from kai_fn.core.plan import Plan
 from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
 from kai_fn.core.runtime import target
+from kai_fn import plan_inputs
 from kai_fn.commands import plan_view, status as status_mod, survey
 from kai_fn.commands.status import Unreachable, Unusable
 from kai_fn.kube import ApiServer, ApiSession, NoClusterConfig, Transient
@@ -82,8 +85,7 @@ class _Look:
 
     @property
     def marks(self) -> Facts:
-        mine = [p for p in self.podgroups if labels(p).get(keys.TRAINJOB_UID_LABEL) == meta(self.obj).get("uid")]
-        return facts(self.obj, self.jobset, main_of(self.obj, self.jobset, mine))
+        return facts(self.obj, self.jobset, main_of(self.obj, self.jobset, podgroups_of(self.obj, self.podgroups)))
 
     @property
     def released(self) -> bool:
@@ -115,31 +117,30 @@ def _look(session: ApiSession, settings: Settings, obj: dict[str, Any], now: dat
     out.reading = reading.as_dict()
     out.state["since"] = status_mod.age(reading.age(now)) if reading.since else None
     marked = {**notes(obj), **notes(look.jobset), **labels(look.jobset)}
-    out.state |= {"released": look.released, "suspend": (obj.get("spec") or {}).get("suspend"),
+    out.state |= {"released": look.released, "suspend": look.marks.suspended,
                   "held": look.marks.held, "markers": {k: v for k, v in sorted(marked.items()) if k.startswith("kai-fn/")}}
     return look
 
 
 def _plan(session: ApiSession, settings: Settings, look: _Look, out: Report) -> Plan | Report:
-    """The plan kai_fn makes of it, or the verdict when there is none to act on."""
-    try:
-        job = parse(TrainJob, look.obj)
-        where = target(job)
-    except InputError as error:
-        return out.verdict("blocked", f"fix the TrainJob: {error}")
-    raw = session.runtime(where)
-    if raw is None:
-        out.scope = {"inScope": None, "why": f"{where} does not exist"}
-        return out.verdict("blocked", f"create {where} or fix spec.runtimeRef")
-    try:
-        runtime = parse(Runtime, raw)
-        result = plan(job, runtime, topologies=_topologies(session, settings, job, runtime), **settings.planning())
-    except InputError as error:
-        return out.verdict("blocked", f"fix {where}: {error}")
+    """The plan kai_fn makes of it (:mod:`kai_fn.plan_inputs`, as the function plans it), or the verdict when there
+    is none to act on."""
+    reader = plan_inputs.Remembered(session)
+    match plan_inputs.planned(reader, settings, look.obj):
+        case decide.InvalidTrainJob(error):
+            return out.verdict("blocked", f"fix the TrainJob: {error}")
+        case decide.RuntimeMissing(where):
+            out.scope = {"inScope": None, "why": f"{where} does not exist"}
+            return out.verdict("blocked", f"create {where} or fix spec.runtimeRef")
+        case decide.InvalidRuntime(where, error):
+            return out.verdict("blocked", f"fix {where}: {error}")
+        case Plan() as result:
+            pass
     if result.ignored:
         out.scope = {"inScope": False, "why": result.ignored}
         return out.verdict("out-of-scope", "nothing for kai_fn: " + result.ignored)
-    out.scope = {"inScope": True, "why": _why_in_scope(job, runtime)}
+    job = parse(TrainJob, look.obj)
+    out.scope = {"inScope": True, "why": _why_in_scope(job, parse(Runtime, reader.runtime(target(job))))}
     out.plan = _plan_view(result)
     if (skipped := look.marks.skipped) is not None:
         return out.verdict("blocked", f"kai_fn skipped it ({skipped}): delete it and resubmit it once kai_fn's "
@@ -214,18 +215,6 @@ def _released(result: Plan, podgroup: dict[str, Any] | None, pods: list[dict[str
     return "progressing", f"wait for the scheduler ({counted.summary()})"
 
 
-def _topologies(session: ApiSession, settings: Settings, job: TrainJob,
-                runtime: Runtime) -> dict[str, segments.TopologyResource | None]:
-    """The Topologies the TrainJob names, as the function reads them; one the caller may not read goes unchecked."""
-    found: dict[str, segments.TopologyResource | None] = {}
-    for name in segments.topologies_asked(job, runtime) if settings.flavor == "kai" else ():
-        try:
-            found[name] = segments.topology_resource(session.topology(name))
-        except Transient:
-            continue
-    return found
-
-
 def _why_in_scope(job: TrainJob, runtime: Runtime) -> str:
     if runtime.spec.pod_group_policy and runtime.spec.pod_group_policy.kai is not None:
         return f"{runtime.kind} {runtime.metadata.name} has podGroupPolicy.kai"
@@ -255,7 +244,7 @@ def _podgroup(podgroups: list[dict[str, Any]], result: Plan, marked: str | None)
 def _jobset_state(result: Plan, jobset: dict[str, Any] | None) -> str:
     if jobset is None:
         return "missing"
-    running = (jobset.get("spec") or {}).get("suspend") is not True
+    running = not suspended(jobset)
     if named_at_admission(jobset):
         named = "names the plan's PodGroups" if not name_differences(result, jobset) else "names other PodGroups"
         return f"named at admission, {named}" + (", running" if running else ", suspended")

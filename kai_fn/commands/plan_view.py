@@ -21,6 +21,8 @@ def summary(plan: Plan) -> dict[str, Any]:
         "minMember": plan.min_member,
         "minResources": plan.min_resources,
         "queue": plan.queue,
+        "priorityClassName": (plan.podgroup or {}).get("spec", {}).get("priorityClassName"),
+        "preemptibility": (plan.podgroup or {}).get("spec", {}).get("preemptibility"),
         "podSets": [{"name": p.name, "count": p.count, "requests": p.requests} for p in plan.pod_sets],
     }
     if plan.reserves:

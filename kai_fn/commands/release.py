@@ -27,15 +27,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from kai_fn import plan_inputs
 from kai_fn.commands import survey
 from kai_fn.commands.status import Unreachable, Unusable, age, connect
 from kai_fn.commands.tables import table
 from kai_fn.commands.terminal import visible
-from kai_fn.core import keys, objects
-from kai_fn.core.models import InputError, Runtime, TrainJob, parse
+from kai_fn.core import decide, keys, objects
 from kai_fn.core.patch import jobset_patch
-from kai_fn.core.plan import plan
-from kai_fn.core.runtime import target
+from kai_fn.core.plan import Plan
 from kai_fn.core.state import Phase, Reading, facts, named_at_admission
 from kai_fn.kube import Gone, GuardFailed, ApiSession, Stale, Transient
 from kai_fn.settings import Settings
@@ -165,14 +164,13 @@ def _with_gang(session: ApiSession, settings: Settings, candidate: Candidate, us
     """The PodGroups (and placeholders) of kai_fn's plan, made with the operator's credentials, then the Event."""
     meta = candidate.trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    try:
-        job = parse(TrainJob, candidate.trainjob)
-        raw = session.runtime(target(job))
-        if raw is None:
-            return Released(namespace, name, Outcome.NOT_PLANNED, why=f"{target(job)} does not exist")
-        planned = plan(job, parse(Runtime, raw), **settings.planning())
-    except InputError as error:
-        return Released(namespace, name, Outcome.NOT_PLANNED, why=str(error))
+    match plan_inputs.planned(plan_inputs.Remembered(session), settings, candidate.trainjob):
+        case decide.RuntimeMissing(where):
+            return Released(namespace, name, Outcome.NOT_PLANNED, why=f"{where} does not exist")
+        case decide.InvalidTrainJob(error) | decide.InvalidRuntime(_, error):
+            return Released(namespace, name, Outcome.NOT_PLANNED, why=error)
+        case Plan() as planned:
+            pass
     if not planned.actionable:
         why = planned.ignored or "; ".join(str(p) for p in planned.problems if p.blocking)
         return Released(namespace, name, Outcome.NOT_PLANNED, why=why)

@@ -7,12 +7,13 @@ For many TrainJobs (:func:`survey`), whatever their number:
 2. one LIST of kai_fn's PodGroups of the flavor (label ``app.kubernetes.io/managed-by=kai-fn``);
 3. one LIST of pods labelled ``jobset.sigs.k8s.io/jobset-name``, only when a released gang not yet marked
    ``kai-fn/bound`` needs its pods to say whether it is bound now;
-4. a GET of each runtime a TrainJob kai_fn has not decided names (once per runtime), and one LIST of KAI's Queues when
+4. a GET of each runtime a TrainJob kai_fn has not decided names, and of the Topologies, KAI's defaults ConfigMap and
+   PriorityClasses its plan reads (each once: :class:`kai_fn.plan_inputs.Remembered`), and one LIST of KAI's Queues when
    such a gang's queue is checked first: kai_fn's own decision, made again on the live objects
    (:mod:`kai_fn.commands.verdicts`), tells ``blocked`` from ``held``. Never an Event: any tenant may post one.
 
-For one TrainJob (:func:`reading_of`): its JobSet, its PodGroups (one LIST by its uid label), its JobSet's pods when needed, , and
-its runtime and the Queues when it is undecided. The heartbeat is read by the callers, only when something
+For one TrainJob (:func:`reading_of`): its JobSet, its PodGroups (one LIST by its uid label), its JobSet's pods when needed, and
+its plan's inputs and the Queues when it is undecided. The heartbeat is read by the callers, only when something
 is held longer than a resync period (:mod:`kai_fn.kube.lease`).
 """
 from __future__ import annotations
@@ -20,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kai_fn import plan_inputs
 from kai_fn.commands import verdicts
 from kai_fn.core import decide, keys, state
-from kai_fn.core.objects import controlled_by, deleting, labels, meta
+from kai_fn.core.objects import deleting, labels, meta
 from kai_fn.core.plan import Plan
 from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.reasons import Refusal
@@ -40,24 +42,20 @@ def entries(session: ApiSession, settings: Settings, namespace: str | None) -> l
     trainjobs = [t for t in session.list_trainjobs(namespace) if not deleting(t)]
     podgroups = session.podgroups(podgroup_api(settings.flavor), namespace)
     joined = state.join(trainjobs, session.list_jobsets(namespace), podgroups)
-    by_uid: dict[str, list[dict[str, Any]]] = {}
-    for pg in podgroups:
-        by_uid.setdefault(labels(pg).get(keys.TRAINJOB_UID_LABEL, ""), []).append(pg)
-    pods = _pods(session, namespace) if any(_needs_pods(e.marks, e.podgroup) for e in joined) else []
+    pods = _pods(session, namespace) if any(state.needs_pods(e.marks, e.podgroup) for e in joined) else []
     by_jobset: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for pod in pods:
         by_jobset.setdefault((meta(pod).get("namespace", ""), labels(pod).get(keys.JOBSET_NAME_LABEL, "")),
                              []).append(pod)
-    runtimes: verdicts.Runtimes = {}
+    reader = plan_inputs.Remembered(session)
     queues = verdicts.queue_reader(session)
     readings = []
     for entry in joined:
-        mine = by_uid.get(meta(entry.trainjob).get("uid", ""), [])
+        mine = list(entry.mine)
         if state.in_scope(entry.trainjob, entry.jobset, mine):
-            found = _undecided(session, settings, entry.trainjob, entry.marks, runtimes)
+            found = _undecided(reader, settings, entry.trainjob, entry.marks)
             refused = _refused(settings, entry.marks, entry.trainjob, entry.jobset, found, queues)
-            planned = _plan(found) or _judged_by(session, settings, entry.trainjob, entry.marks, entry.podgroup,
-                                                 runtimes)
+            planned = _plan(found) or _judged_by(reader, settings, entry.trainjob, entry.marks, entry.podgroup)
             readings.append((entry.trainjob, state.read(entry.trainjob, entry.jobset, mine,
                                                         by_jobset.get(entry.key, []), refused, planned)))
     return readings
@@ -73,30 +71,31 @@ def reading_of(session: ApiSession, settings: Settings, trainjob: dict[str, Any]
     main = state.main_of(trainjob, jobset, mine)
     marks = state.facts(trainjob, jobset, main)
     if pods is None:
-        pods = session.jobset_pods(namespace, name) if _needs_pods(marks, main) else []
-    found = _undecided(session, settings, trainjob, marks, {})
+        pods = session.jobset_pods(namespace, name) if state.needs_pods(marks, main) else []
+    reader = plan_inputs.Remembered(session)
+    found = _undecided(reader, settings, trainjob, marks)
     refused = _refused(settings, marks, trainjob, jobset, found, verdicts.queue_reader(session))
-    planned = _plan(found) or _judged_by(session, settings, trainjob, marks, main, {})
+    planned = _plan(found) or _judged_by(reader, settings, trainjob, marks, main)
     return state.read(trainjob, jobset, mine, pods, refused, planned), mine
 
 
-def _undecided(session: ApiSession, settings: Settings, trainjob: dict[str, Any], marks: Facts,
-               runtimes: verdicts.Runtimes) -> decide.Planned | None:
+def _undecided(reader: plan_inputs.Reader, settings: Settings, trainjob: dict[str, Any],
+               marks: Facts) -> decide.Planned | None:
     """The plan (or why there is none) of a TrainJob kai_fn has yet to decide; None once decided, or running with no
     gang to come (a JobSet named at admission runs while its pods wait for their gang)."""
     if marks.decided or (marks.running and not marks.named):
         return None
-    return verdicts.planned(session, settings, trainjob, runtimes)
+    return plan_inputs.planned(reader, settings, trainjob)
 
 
 def _plan(found: decide.Planned | None) -> Plan | None:
     return found if isinstance(found, Plan) else None
 
 
-def _judged_by(session: ApiSession, settings: Settings, trainjob: dict[str, Any], marks: Facts,
-               podgroup: dict[str, Any] | None, runtimes: verdicts.Runtimes) -> Plan | None:
+def _judged_by(reader: plan_inputs.Reader, settings: Settings, trainjob: dict[str, Any], marks: Facts,
+               podgroup: dict[str, Any] | None) -> Plan | None:
     """The plan a released gang's pods are counted against (:func:`kai_fn.core.state.judged`), when they are."""
-    return _plan(verdicts.planned(session, settings, trainjob, runtimes)) if _needs_pods(marks, podgroup) else None
+    return _plan(plan_inputs.planned(reader, settings, trainjob)) if state.needs_pods(marks, podgroup) else None
 
 
 def _refused(settings: Settings, marks: Facts, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
@@ -109,14 +108,8 @@ def _refused(settings: Settings, marks: Facts, trainjob: dict[str, Any], jobset:
 
 
 def jobset_of(session: ApiSession, trainjob: dict[str, Any]) -> dict[str, Any] | None:
-    meta = trainjob.get("metadata") or {}
-    jobset = session.jobset(meta.get("namespace", ""), meta.get("name", ""))
-    return jobset if jobset is not None and controlled_by(jobset, meta.get("uid")) else None
-
-
-def _needs_pods(marks: Facts, podgroup: dict[str, Any] | None) -> bool:
-    """Released with its gang and not marked bound: only its pods can say whether the gang is bound now."""
-    return marks.podgroup is not None and marks.bound is None and marks.running and podgroup is not None
+    where = meta(trainjob)
+    return state.own_jobset(trainjob, session.jobset(where.get("namespace", ""), where.get("name", "")))
 
 
 def _pods(session: ApiSession, namespace: str | None) -> list[dict[str, Any]]:

@@ -13,35 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kai_fn.core import decide, reasons
-from kai_fn.core.models import InputError, Runtime, TrainJob, parse
-from kai_fn.core.plan import plan
 from kai_fn.core.queue_check import QueueTree, check
 from kai_fn.core.reasons import Refusal
-from kai_fn.core.runtime import RuntimeTarget, target
 from kai_fn.core.state import Facts
 from kai_fn.kube import ApiSession, Transient
 from kai_fn.settings import Settings
-
-Runtimes = dict[RuntimeTarget, dict[str, Any] | None]
-
-
-def planned(session: ApiSession, settings: Settings, trainjob: dict[str, Any], runtimes: Runtimes) -> decide.Planned:
-    """The plan the pass makes of the TrainJob, or why there is none; its runtime read once (``runtimes``)."""
-    try:
-        job = parse(TrainJob, trainjob)
-        where = target(job)
-    except InputError as error:
-        return decide.InvalidTrainJob(str(error))
-    if where not in runtimes:
-        runtimes[where] = session.runtime(where)
-    raw = runtimes[where]
-    if raw is None:
-        return decide.RuntimeMissing(str(where))
-    try:
-        return plan(job, parse(Runtime, raw), topologies={}, **settings.planning())
-    except InputError as error:
-        return decide.InvalidRuntime(str(where), str(error))
-
 
 def refusal(settings: Settings, marks: Facts, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
             found: decide.Planned, queues: Callable[[], QueueTree | None]) -> Refusal | None:

@@ -6,17 +6,34 @@ Each check lists what differs, in words, for the Warning; an empty list means th
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kai_fn.core import keys
 
 
-class NotAdopted(Exception):
-    """An object of the gang's name that kai_fn did not make (or that differs from the plan): never the gang."""
+@dataclass(frozen=True)
+class Foreign:
+    """An object of the gang's name that kai_fn did not make (or that differs from the plan): never the gang. The
+    pass decides on it (a Warning, no gang), as on any other refusal."""
 
-    def __init__(self, kind: str, namespace: str, name: str, differences: list[str]) -> None:
-        super().__init__(f"{kind} {namespace}/{name} is not the one kai_fn plans: " + "; ".join(differences[:5]))
-        self.kind = kind
+    kind: str  # PodGroup | pod
+    namespace: str
+    name: str
+    differences: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name} is not the one kai_fn plans: " + "; ".join(
+            self.differences[:5])
+
+
+def foreign(live: dict[str, Any], planned: dict[str, Any]) -> Foreign | None:
+    """The object of a planned PodGroup's or placeholder's name, as read, judged: None when it is the one kai_fn
+    plans (kai_fn's to keep), else what differs."""
+    kind = "pod" if planned.get("kind") == "Pod" else "PodGroup"
+    found = placeholder_differences(live, planned) if kind == "pod" else podgroup_differences(live, planned)
+    meta = _meta(planned)
+    return Foreign(kind, meta["namespace"], meta["name"], tuple(found)) if found else None
 
 # Fields KAI's own controllers may set on a PodGroup kai_fn made; neither changes who is in the gang.
 _SET_BY_KAI = frozenset({"markUnschedulable", "schedulingBackoff"})

@@ -165,6 +165,18 @@ def facts(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None,
     )
 
 
+def podgroups_of(trainjob: dict[str, Any], podgroups: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The TrainJob's PodGroups among ``podgroups`` (any TrainJob's), by the uid label kai_fn puts on them."""
+    uid = meta(trainjob).get("uid") or ""
+    return [p for p in podgroups if labels(p).get(keys.TRAINJOB_UID_LABEL) == uid]
+
+
+def own_jobset(trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JobSet of the TrainJob's name when the TrainJob controls it; None for none, or an earlier TrainJob's of
+    that name (being replaced)."""
+    return jobset if jobset is not None and controlled_by(jobset, meta(trainjob).get("uid")) else None
+
+
 def named_at_admission(jobset: dict[str, Any] | None) -> bool:
     """The admission policy named the JobSet's gang at its CREATE (and the previous version's policy does not hold
     it): its main PodGroup, once kai_fn made it, is the decision."""
@@ -210,6 +222,8 @@ class Gang:
     podgroup: str | None = None
     reservation: str | None = None  # places held for a later wave (MPI's launcher), or when they were handed over
     planned: bool = False
+    priority: str | None = None  # spec.priorityClassName
+    preemptibility: str | None = None
 
 
 def gang_of(trainjob: dict[str, Any], main: dict[str, Any] | None, plan: Plan | None = None) -> Gang:
@@ -220,10 +234,13 @@ def gang_of(trainjob: dict[str, Any], main: dict[str, Any] | None, plan: Plan | 
         resources = dict(part.split("=", 1) for part in (notes(main).get(keys.MIN_RESOURCES_ANNOTATION) or ""
                                                          ).split(",") if "=" in part)
         return Gang(queue=spec.get("queue") or label, min_member=sum(gang.minima(main).values()) or None,
-                    gpus=_gpus(resources), podgroup=meta(main).get("name"), reservation=reservation(main))
+                    gpus=_gpus(resources), podgroup=meta(main).get("name"), reservation=reservation(main),
+                    priority=spec.get("priorityClassName"), preemptibility=spec.get("preemptibility"))
     if plan is not None and plan.podgroup is not None and plan.ignored is None:
+        spec = plan.podgroup.get("spec") or {}
         return Gang(queue=plan.queue or label, min_member=plan.min_member or None, gpus=_gpus(plan.min_resources),
-                    podgroup=plan.podgroup_name, planned=True)
+                    podgroup=plan.podgroup_name, planned=True, priority=spec.get("priorityClassName"),
+                    preemptibility=spec.get("preemptibility"))
     return Gang(queue=label)
 
 
@@ -271,7 +288,8 @@ class Reading:
         since = stamp(self.since) if self.since else None
         return {"namespace": self.namespace, "name": self.name, "state": str(self.phase), "reason": self.reason,
                 "since": since, "queue": self.gang.queue, "minMember": self.gang.min_member, "gpus": self.gang.gpus,
-                "podGroup": self.gang.podgroup, "reservation": self.gang.reservation, "planned": self.gang.planned}
+                "podGroup": self.gang.podgroup, "reservation": self.gang.reservation, "planned": self.gang.planned,
+                "priorityClassName": self.gang.priority, "preemptibility": self.gang.preemptibility}
 
 
 _Placed = tuple[Phase, str, datetime.datetime | None]
@@ -283,7 +301,7 @@ def read(trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroups: Seq
     namespace (any TrainJob's: this one's are picked by uid); ``pods``: its JobSet's (or more); ``refused``: kai_fn's
     refusals of it, oldest first; ``plan``: what kai_fn would make, for the gang before it is made."""
     uid = meta(trainjob).get("uid") or ""
-    mine = [p for p in podgroups if labels(p).get(keys.TRAINJOB_UID_LABEL) == uid]
+    mine = podgroups_of(trainjob, podgroups)
     main = main_of(trainjob, jobset, mine)
     marks = facts(trainjob, jobset, main)
     if marks.skipped is not None:
@@ -329,6 +347,11 @@ def _undecided(marks: Facts, refused: Sequence[Refusal]) -> _Placed:
     if marks.jobset_suspended:
         return Phase.SUSPENDED, marks.kueue or marks.hold or "suspended by its user; its JobSet was never named", None
     return Phase.RUNNING_WITHOUT_GANG, "its JobSet ran without being named at admission: kai_fn never made its gang", None
+
+
+def needs_pods(marks: Facts, podgroup: dict[str, Any] | None) -> bool:
+    """Released with its gang and not marked bound: only its pods can say whether the gang is bound now."""
+    return marks.podgroup is not None and marks.bound is None and marks.running and podgroup is not None
 
 
 def judged(plan: Plan | None, podgroup: dict[str, Any], pods: Iterable[dict[str, Any]]) -> gang.GangCount:
@@ -389,6 +412,7 @@ class Entry:
     jobset: dict[str, Any] | None
     podgroup: dict[str, Any] | None  # the main gang's, when kai_fn made it
     marks: Facts
+    mine: tuple[dict[str, Any], ...] = ()  # every PodGroup kai_fn made for it (its uid label)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -424,6 +448,9 @@ def join(trainjobs: list[dict[str, Any]], jobsets: list[dict[str, Any]], podgrou
     """Each TrainJob with the JobSet it controls (same name) and the PodGroup its decision names (same uid)."""
     sets = {(meta(j).get("namespace"), meta(j).get("name")): j for j in jobsets}
     groups = {(meta(p).get("namespace"), meta(p).get("name")): p for p in podgroups}
+    by_uid: dict[str, list[dict[str, Any]]] = {}
+    for pg in podgroups:
+        by_uid.setdefault(labels(pg).get(keys.TRAINJOB_UID_LABEL, ""), []).append(pg)
     entries = []
     for trainjob in trainjobs:
         where, uid = meta(trainjob).get("namespace"), meta(trainjob).get("uid")
@@ -436,5 +463,18 @@ def join(trainjobs: list[dict[str, Any]], jobsets: list[dict[str, Any]], podgrou
             podgroup = next((groups[(where, n)] for n in gang_names(trainjob) if (where, n) in groups), None)
         if podgroup is not None and labels(podgroup).get(keys.TRAINJOB_UID_LABEL) != uid:
             podgroup = None
-        entries.append(Entry(trainjob, jobset, podgroup, facts(trainjob, jobset, podgroup)))
+        entries.append(Entry(trainjob, jobset, podgroup, facts(trainjob, jobset, podgroup),
+                             tuple(by_uid.get(uid or "", ()))))
     return entries
+
+
+def after_pass(trainjob: dict[str, Any], jobset: dict[str, Any] | None, main: dict[str, Any] | None,
+               refused: Sequence[Refusal], made: bool = False) -> Phase | None:
+    """Where the function's pass left the TrainJob, from what it read and wrote alone (no call more): the phase of
+    :func:`read` on those objects. ``main``: the main PodGroup as the pass read or made it (``made``: now, so none of
+    its pods is bound yet). None when the pass cannot tell without reading more: a gang decided on its JobSet whose
+    PodGroup it did not read, or a released gang not marked bound, which only its pods can call bound."""
+    marks = facts(trainjob, jobset, main)
+    if not made and marks.podgroup is not None and (main is None or needs_pods(marks, main)):
+        return None
+    return read(trainjob, jobset, [main] if main is not None else [], [], refused).phase

@@ -7,11 +7,15 @@ replaced or changed meanwhile) sends the pass back to the decision with the JobS
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from typing import Any, assert_never
+
+import jsonpatch
 
 from kai_fn.core import adopt, decide, objects
 from kai_fn.core.decide import Action, Ignore, LetGo, MakeGang, MarkTooLate, Refuse, SettleReservation, Skip, Wait
 from kai_fn.core.queue_check import check
+from kai_fn.core.reasons import Refusal
 from kai_fn.function import metrics, report, reserve
 from kai_fn.kube import GuardFailed, NotServed
 from kai_fn.function.cluster import CachedSession
@@ -45,8 +49,17 @@ class Changed(Exception):
     """The JobSet changed under the gang's patch: decide again on the JobSet as it is now."""
 
 
+def applied(jobset: dict[str, Any] | None, ops: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The JobSet as a JSON Patch the API server accepted left it (its guards held: only the changes applied)."""
+    changes = [dict(op) for op in ops if op.get("op") != "test"]
+    if jobset is None or not changes:
+        return jobset
+    return jsonpatch.apply_patch(jobset, changes)  # type: ignore[no-any-return]  # jsonpatch is untyped
+
+
 class Execution:
-    """One TrainJob's pass as seen by the steps that carry out its action."""
+    """One TrainJob's pass as seen by the steps that carry out its action; what it made and refused (``main``,
+    ``refused``) tell where the TrainJob stands after it (:func:`kai_fn.core.state.after_pass`)."""
 
     def __init__(self, session: CachedSession, settings: Settings, obj: dict[str, Any],
                  jobset: dict[str, Any] | None, moment: datetime.datetime) -> None:
@@ -55,6 +68,9 @@ class Execution:
         meta = obj.get("metadata", {})
         self.namespace, self.name, self.uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
         self.created = self.checked = False  # across the patch's tries: the gang made, the Queue checked
+        self.main: dict[str, Any] | None = None  # the main PodGroup as read or made
+        self.made = False  # the gang made (or found in place) by this pass
+        self.refused: list[Refusal] = []
 
     def decided(self) -> None:
         """Nothing more is kai_fn's to do: later events of this TrainJob, or of this JobSet, cost no API call."""
@@ -67,6 +83,12 @@ class Execution:
         self.session.create_event(self.namespace, event_body(self.obj, reason, message, warning=True))
         return self.outcome(result, f"{reason}: {message}")
 
+    def refuse(self, reason: str, message: str, result: Result = "blocked") -> Outcome:
+        """A refusal of the decision's, which ``status`` makes again on the same objects: the Warning, and the
+        refusal kept for where the pass leaves the TrainJob."""
+        self.refused.append(Refusal(reason=reason, message=message))
+        return self.warn(reason, message, result)
+
     def carry_out(self, action: Action) -> Outcome:
         """Every action but a gang's (:meth:`make_gang`, which may come back with :class:`Changed`)."""
         match action:
@@ -74,15 +96,17 @@ class Execution:
                 self.decided()
                 return self.outcome("skipped", why, podgroup)
             case SettleReservation(podgroup, reserves):
-                done, changed = reserve.settle(self.session, self.obj, self.jobset, podgroup,
-                                               lambda: reserve.planned(self.session, self.settings, self.obj),
-                                               reserves=reserves)
-                return self.outcome("done" if changed else "skipped", done, podgroup)
+                settled = reserve.places(self.session, self.obj, self.jobset, podgroup,
+                                         lambda: reserve.planned(self.session, self.settings, self.obj),
+                                         reserves=reserves)
+                if settled.foreign is not None:
+                    return self.not_adopted(settled.foreign)
+                return self.outcome("done" if settled.changed else "skipped", settled.done, podgroup)
             case Wait(token):
                 metrics.WAITING.labels(token).inc()
                 return self.outcome("waiting", f"{_WAITING.get(token, token)}; its next event does the work")
             case Refuse(reason, message, result):
-                return self.warn(reason, message, result)
+                return self.refuse(reason, message, result)
             case LetGo():
                 return self.let_go(action)
             case MarkTooLate(ops):
@@ -100,6 +124,7 @@ class Execution:
         try:
             if action.ops:
                 self.session.patch_jobset(self.namespace, self.name, list(action.ops))
+                self.jobset = applied(self.jobset, action.ops)
         except GuardFailed:
             raise Retry("the JobSet changed while it was let go") from None
         self.decided()
@@ -111,6 +136,7 @@ class Execution:
         try:
             if ops:
                 self.session.patch_jobset(self.namespace, self.name, ops)
+                self.jobset = applied(self.jobset, ops)
         except GuardFailed:
             raise Retry("the JobSet changed while it was marked") from None
         self.decided()
@@ -126,6 +152,8 @@ class Execution:
                 self.session.patch_jobset(self.namespace, self.name, list(action.ops))
             except GuardFailed:
                 raise Changed() from None
+            self.jobset = applied(self.jobset, action.ops)
+        self.main, self.made = action.plan.podgroup, True
         if action.remember:
             self.decided()
         message = report.gang_created(action.plan, self.created, action.waits)
@@ -144,9 +172,11 @@ class Execution:
                 if self.session.create_podgroup(podgroup):
                     self.created = True
                     metrics.GANGS_CREATED.inc()
-                else:
-                    self.adopt(podgroup)
-            reserve.make(self.session, action.placeholders)  # the later wave's places, before any pod of it
+                elif (taken := self.adopted(podgroup)) is not None:
+                    return self.not_adopted(taken)
+            made = reserve.make(self.session, action.placeholders)  # the later wave's places, before any pod of it
+            if made.foreign is not None:
+                return self.not_adopted(made.foreign)
         except NotServed as missing:
             flavor = self.settings.flavor
             return self.warn(report.SCHEDULER_NOT_SERVED,
@@ -155,7 +185,7 @@ class Execution:
                              f"is tried again on its next change and at every resync")
         return None
 
-    def not_adopted(self, taken: adopt.NotAdopted) -> Outcome:
+    def not_adopted(self, taken: adopt.Foreign) -> Outcome:
         return self.warn(report.NOT_ADOPTED, f"{taken}. Its gang is not taken: delete that {taken.kind} (kai_fn "
                                              f"then makes its own on the next pass or resync) or ask who made it")
 
@@ -177,15 +207,16 @@ class Execution:
                 self.obj, reason, f"{refusal.message} (KAI_FN_QUEUE_CHECK=warn: released anyway)", warning=True))
             return None
         metrics.PRECHECK_REFUSALS.labels(reason).inc()
-        return self.warn(reason, f"{refusal.message}; no PodGroup is made (its pods wait unbound, holding nothing), "
+        return self.refuse(reason, f"{refusal.message}; no PodGroup is made (its pods wait unbound, holding nothing), "
                                  f"and it is checked again on its next change and at every resync")
 
-    def adopt(self, planned: dict[str, Any]) -> None:
-        """A PodGroup of the gang's name exists: it is the gang only when it is the one kai_fn plans."""
+    def adopted(self, planned: dict[str, Any]) -> adopt.Foreign | None:
+        """A PodGroup of the gang's name exists (its create answered 409): read it and judge it. None: it is the one
+        kai_fn plans, kept as the gang; else what makes it another's."""
         meta = planned["metadata"]
         live = self.session.podgroup(planned["apiVersion"], meta["namespace"], meta["name"])
         if live is None:
             raise Retry(f"PodGroup {meta['name']} was deleted while it was made")
-        if differences := adopt.podgroup_differences(live, planned):
+        if (taken := adopt.foreign(live, planned)) is not None:
             metrics.REFUSED_ADOPTIONS.labels("podgroup").inc()
-            raise adopt.NotAdopted("PodGroup", meta["namespace"], meta["name"], differences)
+        return taken

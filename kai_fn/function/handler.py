@@ -235,6 +235,8 @@ def _outcome_fields(outcome: Outcome, session: CachedSession, fields: dict[str, 
     out: dict[str, Any] = {"api_calls": session.calls, "uid": outcome.uid or fields.get("uid")}
     if outcome.podgroup:
         out["podgroup"] = outcome.podgroup
+    if outcome.phase:
+        out["phase"] = outcome.phase
     return out
 
 

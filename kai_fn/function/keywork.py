@@ -169,6 +169,8 @@ def _of(outcome: Outcome, fields: dict[str, Any]) -> Done:
     out = dict(fields) | {"uid": outcome.uid or fields.get("uid")}
     if outcome.podgroup:
         out["podgroup"] = outcome.podgroup
+    if outcome.phase:
+        out["phase"] = outcome.phase
     return Done(outcome.result, outcome.reason, out, outcome.due, outcome.bound)
 
 

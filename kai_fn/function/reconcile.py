@@ -13,14 +13,12 @@ with kai_fn's own identity.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
-from kai_fn.core import adopt, decide, objects, segments, state
+from kai_fn.core import decide, objects, state
 from kai_fn.core.decide import Action, Context, MakeGang
-from kai_fn.core.models import InputError, Runtime, TrainJob, parse
-from kai_fn.core.plan import Plan, plan
-from kai_fn.core.runtime import target
 from kai_fn.function import kai_cluster, migration, report
 from kai_fn.kube import Gone, GuardFailed, Invalid, Transient
 from kai_fn.kube.errors import status_body
@@ -97,8 +95,18 @@ class Reconciler(Execution):
     def __init__(self, session: CachedSession, settings: Settings, obj: dict[str, Any],
                  jobset: dict[str, Any] | None = None, moment: datetime.datetime | None = None) -> None:
         super().__init__(session, settings, obj, jobset, moment or now())
+        self.gone = False
 
     def run(self) -> Outcome:
+        """The pass, its Outcome carrying where the TrainJob stands after it, when the pass can tell
+        (:func:`kai_fn.core.state.after_pass`)."""
+        outcome = self.act()
+        if outcome.result == "error" or objects.deleting(self.obj) or self.gone:
+            return outcome
+        where = state.after_pass(self.obj, self.jobset, self.main, self.refused, made=self.made)
+        return dataclasses.replace(outcome, phase=str(where) if where is not None else None)
+
+    def act(self) -> Outcome:
         if objects.deleting(self.obj):
             return self.outcome("ignored", "the TrainJob is being deleted")
         try:
@@ -107,6 +115,7 @@ class Reconciler(Execution):
             action, outcome = self.decide_and_do()
             return migration.after_pass(self.session, self.settings, self.obj, self.jobset, action, outcome)
         except Gone:
+            self.gone = True
             return self.outcome("ignored", "the TrainJob no longer exists")
         except GuardFailed:
             raise Retry("the JobSet kept changing under kai_fn's patch") from None
@@ -115,8 +124,6 @@ class Reconciler(Execution):
             return self.warn(report.UNPROCESSABLE, f"the API server refused kai_fn's write: {str(why)[:400]}")
         except NotYet as wait:
             return self.carry_out(decide.Wait(wait.token))
-        except adopt.NotAdopted as taken:
-            return self.not_adopted(taken)
 
     def context(self) -> Context:
         settings = self.settings
@@ -126,7 +133,7 @@ class Reconciler(Execution):
     def decide_and_do(self) -> tuple[Action, Outcome]:
         """Decide, then carry it out; a gang's patch that found the JobSet changed is decided again on it, read
         now, up to three times."""
-        made = self.made_gang()
+        made = self.main = self.made_gang()
         facts = state.facts(self.obj, self.jobset, made)
         action = decide.before_plan(facts, self.context())
         if action is not None:
@@ -145,29 +152,12 @@ class Reconciler(Execution):
                 self.jobset = self.live_jobset()  # resumed, replaced or changed meanwhile: decide again
                 if self.jobset is None:
                     raise Gone("the JobSet was deleted under the patch") from None
-                made = self.made_gang()
+                made = self.main = self.made_gang()
         raise Retry("the JobSet kept changing under the patch")
 
     def planned(self) -> decide.Planned:
-        """The TrainJob's plan, or why there is none: the runtime read, and the Topologies and KAI's defaults it
-        names."""
-        try:
-            job = parse(TrainJob, self.obj)
-            where = target(job)
-        except InputError as error:
-            return decide.InvalidTrainJob(str(error))
-        raw = self.session.runtime(where)
-        if raw is None:
-            return decide.RuntimeMissing(str(where))
-        try:
-            rt = parse(Runtime, raw)
-            named = segments.topologies_asked(job, rt) if self.settings.flavor == "kai" else ()
-            found = {n: segments.topology_resource(self.session.topology(n)) for n in named}
-            result: Plan = plan(job, rt, topologies=found, **self.settings.planning(),
-                                cluster=kai_cluster.read(self.session, self.settings, job, raw))
-        except InputError as error:
-            return decide.InvalidRuntime(str(where), str(error))
-        return result
+        """The TrainJob's plan, or why there is none (:mod:`kai_fn.plan_inputs`, as every command plans it)."""
+        return kai_cluster.planned(self.session, self.settings, self.obj)
 
     def made_gang(self) -> dict[str, Any] | None:
         """The main PodGroup, read where it is the decision: the JobSet was named at admission. (Before Trainer has
@@ -180,7 +170,7 @@ class Reconciler(Execution):
     def live_jobset(self) -> dict[str, Any] | None:
         """The TrainJob's JobSet, or None while Trainer has not made it."""
         jobset = self.session.jobset(self.namespace, self.name)
-        if jobset is None or objects.controlled_by(jobset, self.uid):
+        if jobset is None or state.own_jobset(self.obj, jobset) is not None:
             return jobset
         fresh = self.session.trainjob(self.namespace, self.name)
         if fresh is None or fresh.get("metadata", {}).get("uid") != self.uid:

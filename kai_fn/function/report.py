@@ -36,6 +36,7 @@ class Outcome:
     podgroup: str | None = None
     bound: bool = False  # the gang is on its nodes (GangBound posted now or before): later events of it cost nothing
     due: datetime.datetime | None = None  # the gang waits, and its schedule timeout is due then: the key's timer
+    phase: str | None = None  # where a TrainJob's pass left it, as `status` says it (kai_fn/core/state.py)
 
 
 

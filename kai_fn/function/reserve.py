@@ -11,6 +11,7 @@ with a reservation is never remembered as decided (kai_fn/function/recent.py), s
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,10 +24,19 @@ from kai_fn.settings import Settings
 Planned = Callable[[], Sequence[dict[str, Any]]]  # the placeholders the plan makes (a runtime read: only when needed)
 
 
-def make(session: CachedSession, bodies: Sequence[dict[str, Any]]) -> int:
-    """Create each placeholder (idempotent: one kai_fn made for the TrainJob is kept); the number created. One of
-    that name being deleted (an earlier TrainJob's of the same name) is waited for; any other that is not what kai_fn
-    plans is never taken as the placeholder (:class:`NotAdopted`)."""
+@dataclass(frozen=True)
+class Made:
+    """The placeholders made: how many were created, or the pod of a placeholder's name that is not kai_fn's (none
+    made after it: the pass refuses the gang)."""
+
+    created: int = 0
+    foreign: adopt.Foreign | None = None
+
+
+def make(session: CachedSession, bodies: Sequence[dict[str, Any]]) -> Made:
+    """Create each placeholder (idempotent: one kai_fn made for the TrainJob is kept). One of that name being deleted
+    (an earlier TrainJob's of the same name) is waited for; any other that is not what kai_fn plans is never taken as
+    the placeholder (:attr:`Made.foreign`)."""
     created = 0
     for body in bodies:
         if session.create_pod(body) is not None:
@@ -36,25 +46,40 @@ def make(session: CachedSession, bodies: Sequence[dict[str, Any]]) -> int:
         live = session.pod(meta["namespace"], meta["name"])
         if live is None or (objects.deleting(live) and not adopt.owned_by(live, meta["ownerReferences"][0]["uid"])):
             raise Transient(f"pod {meta['namespace']}/{meta['name']} is going away; its place is made again later")
-        if differences := adopt.placeholder_differences(live, body):
+        if (taken := adopt.foreign(live, body)) is not None:
             metrics.REFUSED_ADOPTIONS.labels("pod").inc()
-            raise adopt.NotAdopted("pod", meta["namespace"], meta["name"], differences)
+            return Made(created, taken)
     if created:
         metrics.PLACEHOLDERS.labels("created").inc(created)
-    return created
+    return Made(created)
 
 
 def planned(session: CachedSession, settings: Settings, trainjob: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """The placeholders of the TrainJob's plan, to make them again (a resume, a restart of its JobSet)."""
-    found = gang_plan.planned(session, settings, trainjob)
+    found = gang_plan.of(session, settings, trainjob)
     return found.placeholders if found is not None else ()
 
 
+@dataclass(frozen=True)
+class Settled:
+    done: str  # in words
+    changed: bool  # a placeholder made or deleted, or the gang marked
+    foreign: adopt.Foreign | None = None  # a pod of a placeholder's name that is not kai_fn's: nothing else done
+
+
 def settle(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroup: str,
+           planned: None, pods: list[dict[str, Any]] | None = None, *, unmarked: bool = False,
+           reserves: str | None = None) -> tuple[str, bool]:
+    """The places handed over or let go, none made (``planned`` None: the TrainJob's pass makes them,
+    :func:`places`): what was done, in words, and whether anything was."""
+    settled = places(session, trainjob, jobset, podgroup, planned, pods, unmarked=unmarked, reserves=reserves)
+    return settled.done, settled.changed
+
+
+def places(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, Any] | None, podgroup: str,
            planned: Planned | None, pods: list[dict[str, Any]] | None = None, *,
-           unmarked: bool = False, reserves: str | None = None) -> tuple[str, bool]:
-    """Bring the TrainJob's placeholders to what :func:`kai_fn.core.reserve.step` wants: what was done, in words,
-    and whether any placeholder was made or deleted.
+           unmarked: bool = False, reserves: str | None = None) -> Settled:
+    """Bring the TrainJob's placeholders to what :func:`kai_fn.core.reserve.step` wants.
     ``planned`` None: make none (the PodGroup source only hands places over; the TrainJob's pass makes them).
     ``unmarked``: the gang is known to lack ``kai-fn/reservation-ended``: mark it even if another delivery deleted
     the placeholders (and then stopped), so that the gang's later events cost nothing.
@@ -62,10 +87,8 @@ def settle(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, A
     named at admission); None: the JobSet's decision."""
     meta = objects.meta(trainjob)
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
-    held_places = reserves if reserves is not None else objects.notes(jobset).get(keys.RESERVES_ANNOTATION)
-    reserves_by_job = reserve.parse_reserves(held_places)
     marks = state.facts(trainjob, jobset)
-
+    reserves_by_job = reserve.parse_reserves(reserves if reserves is not None else marks.reserves)
     running = marks.running and not marks.deleting and not objects.deleting(jobset)
 
     def now_step(listed: list[dict[str, Any]] | None) -> tuple[reserve.Step, list[dict[str, Any]]]:
@@ -79,10 +102,13 @@ def settle(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, A
     if step.create and planned is not None:
         wanted = [b for b in planned() if b["metadata"]["name"] in step.create]
         try:
-            if made := make(session, wanted):
-                done.append(f"{made} placeholder(s) made")
+            made = make(session, wanted)
         except Gone as missing:  # its namespace is being deleted
-            return f"no place to hold: {missing}", False
+            return Settled(f"no place to hold: {missing}", False)
+        if made.foreign is not None:
+            return Settled(str(made.foreign), bool(made.created), made.foreign)
+        if made.created:
+            done.append(f"{made.created} placeholder(s) made")
         # JobSet may have made the pods meanwhile: look again, so a placeholder never outlives its use.
         step, held = now_step(None)
     if step.delete:
@@ -90,13 +116,18 @@ def settle(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, A
         gone = sum(1 for n in step.delete if session.delete_pod(ns, n, uids.get(n)))
         metrics.PLACEHOLDERS.labels("handed_over" if step.handed_over else "deleted").inc(len(step.delete))
         done.append(f"{gone} placeholder(s) deleted")
-    if (step.delete or unmarked) and (step.handed_over or step.finished):
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        ended = f"{stamp} {'handed-over' if step.handed_over else 'finished'}"
-        try:
-            session.patch_podgroup(keys.KAI_PODGROUP_API, ns, podgroup,
-                                   {"metadata": {"annotations": {keys.RESERVATION_ENDED_ANNOTATION: ended}}})
-            done.append("the gang marked")
-        except Gone:
-            pass
-    return f"{step.why}{': ' + ', '.join(done) if done else ''}", bool(done)
+    if (step.delete or unmarked) and (step.handed_over or step.finished) and _mark_ended(session, ns, podgroup, step):
+        done.append("the gang marked")
+    return Settled(f"{step.why}{': ' + ', '.join(done) if done else ''}", bool(done))
+
+
+def _mark_ended(session: CachedSession, namespace: str, podgroup: str, step: reserve.Step) -> bool:
+    """``kai-fn/reservation-ended`` on the gang; False when it is gone."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    ended = f"{stamp} {'handed-over' if step.handed_over else 'finished'}"
+    try:
+        session.patch_podgroup(keys.KAI_PODGROUP_API, namespace, podgroup,
+                               {"metadata": {"annotations": {keys.RESERVATION_ENDED_ANNOTATION: ended}}})
+    except Gone:
+        return False
+    return True

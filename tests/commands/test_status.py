@@ -476,3 +476,37 @@ def test_explain_reads_every_state_as_status_does(api, function, capsys, setup, 
     reading = json.loads(out)["reading"]
     line = lines(api, capsys, "-n", NS)[name]
     assert reading == {k: v for k, v in line.items() if k != "stranded"} and reading["state"] == state
+
+
+def function_pass(api, name: str):
+    """One pass of the function on the TrainJob as it is now (what its log line reports), in this process."""
+    from kai_fn import settings as settings_mod
+    from kai_fn.function import reconcile
+    from kai_fn.function.cluster import CachedServer
+    from kai_fn.function.events import TrainJobEvent
+    settings = settings_mod.load()
+    session = CachedServer.from_settings(settings, api.kubeconfig).session()
+    event = TrainJobEvent(id="table", type="dev.knative.apiserver.ref.update", mode="ref", namespace=NS, name=name)
+    return reconcile.pass_of(event, session, settings)
+
+
+# The rows where a pass, having nothing to do, cannot tell the phase without reading more than it needs to act (the
+# gang decided on its JobSet, whose PodGroup it does not read; a released gang not marked bound, which only its pods
+# call bound): its log line then carries no phase, rather than a guess.
+PASS_CANNOT_TELL = {"released, KAI silent", "released, KAI says why", "released, KAI says why on a stage's PodGroup",
+                    "every pod on a node", "marked bound, pods gone since", "timed out, still waiting",
+                    "timed out and suspended again", "gang made, left suspended for Kueue"}
+
+
+@pytest.mark.parametrize("row", list(STATES))
+def test_the_function_status_and_explain_report_one_state_for_the_same_objects(api, function, capsys, row):
+    """After a pass of the function on each row's objects, the phase its Outcome (and log line) carries is the state
+    ``status`` and ``explain`` read on the objects it left (kai_fn/core/state.py), wherever the pass can tell."""
+    from tests.commands.test_explain import explain
+    setup, _, _ = STATES[row]
+    name = setup(api, function.url)
+    said = function_pass(api, name)
+    line = lines(api, capsys, "-n", NS)[name]
+    _, out, _ = explain(api, f"{NS}/{name}", "-o", "json", capsys=capsys)
+    assert json.loads(out)["reading"]["state"] == line["state"]
+    assert said.phase == (None if row in PASS_CANNOT_TELL else line["state"]), said

@@ -66,7 +66,7 @@ KINDS: Mapping[tuple[str, str], KindInfo] = _kinds(
     KindInfo("", "v1", "Namespace", "namespaces", False, status=True),
     KindInfo("", "v1", "Pod", "pods", True, status=True),
     KindInfo("coordination.k8s.io", "v1", "Lease", "leases", True),  # kai_fn's resync heartbeat
-    # What KAI's podgrouper reads besides the workload (kai_fn/function/kai_cluster.py), read only.
+    # What KAI's podgrouper reads besides the workload (kai_fn/plan_inputs.py), read only.
     KindInfo("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False),
     KindInfo("", "v1", "ConfigMap", "configmaps", True),
 )
