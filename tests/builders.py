@@ -87,8 +87,9 @@ def trainjob(*, name: str = "job", namespace: str = "ns", uid: str = UID, labels
 
 def jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool = True,
                uid: str = "99999999-8888-4777-8666-555555555555", held: bool = False) -> dict[str, Any]:
-    """The JobSet Trainer would make: the runtime's template, named like the TrainJob, owned by it. ``held``: as
-    kai_fn's admission policy leaves it, labelled ``kai-fn/held: "true"`` (pass ``suspend=True`` with it)."""
+    """The JobSet Trainer would make: the runtime's template, named like the TrainJob, owned by it. ``held``: as the
+    previous version's policy left it, labelled ``kai-fn/held: "true"`` (pass ``suspend=True`` with it): what
+    kai_fn/function/migration/jobset_hold.py releases."""
     spec = copy.deepcopy(rt["spec"]["template"]["spec"])
     spec["suspend"] = suspend
     try:  # Trainer writes each job's count (numNodes for the trainer) as its parallelism and completions

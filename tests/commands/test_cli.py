@@ -132,11 +132,15 @@ def test_version_prints_the_package_version():
 
 
 @pytest.mark.usefixtures("forgetful")  # the sample's uid: a server that decided it earlier would answer skipped
-def test_plan_prints_the_whole_patch_the_function_applies_to_the_held_jobset(api, function, tmp_path):
+def test_plan_prints_the_whole_patch_the_function_applies_to_a_suspended_jobset_admission_did_not_name(
+        api, function, tmp_path):
+    """Kubernetes 1.33: the TrainJob submitted suspended, its JobSet suspended and unnamed."""
     from tests.ce import resource, send
     from tests.conftest import JOBSET, TRAINER, sample_object, seed
-    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
-         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+    tj, js = sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune")
+    tj["spec"]["suspend"] = True
+    del js["metadata"]["labels"]["kai-fn/held"]  # the sample is one the previous version held
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), tj, js)
     live = {name: api.get(version, kind, "team-a", "llama-finetune")
             for name, version, kind in (("trainjob", TRAINER, "TrainJob"), ("jobset", JOBSET, "JobSet"))}
     files = [f"--{name}" if i == 0 else write(tmp_path, f"{name}.json", json.dumps(obj))
@@ -147,13 +151,9 @@ def test_plan_prints_the_whole_patch_the_function_applies_to_the_held_jobset(api
     assert send(function.url, resource(live["trainjob"])).status == 200
     (applied,) = [c.body for c in api.calls if (c.verb, c.resource) == ("patch", "jobsets")]
 
-    def timeless(ops):
-        return [{**op, "value": {k: v for k, v in op["value"].items() if k != "kai-fn/released-at"}}
-                if op["path"] == "/metadata/annotations" else op for op in ops]
-
-    assert timeless(printed) == timeless(applied)
-    assert {"op": "remove", "path": "/metadata/labels/kai-fn~1held"} in printed
-    assert {"op": "replace", "path": "/spec/suspend", "value": False} in printed
+    assert printed == applied
+    assert {"op": "replace", "path": "/spec/suspend", "value": False} not in printed  # Trainer resumes it
+    assert "kai-fn/podgroup" in json.dumps(printed).replace("~1", "/")
 
 
 def test_plan_previews_a_trainjob_not_yet_submitted_and_says_its_uid_is_a_stand_in(tmp_path):
@@ -206,22 +206,23 @@ RESUMES = {"op": "replace", "path": "/spec/suspend", "value": False}
 
 @pytest.mark.parametrize("topology", [(), ("--topology", "samples/cluster/topology-racks.yaml")],
                          ids=["without-topology", "with-topology"])
-@pytest.mark.parametrize("annotations, suspend, resumes, decided", [
-    ({}, False, True, True),
-    ({"kai-fn/hold": "true"}, False, False, False),
-    ({}, True, False, True),
+@pytest.mark.parametrize("annotations, suspend, decided", [
+    ({}, False, True),
+    ({"kai-fn/hold": "true"}, False, False),
+    ({}, True, True),
 ], ids=["plain", "held-by-its-author", "suspended"])
-def test_plan_patches_the_held_jobset_as_the_trainjob_asks_whatever_topologies_are_given(
-        tmp_path, topology, annotations, suspend, resumes, decided):
-    """The patch is the TrainJob's: a TrainJob marked kai-fn/hold (or suspended) is never shown one that resumes its
-    JobSet, also when a Topology file is read beside it."""
+def test_plan_patches_a_suspended_jobset_as_the_trainjob_asks_whatever_topologies_are_given(
+        tmp_path, topology, annotations, suspend, decided):
+    """The patch is the TrainJob's: a TrainJob marked kai-fn/hold gets no decision, and no patch of ``plan``'s resumes
+    the JobSet (the migration's resume of one the previous version held is not the core's), also when a Topology file
+    is read beside it."""
     doc = yaml.safe_load((SAMPLES / "cluster" / "trainjob-llama-finetune.yaml").read_text())
     doc["metadata"]["annotations"] = annotations
     doc["spec"]["suspend"] = suspend
     out = run(*HELD_PLAN, "--trainjob", write(tmp_path, "tj.yaml", yaml.safe_dump(doc)), *topology)
     assert out.returncode == 0, out.stderr
     patch = json.loads(out.stdout)["jobSetPatch"]
-    assert (RESUMES in patch, "kai-fn/podgroup" in json.dumps(patch).replace("~1", "/")) == (resumes, decided)
+    assert (RESUMES in patch, "kai-fn/podgroup" in json.dumps(patch).replace("~1", "/")) == (False, decided)
 
 
 @pytest.mark.parametrize("num_nodes, why", [

@@ -14,6 +14,7 @@ from kubernetes import client
 
 from kai_fn.core import keys
 from kai_fn.local.chain import probe_jobset, wait_for_policy
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.ce import resource, send
 from tests.conftest import sample_object
 from tests.testbed.kai_fn_install import (
@@ -120,7 +121,7 @@ def _as_trainer_would(jobset: dict[str, Any], job: dict[str, Any]) -> dict[str, 
     jobset = copy.deepcopy(jobset)
     meta = jobset["metadata"]
     meta.pop("uid", None)
-    meta["labels"].pop(keys.HELD_LABEL, None)  # the sample shows the previous version's hold
+    meta["labels"].pop(HELD_LABEL, None)  # the sample shows the previous version's hold
     meta["namespace"] = job["metadata"]["namespace"]
     meta["ownerReferences"][0] |= {"uid": job["metadata"]["uid"], "name": job["metadata"]["name"]}
     jobset["spec"]["suspend"] = False

@@ -20,6 +20,7 @@ from kubernetes import client
 
 from kai_fn.core import keys
 from kai_fn.local.chain import SEGMENT_POLICY, wait_for_policy, wait_for_segment_policy
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ce import resource, send
@@ -198,6 +199,6 @@ def test_a_missing_rule_makes_the_function_retry_later_without_writing(testbed: 
     # JobSet's own controller writes its status; only a spec change (kai_fn's patch) moves the generation
     assert (live_jobset["metadata"]["generation"] != jobset["metadata"]["generation"]) is gang
     assert (live_jobset["spec"] != jobset["spec"]) is gang
-    assert (keys.HELD_LABEL in (live_jobset["metadata"].get("labels") or {})) is not gang
+    assert (HELD_LABEL in (live_jobset["metadata"].get("labels") or {})) is not gang
     live = objs.get_namespaced_custom_object(*TRAINER, scenery, "trainjobs", name)
     assert live["metadata"]["resourceVersion"] == job["metadata"]["resourceVersion"], "the TrainJob is never written"

@@ -9,6 +9,7 @@ from typing import Any
 from kubernetes import client
 
 from kai_fn.core import keys
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.ce import ping, resource, send
 from tests.conftest import sample_object
 from tests.testbed.conftest import LiveCluster
@@ -58,7 +59,7 @@ def test_the_function_under_its_own_account_acts_where_a_namespace_opted_in_and_
         assert kai_fns_podgroups(testbed, never) == []
         untouched = objs.get_namespaced_custom_object(*JOBSETS, never, "jobsets", never_set["metadata"]["name"])
         live = objs.get_namespaced_custom_object(*TRAINER, never, "trainjobs", never_tj["metadata"]["name"])
-        assert untouched["spec"]["suspend"] is True and untouched["metadata"]["labels"][keys.HELD_LABEL] == "true"
+        assert untouched["spec"]["suspend"] is True and untouched["metadata"]["labels"][HELD_LABEL] == "true"
         assert writers(untouched) == writers(never_set) and writers(live) == writers(never_tj)  # JobSet's own status
         events = client.CoreV1Api(testbed.api).list_namespaced_event(never).items
         assert [e.reason for e in events if e.reporting_component == keys.MANAGED_BY] == []

@@ -20,6 +20,7 @@ from kubernetes import client
 from kai_fn.commands import cli
 from kai_fn.core import keys
 from kai_fn.local.emulator import naming
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.ce import ping, resource, send
 from tests.conftest import sample_object
 from tests.testbed.conftest import wait_for
@@ -45,7 +46,7 @@ def _with_jobset(testbed: LiveCluster, job: dict[str, Any], *, named: bool = Fal
     jobset = copy.deepcopy(sample_object("jobset-llama-finetune"))
     meta = jobset["metadata"]
     meta.pop("uid", None)
-    meta["labels"].pop(keys.HELD_LABEL)  # the sample shows the previous version's hold
+    meta["labels"].pop(HELD_LABEL)  # the sample shows the previous version's hold
     jobset["spec"]["suspend"] = False
     meta["name"], meta["namespace"] = job["metadata"]["name"], job["metadata"]["namespace"]
     meta["ownerReferences"][0] |= {"name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}
