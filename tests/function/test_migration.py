@@ -1,4 +1,5 @@
-"""The migration from the earlier TrainJob gate (kai_fn/function/migration.py), and TrainJobs their authors suspend.
+"""The migrations (kai_fn/function/migration/): from 0.1.0's TrainJob gate, and TrainJobs their authors suspend; then
+from 0.2.0's JobSet hold (at the end).
 
 A TrainJob the earlier gate suspended (``kai-fn/auto-suspended`` with ``spec.suspend: true``; its JobSet, made then,
 suspended WITHOUT the ``kai-fn/held`` label) is a suspended TrainJob to the pass: in scope, its gang is made and its
@@ -301,23 +302,25 @@ def released_by_the_migration(js: dict) -> bool:
 
 GANG = [("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
 HELD_CASES = {
-    # name: (what to seed, expected: PodGroups made, the JobSet's label kept, suspend after, its decision, writes)
+    # name: (what to seed, expected: PodGroups made, the JobSet's label kept, suspend after, its decision, writes,
+    #        and the writes of the next event: none once decided; while held, the gang found made again, told again)
     "in scope: its gang made, then decided and released in one patch": (
-        lambda: held_by_0_2(), 1, False, False, "kai-fn/podgroup", GANG),
+        lambda: held_by_0_2(), 1, False, False, "kai-fn/podgroup", GANG, []),
     "its TrainJob asks to wait (kai-fn/hold): gang and templates, still held": (
-        lambda: held_by_0_2(annotations={"kai-fn/hold": "true"}), 1, True, True, None, GANG),
+        lambda: held_by_0_2(annotations={"kai-fn/hold": "true"}), 1, True, True, None, GANG,
+        [("create", "podgroups"), ("create", "events")]),
     "its TrainJob suspended: decided, the hold lifted, left for Trainer to resume": (
-        lambda: held_by_0_2(suspend=True), 1, False, True, "kai-fn/podgroup", GANG),
+        lambda: held_by_0_2(suspend=True), 1, False, True, "kai-fn/podgroup", GANG, []),
     "out of scope: let go without a gang, resumed": (
-        lambda: held_by_0_2("resnet-eval"), 0, False, False, "kai-fn/skipped", [("patch", "jobsets")]),
-    "already decided: nothing": (lambda: held_by_0_2(decided=True), 0, True, True, "kai-fn/podgroup", []),
+        lambda: held_by_0_2("resnet-eval"), 0, False, False, "kai-fn/skipped", [("patch", "jobsets")], []),
+    "already decided: nothing": (lambda: held_by_0_2(decided=True), 0, True, True, "kai-fn/podgroup", [], []),
 }
 
 
 @pytest.mark.parametrize("by", ["event", "resync"])
 @pytest.mark.parametrize("case", HELD_CASES, ids=list(HELD_CASES))
 def test_a_jobset_the_previous_version_held_is_decided_and_released_once(api, function, case, by):
-    seeded, podgroups, kept, suspend, decision, expected = HELD_CASES[case]
+    seeded, podgroups, kept, suspend, decision, expected, again = HELD_CASES[case]
     rt, tj, js = seeded()
     seed(api, sample_object("queue-team-a"), rt, tj, js)
     name = tj["metadata"]["name"]
@@ -333,8 +336,8 @@ def test_a_jobset_the_previous_version_held_is_decided_and_released_once(api, fu
     assert writes(api) == expected
     crds.validate(after)
     api.reset_calls()
-    assert send(function.url, resource(after, "update")).status == 200  # the event its release caused: nothing
-    assert [w for w in writes(api) if not kept] == []
+    assert send(function.url, resource(after, "update")).status == 200  # the next event
+    assert writes(api) == again
 
 
 @pytest.mark.parametrize("by", ["event", "resync"])
