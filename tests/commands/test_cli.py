@@ -12,6 +12,7 @@ import yaml
 
 from kai_fn.commands import cli
 from tests.builders import rjob, runtime, trainjob
+from tests.builders import held_by_0_2
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
@@ -39,7 +40,7 @@ def test_plan_of_the_samples_prints_podgroup_templates_and_patch():
     assert report["podGroup"]["spec"] == {"queue": "team-a", "minMember": 4, "stalenessGracePeriod": "-1s",
                                         "priorityClassName": "train"}
     assert report["podTemplates"]["node"]["annotations"]["pod-group-name"] == report["podGroup"]["metadata"]["name"]
-    assert report["jobSetPatch"][0]["op"] == "test"
+    assert report["jobSetPatch"] == []  # named at admission: the function makes its PodGroups and writes no JobSet
 
 
 def test_plan_prints_yaml_by_default_and_honours_the_flavor_flag():
@@ -105,7 +106,7 @@ def test_invalid_setting_stops_with_its_name(tmp_path):
 def test_invoke_posts_a_sample_and_prints_the_answer(api, function):
     from tests.conftest import sample_object, seed
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
-         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+         sample_object("trainjob-llama-finetune"), held_by_0_2(sample_object("jobset-llama-finetune")))
     out = run("invoke", "samples/events/resource-add.json", "--url", function.url)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[:2] == ["HTTP 200", "X-Kai-Fn-Outcome: done"]
@@ -137,7 +138,7 @@ def test_plan_prints_the_whole_patch_the_function_applies_to_a_suspended_jobset_
     """Kubernetes 1.33: the TrainJob submitted suspended, its JobSet suspended and unnamed."""
     from tests.ce import resource, send
     from tests.conftest import JOBSET, TRAINER, sample_object, seed
-    tj, js = sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune")
+    tj, js = sample_object("trainjob-llama-finetune"), held_by_0_2(sample_object("jobset-llama-finetune"))
     tj["spec"]["suspend"] = True
     del js["metadata"]["labels"]["kai-fn/held"]  # the sample is one the previous version held
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), tj, js)
@@ -199,8 +200,14 @@ def test_plan_refuses_a_topology_file_that_is_not_one(tmp_path):
     assert "expected a kai.scheduler/v1alpha1 Topology with metadata.name" in out.stderr
 
 
-HELD_PLAN = ("plan", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
-             "--jobset", "samples/cluster/jobset-llama-finetune.yaml", "-o", "json")
+UNNAMED_PLAN = ("plan", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", "-o", "json")
+
+
+def unnamed_jobset(tmp_path: Path) -> str:
+    """The sample JobSet as Trainer makes it where no admission policy names it (Kubernetes 1.33): suspended."""
+    js = held_by_0_2(yaml.safe_load((SAMPLES / "cluster" / "jobset-llama-finetune.yaml").read_text()))
+    del js["metadata"]["labels"]["kai-fn/held"]
+    return write(tmp_path, "js.yaml", yaml.safe_dump(js))
 RESUMES = {"op": "replace", "path": "/spec/suspend", "value": False}
 
 
@@ -219,7 +226,8 @@ def test_plan_patches_a_suspended_jobset_as_the_trainjob_asks_whatever_topologie
     doc = yaml.safe_load((SAMPLES / "cluster" / "trainjob-llama-finetune.yaml").read_text())
     doc["metadata"]["annotations"] = annotations
     doc["spec"]["suspend"] = suspend
-    out = run(*HELD_PLAN, "--trainjob", write(tmp_path, "tj.yaml", yaml.safe_dump(doc)), *topology)
+    out = run(*UNNAMED_PLAN, "--jobset", unnamed_jobset(tmp_path), "--trainjob",
+              write(tmp_path, "tj.yaml", yaml.safe_dump(doc)), *topology)
     assert out.returncode == 0, out.stderr
     patch = json.loads(out.stdout)["jobSetPatch"]
     assert (RESUMES in patch, "kai-fn/podgroup" in json.dumps(patch).replace("~1", "/")) == (False, decided)

@@ -18,6 +18,7 @@ from kai_fn.core.plan import plan
 from tests.builders import named_jobset_for, typed
 from tests.conftest import JOBSET, KAI_PG, TRAINER, moved, sample_object, seed
 from tests.function.test_function import NAME, NS
+from tests.builders import held_by_0_2
 
 # Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
 pytestmark = pytest.mark.usefixtures("forgetful")
@@ -169,7 +170,7 @@ def test_held_with_nothing_held_is_exit_0(api, capsys):
 def test_once_released_the_function_back_leaves_it_alone(api, function, capsys):
     """No gang after the fact: its pods may be running already."""
     seed(api, trainjob(), sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
-         sample_object("jobset-llama-finetune"))
+         held_by_0_2(sample_object("jobset-llama-finetune")))
     held_jobset = jobset(api)
     assert release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)[0] == 0
     api.reset_calls()

@@ -23,6 +23,7 @@ from tests import crds
 from tests.builders import jobset_for
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
+from tests.builders import held_by_0_2
 
 NS = "team-a"
 AUTO = "kai-fn/auto-suspended"
@@ -45,7 +46,7 @@ def auto_suspended(name: str, annotations: dict | None = None, labels: dict | No
     tj["metadata"].setdefault("annotations", {}).update({AUTO: "true", **(annotations or {})})
     tj["metadata"].setdefault("labels", {}).update(labels or {})
     tj["spec"]["suspend"] = True
-    js = sample_object(f"jobset-{name}") if name == "llama-finetune" else None
+    js = held_by_0_2(sample_object(f"jobset-{name}")) if name == "llama-finetune" else None
     if js is not None:
         del js["metadata"]["labels"][HELD]
     own_uid(tj, js)
@@ -54,7 +55,7 @@ def auto_suspended(name: str, annotations: dict | None = None, labels: dict | No
 
 def authors(name: str = "llama-finetune", labels: dict | None = None) -> list[dict]:
     """A sample TrainJob its author submitted suspended, and its JobSet as the policy holds it."""
-    tj, js = sample_object(f"trainjob-{name}"), sample_object(f"jobset-{name}")
+    tj, js = sample_object(f"trainjob-{name}"), held_by_0_2(sample_object(f"jobset-{name}"))
     tj["spec"]["suspend"] = True
     tj["metadata"].setdefault("labels", {}).update(labels or {})
     own_uid(tj, js)
@@ -231,7 +232,7 @@ def test_decided_but_not_yet_resumed_it_is_resumed_with_no_other_write(api, func
 
 def test_a_trainjobs_own_decision_is_never_carried_to_a_jobset_the_policy_holds(api, function):
     """A held JobSet is decided by its own annotations alone: the TrainJob's marks are dropped, the pass decides."""
-    tj, js = sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune")
+    tj, js = sample_object("trainjob-llama-finetune"), held_by_0_2(sample_object("jobset-llama-finetune"))
     own_uid(tj, js)
     tj["metadata"]["annotations"] = {"kai-fn/skipped": "out-of-scope", "kai-fn/bound": "2026-01-02T03:04:05Z"}
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), tj, js)
@@ -280,7 +281,7 @@ def test_suspended_by_its_author_and_out_of_scope_it_stays_suspended(api, functi
 
 # -- the migration: JobSets the previous version held (kai_fn/function/migration/jobset_hold.py) -------------------
 
-def held_by_0_2(name: str = "llama-finetune", annotations: dict | None = None, suspend: bool = False,
+def previous_hold(name: str = "llama-finetune", annotations: dict | None = None, suspend: bool = False,
                 decided: bool = False, owned: bool = True) -> list[dict]:
     """A sample TrainJob and its JobSet as 0.2.0's policy left it: suspended, labelled ``kai-fn/held``."""
     tj = sample_object(f"trainjob-{name}")
@@ -305,15 +306,15 @@ HELD_CASES = {
     # name: (what to seed, expected: PodGroups made, the JobSet's label kept, suspend after, its decision, writes,
     #        and the writes of the next event: none once decided; while held, the gang found made again, told again)
     "in scope: its gang made, then decided and released in one patch": (
-        lambda: held_by_0_2(), 1, False, False, "kai-fn/podgroup", GANG, []),
+        lambda: previous_hold(), 1, False, False, "kai-fn/podgroup", GANG, []),
     "its TrainJob asks to wait (kai-fn/hold): gang and templates, still held": (
-        lambda: held_by_0_2(annotations={"kai-fn/hold": "true"}), 1, True, True, None, GANG,
+        lambda: previous_hold(annotations={"kai-fn/hold": "true"}), 1, True, True, None, GANG,
         [("create", "podgroups"), ("create", "events")]),
     "its TrainJob suspended: decided, the hold lifted, left for Trainer to resume": (
-        lambda: held_by_0_2(suspend=True), 1, False, True, "kai-fn/podgroup", GANG, []),
+        lambda: previous_hold(suspend=True), 1, False, True, "kai-fn/podgroup", GANG, []),
     "out of scope: let go without a gang, resumed": (
-        lambda: held_by_0_2("resnet-eval"), 0, False, False, "kai-fn/skipped", [("patch", "jobsets")], []),
-    "already decided: nothing": (lambda: held_by_0_2(decided=True), 0, True, True, "kai-fn/podgroup", [], []),
+        lambda: previous_hold("resnet-eval"), 0, False, False, "kai-fn/skipped", [("patch", "jobsets")], []),
+    "already decided: nothing": (lambda: previous_hold(decided=True), 0, True, True, "kai-fn/podgroup", [], []),
 }
 
 
@@ -342,7 +343,7 @@ def test_a_jobset_the_previous_version_held_is_decided_and_released_once(api, fu
 
 @pytest.mark.parametrize("by", ["event", "resync"])
 def test_a_tenants_forged_held_label_on_a_jobset_no_trainjob_controls_is_nothing(api, function, by):
-    rt, tj, forged = held_by_0_2(owned=False)
+    rt, tj, forged = previous_hold(owned=False)
     seed(api, sample_object("queue-team-a"), rt, tj, forged)
     assert send(function.url, resource(live(api, tj["metadata"]["name"])) if by == "event" else ping()).status == 200
     after = jobset(api)
@@ -353,7 +354,7 @@ def test_a_tenants_forged_held_label_on_a_jobset_no_trainjob_controls_is_nothing
 def test_named_as_well_its_gang_made_before_the_jobset_the_resync_releases_it(api, function):
     """While both policies run: the gang is made from the TrainJob's event, then Trainer's JobSet is named and held.
     No other pass is owed it (its gang exists): the migration's share of the resync releases it."""
-    rt, tj, js = held_by_0_2()
+    rt, tj, js = previous_hold()
     seed(api, sample_object("queue-team-a"), rt, tj)
     assert send(function.url, resource(live(api, "llama-finetune"))).status == 200
     (pg,) = api.list(KAI_PG, "PodGroup", NS)

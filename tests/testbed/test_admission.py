@@ -21,6 +21,7 @@ from tests.testbed.kai_fn_install import (
     AUDIENCE, NAMESPACE, POLICY, SOURCE, SOURCE_SA, TRAINER, admission_policy, create_ignoring_conflict,
     create_trainjob, enabled_namespace, function_process, trainjob,
 )
+from tests.builders import held_by_0_2
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
@@ -151,7 +152,7 @@ def test_a_plainly_submitted_trainjob_in_scope_gets_its_gang_and_is_never_writte
     job = create_trainjob(testbed, enabled, submitted)
     assert job["spec"].get("suspend") is False
     jobset = objs.create_namespaced_custom_object(*JOBSETS, enabled, "jobsets",
-                                                  _as_trainer_would(sample_object("jobset-llama-finetune"), job))
+                                                  _as_trainer_would(held_by_0_2(sample_object("jobset-llama-finetune")), job))
     assert jobset["spec"]["suspend"] is False and jobset["metadata"]["labels"][NAMED] == "true"
     token = testbed.sa_token(NAMESPACE, SOURCE_SA, [AUDIENCE])
     answer = send(function.url, resource(jobset), token=token)  # the named JobSet's event

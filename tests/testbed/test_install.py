@@ -32,6 +32,7 @@ from tests.testbed.kai_fn_install import (
     AUDIENCE, NAMESPACE, POLICY, SOURCE, SOURCE_SA, TRAINER, apply, enabled_namespace,
     function_process, rendered,
 )
+from tests.builders import held_by_0_2
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
@@ -181,7 +182,7 @@ def test_a_missing_rule_makes_the_function_retry_later_without_writing(testbed: 
     job["metadata"]["namespace"] = scenery
     job = objs.create_namespaced_custom_object(*TRAINER, scenery, "trainjobs", job)
     jobset = objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", scenery, "jobsets",
-                                                  _as_trainer_would(sample_object("jobset-llama-finetune"), job))
+                                                  _as_trainer_would(held_by_0_2(sample_object("jobset-llama-finetune")), job))
     name = job["metadata"]["name"]
     podgroup = f"pg-{name}-{job['metadata']['uid']}"
     with function_process(testbed, KAI_FN_AUDIENCE=AUDIENCE, KAI_FN_SENDERS=SOURCE) as fn:

@@ -14,6 +14,7 @@ from tests.ce import ping, resource, send
 from tests.conftest import sample_object
 from tests.testbed.conftest import LiveCluster
 from tests.testbed.kai_fn_install import TRAINER, create_trainjob, enabled_namespace, function_process, seed_samples
+from tests.builders import held_by_0_2
 
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2")
 PODGROUPS = ("scheduling.run.ai", "v2alpha2")
@@ -24,7 +25,7 @@ def held_llama(testbed: LiveCluster, namespace: str) -> tuple[dict[str, Any], di
     tj = sample_object("trainjob-llama-finetune")
     tj["metadata"] = {"name": tj["metadata"]["name"], "labels": tj["metadata"].get("labels") or {}}
     made = create_trainjob(testbed, namespace, tj)
-    js = copy.deepcopy(sample_object("jobset-llama-finetune"))
+    js = copy.deepcopy(held_by_0_2(sample_object("jobset-llama-finetune")))
     js["metadata"] = {"name": made["metadata"]["name"], "labels": js["metadata"]["labels"], "ownerReferences": [{
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": made["metadata"]["name"],
         "uid": made["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]}

@@ -28,6 +28,7 @@ from tests.ce import ping, resource, send
 from tests.manifests import BASE, FUNCTION, NAMESPACE, by_kind, render
 from tests.testbed.conftest import LiveCluster, wait_for
 from tests.testbed.kai_fn_install import ENABLED
+from tests.builders import held_by_0_2
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 KAI = ("scheduling.run.ai", "v2")
@@ -105,7 +106,7 @@ def submit(testbed: LiveCluster, world: dict[str, str], annotations: dict[str, s
                       "annotations": annotations or {}}
     tj["spec"]["runtimeRef"]["name"] = world["runtime"]
     tj = objs.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", tj)
-    js = sample("jobset-llama-finetune")
+    js = held_by_0_2(sample("jobset-llama-finetune"))
     js["metadata"] = {"name": "llama", "namespace": ns, "labels": {HELD_LABEL: "true"}, "ownerReferences": [{
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "llama",
         "uid": tj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]}

@@ -21,6 +21,7 @@ from kai_fn.core import keys
 from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.ce import resource, send
 from tests.conftest import sample_object
+from tests.builders import held_by_0_2
 from tests.testbed.kai_fn_install import (
     AUDIENCE, NAMESPACE, SOURCE, SOURCE_SA, TRAINER, admission_policy, enabled_namespace, function_process, seed_samples,
 )
@@ -72,7 +73,7 @@ def submit(testbed: LiveCluster, namespace: str, trainjob: str, jobset: str, run
     del job["metadata"]["uid"]
     job["metadata"]["namespace"] = namespace
     job = objs.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", job)
-    js = sample_object(jobset)
+    js = held_by_0_2(sample_object(jobset))  # unnamed, as Trainer makes it once the label below is gone
     js["metadata"].pop("uid")
     js["metadata"]["labels"].pop(HELD_LABEL)  # the policy's, never Trainer's
     js["metadata"]["namespace"] = namespace

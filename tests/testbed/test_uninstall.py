@@ -28,6 +28,7 @@ from tests.testbed.kai_fn_install import (
     NAMESPACE, POLICY, TRAINER, admission_policy, create_trainjob, enabled_namespace, function_process, seed_samples,
     trainjob,
 )
+from tests.builders import held_by_0_2
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
@@ -43,7 +44,7 @@ def _status(testbed: LiveCluster, namespace: str) -> int:
 def _with_jobset(testbed: LiveCluster, job: dict[str, Any], *, named: bool = False) -> dict[str, Any]:
     """The sample JobSet, owned by the TrainJob just created, as Trainer would make it (no Trainer runs here): the
     policy names it while it is installed; ``named``: as the policy wrote it in its last moment."""
-    jobset = copy.deepcopy(sample_object("jobset-llama-finetune"))
+    jobset = copy.deepcopy(held_by_0_2(sample_object("jobset-llama-finetune")))
     meta = jobset["metadata"]
     meta.pop("uid", None)
     meta["labels"].pop(HELD_LABEL)  # the sample shows the previous version's hold
