@@ -142,14 +142,15 @@ def _settled(chain: Chain, namespaces: list[str], mix: Mix) -> bool:
 
 
 def census(chain: Chain, namespaces: list[str] | None = None) -> dict[str, int]:
-    """The TrainJobs by state, as kai_fn, Trainer and KAI left them: the hold is on the JobSet, the bound mark on the
-    gang's PodGroup."""
+    """The TrainJobs by state, as kai_fn, Trainer and KAI left them: a named JobSet with no PodGroup of kai_fn's is
+    owed its gang ("held"), the bound mark is on the gang's PodGroup."""
     objs, out = client.CustomObjectsApi(chain.api), Counter[str]()
     for ns in namespaces or bench_namespaces(chain):
         jobsets = {j["metadata"]["name"]: j for j in objs.list_namespaced_custom_object(*JOBSET, ns, "jobsets")["items"]}
-        bound = {r["name"] for pg in objs.list_namespaced_custom_object(*PODGROUP, ns, "podgroups")["items"]
-                 if keys.GANG_BOUND_ANNOTATION in (pg["metadata"].get("annotations") or {})
+        podgroups = objs.list_namespaced_custom_object(*PODGROUP, ns, "podgroups")["items"]
+        bound = {r["name"] for pg in podgroups if keys.GANG_BOUND_ANNOTATION in (pg["metadata"].get("annotations") or {})
                  for r in pg["metadata"].get("ownerReferences") or [] if r.get("kind") == "TrainJob"}
+        ganged = {(pg["metadata"].get("labels") or {}).get(keys.TRAINJOB_NAME_LABEL) for pg in podgroups}
         for tj in objs.list_namespaced_custom_object(*TRAINER, ns, "trainjobs")["items"]:
             name, js = tj["metadata"]["name"], jobsets.get(tj["metadata"]["name"])
             done = any(c.get("type") == "Complete" and c.get("status") == "True"
@@ -158,8 +159,8 @@ def census(chain: Chain, namespaces: list[str] | None = None) -> dict[str, int]:
                 out["completed"] += 1
             elif js is None:
                 out["no JobSet yet"] += 1
-            elif keys.HELD_LABEL in (js["metadata"].get("labels") or {}):
-                out["held (its JobSet)"] += 1
+            elif name not in ganged:
+                out["held (owed its gang)"] += 1
             elif name in bound:
                 out["bound, running"] += 1
             else:
@@ -168,15 +169,20 @@ def census(chain: Chain, namespaces: list[str] | None = None) -> dict[str, int]:
 
 
 def held(chain: Chain, namespaces: list[str]) -> int:
-    """JobSets the admission policy holds and kai_fn has not decided."""
+    """JobSets the admission policy named whose gang kai_fn has not made (no PodGroup of kai_fn's for its TrainJob)."""
     objs = client.CustomObjectsApi(chain.api)
-    return sum(len(objs.list_namespaced_custom_object(*JOBSET, ns, "jobsets", label_selector=f"{keys.HELD_LABEL}=true")
-                   ["items"]) for ns in namespaces)
+    owed = 0
+    for ns in namespaces:
+        ganged = {(pg["metadata"].get("labels") or {}).get(keys.TRAINJOB_NAME_LABEL)
+                  for pg in objs.list_namespaced_custom_object(*PODGROUP, ns, "podgroups")["items"]}
+        named = objs.list_namespaced_custom_object(*JOBSET, ns, "jobsets", label_selector=f"{keys.NAMED_LABEL}=true")
+        owed += sum(1 for js in named["items"] if js["metadata"]["name"] not in ganged)
+    return owed
 
 
 def submit_held(chain: Chain, namespaces: list[str], count: int, timeout: float = 900) -> float:
     """``count`` TrainJobs made while no event reaches kai_fn (the caller has the TrainJob and JobSet sources down),
-    then waited for until Trainer has made each one's JobSet, held; returns the seconds that took."""
+    then waited for until Trainer has made each one's JobSet, named and owed its gang; returns the seconds that took."""
     began = time.monotonic()
     for i in range(count):
         submit(chain.api, namespaces[i % len(namespaces)],

@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from kai_fn.local.emulator import Emulator
+from kai_fn.core import keys
+from kai_fn.local.emulator import Emulator, naming
 from kai_fn.local.process import REPO
 
 NAMESPACE = "bench"
@@ -57,7 +58,11 @@ def jobset_for(job: dict[str, Any]) -> dict[str, Any]:
     meta.update(name=job["metadata"]["name"], namespace=NAMESPACE, uid=str(uuid.uuid4()))
     meta["labels"]["trainer.kubeflow.org/trainjob-name"] = job["metadata"]["name"]
     meta["ownerReferences"][0].update(name=job["metadata"]["name"], uid=job["metadata"]["uid"])
-    return obj
+    for rj in obj["spec"]["replicatedJobs"]:  # the sample's names are its own TrainJob's: named again for this one
+        (rj["template"]["spec"]["template"].get("metadata") or {}).get("annotations", {}).pop(
+            keys.KAI_POD_GROUP_ANNOTATION, None)
+    obj["spec"]["suspend"] = bool((job.get("spec") or {}).get("suspend"))  # Trainer's, from its TrainJob
+    return naming.named(obj)
 
 
 def seed_new(api: Emulator, prefix: str, count: int) -> list[dict[str, Any]]:

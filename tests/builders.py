@@ -87,8 +87,9 @@ def trainjob(*, name: str = "job", namespace: str = "ns", uid: str = UID, labels
 
 def jobset_for(job: dict[str, Any], rt: dict[str, Any], *, suspend: bool = True,
                uid: str = "99999999-8888-4777-8666-555555555555", held: bool = False) -> dict[str, Any]:
-    """The JobSet Trainer would make: the runtime's template, named like the TrainJob, owned by it. ``held``: as
-    kai_fn's admission policy leaves it, labelled ``kai-fn/held: "true"`` (pass ``suspend=True`` with it)."""
+    """The JobSet Trainer would make: the runtime's template, named like the TrainJob, owned by it. ``held``: as the
+    previous version's policy left it, labelled ``kai-fn/held: "true"`` (pass ``suspend=True`` with it): what
+    kai_fn/function/migration/jobset_hold.py releases."""
     spec = copy.deepcopy(rt["spec"]["template"]["spec"])
     spec["suspend"] = suspend
     try:  # Trainer writes each job's count (numNodes for the trainer) as its parallelism and completions
@@ -159,3 +160,28 @@ def job_owner(jobset: str, replicated_job: str = "node", index: int = 0) -> list
     (JobSet's naming), as controller. kai_fn counts a gang's pods only under such a Job (kai_fn/core/gang.py)."""
     return [{"apiVersion": "batch/v1", "kind": "Job", "name": f"{jobset}-{replicated_job}-{index}",
              "uid": f"job-uid-{jobset}-{replicated_job}-{index}", "controller": True, "blockOwnerDeletion": True}]
+
+
+def held_by_0_2(named: dict[str, Any]) -> dict[str, Any]:
+    """A JobSet the admission policy named (a sample's), as the previous version's policy left it instead: never
+    named, suspended, labelled ``kai-fn/held: "true"``: what kai_fn/function/migration/jobset_hold.py releases."""
+    out = copy.deepcopy(named)
+    meta = out["metadata"]
+    meta["labels"] = {"kai-fn/held": "true", **{k: v for k, v in (meta.get("labels") or {}).items()
+                                                if k != "kai-fn/named"}}
+    _drop(meta, "annotations", "kai.scheduler/skip-podgrouper")
+    for rj in out["spec"]["replicatedJobs"]:
+        pod = rj["template"]["spec"]["template"]
+        _drop(pod.get("metadata") or {}, "annotations", "pod-group-name")
+        if not pod.get("metadata"):
+            pod.pop("metadata", None)
+    out["spec"]["suspend"] = True
+    return out
+
+
+def _drop(meta: dict[str, Any], where: str, key: str) -> None:
+    kept = {k: v for k, v in (meta.get(where) or {}).items() if k != key}
+    if kept:
+        meta[where] = kept
+    else:
+        meta.pop(where, None)

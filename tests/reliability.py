@@ -42,6 +42,7 @@ from kai_fn.commands.invoke import Sample
 from kai_fn.local.delivery import Adapter, Delivery
 from tests.ce import ref, resource
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
+from tests.builders import held_by_0_2
 
 SEED = 20261202
 PERIOD = 0.005  # the adapter's backoff period, shortened from 50 ms: tries 10, 20, 40, 80, 160 ms apart
@@ -107,7 +108,7 @@ def make_job(namespace: str, name: str, uid: str, *, shape: str = "flat", mode: 
     """A TrainJob shaped like a sample; ``extras`` gives it (and its JobSet) keys of other owners to keep."""
     stem = "llama-finetune" if shape == "flat" else "bert-pretrain"
     tj = sample_object(f"trainjob-{stem}")
-    js = sample_object(f"jobset-{stem}")
+    js = held_by_0_2(sample_object(f"jobset-{stem}"))
     tj["metadata"].update(name=name, namespace=namespace, uid=uid)
     js["metadata"].update(name=name, namespace=namespace, uid=jobset_uid or str(uuid.uuid5(uuid.UUID(uid), "js")))
     js["metadata"]["labels"]["trainer.kubeflow.org/trainjob-name"] = name

@@ -2,7 +2,8 @@
 outside the repository (a reader of the repository cannot follow such a reference), mypy --strict over all of kai_fn
 with each ``type: ignore`` naming its error code and its reason, one name per class (no module-level alias
 such as ``Cluster = ApiServer``), every API path built in kai_fn/kube alone (the function and the commands call
-its typed methods), and the commands placing a TrainJob (phase, boundness, owner) only through kai_fn/core/state.py."""
+its typed methods), the commands placing a TrainJob (phase, boundness, owner) only through kai_fn/core/state.py, and
+the previous version's JobSet hold known to its migration module alone."""
 from __future__ import annotations
 
 import ast
@@ -211,3 +212,27 @@ def test_a_raw_api_path_is_a_string_that_starts_one(tmp_path):
     (tmp_path / "a.py").write_text('x = session.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")\n'
                                   "y = '/api/v1/namespaces'\nz = 'apis are fine in prose'\n")
     assert raw_api_paths(tmp_path) == ["a.py:1", "a.py:2"]
+
+
+# The previous version's JobSet hold: its label and its policy's name, known to the module that migrates it alone.
+HOLD_NAMES = re.compile(r"kai-fn/held|HELD_LABEL|kai-fn-hold-jobsets")
+HOLD_MODULE = "function/migration/jobset_hold.py"
+
+
+def knows_the_hold(root: Path) -> list[str]:
+    """``<file>:<line>`` for every line under ``root`` (kai_fn) that names the previous version's hold, outside its
+    migration module."""
+    return [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*.py"))
+            if path.relative_to(root).as_posix() != HOLD_MODULE
+            for n, line in enumerate(path.read_text().splitlines(), 1) if HOLD_NAMES.search(line)]
+
+
+def test_only_the_migration_module_knows_the_previous_versions_jobset_hold():
+    assert knows_the_hold(REPO / "kai_fn") == []
+
+
+def test_a_line_knows_the_hold_when_it_names_its_label_key_or_policy(tmp_path):
+    (tmp_path / "function" / "migration").mkdir(parents=True)
+    (tmp_path / "a.py").write_text('x = "kai-fn/held"\ny = keys.HELD_LABEL\nz = "kai-fn-hold-jobsets"\nw = "kai-fn/hold"\n')
+    (tmp_path / HOLD_MODULE).write_text('HELD_LABEL = "kai-fn/held"\n')
+    assert knows_the_hold(tmp_path) == ["a.py:1", "a.py:2", "a.py:3"]

@@ -118,7 +118,7 @@ def _look(session: ApiSession, settings: Settings, obj: dict[str, Any], now: dat
     out.state["since"] = status_mod.age(reading.age(now)) if reading.since else None
     marked = {**notes(obj), **notes(look.jobset), **labels(look.jobset)}
     out.state |= {"released": look.released, "suspend": look.marks.suspended,
-                  "held": look.marks.held, "markers": {k: v for k, v in sorted(marked.items()) if k.startswith("kai-fn/")}}
+                  "markers": {k: v for k, v in sorted(marked.items()) if k.startswith("kai-fn/")}}
     return look
 
 
@@ -342,8 +342,7 @@ def _render_state(report: Report) -> list[str]:
             ["gang", f"queue {queue or '-'}, minMember {size or '-'}, GPUs {gpus or '-'}"] if seen else None,
             ["PodGroup", s.get("podGroup") or "none"] if "podGroup" in s else None,
             ["JobSet", s.get("jobSet")] if "jobSet" in s else None,
-            ["released", "yes" if s.get("released") else "no: its JobSet is held" if s.get("held")
-             else f"no (TrainJob spec.suspend {s.get('suspend')})"],
+            ["released", "yes" if s.get("released") else f"no (TrainJob spec.suspend {s.get('suspend')})"],
             ["markers", ", ".join(f"{k}={v}" for k, v in s.get("markers", {}).items()) or "none"]]
     return ["STATE", table([r for r in rows if r]), ""]
 

@@ -4,11 +4,12 @@
 A TrainJob whose JobSet was named at admission (or is not made yet) gets **its gang**: the PodGroups of kai_fn's pure
 plan (:func:`kai_fn.core.plan.plan`, read with the operator's own credentials), made as kai_fn would make them, so its
 pods, waiting unbound for them, bind whole; kai_fn, back, finds them its own and makes no second gang. No queue
-pre-check: the operator decides, KAI's own limits still apply. A JobSet the previous version's policy held is let go
-without a gang, as before: patched once, guarded by the resourceVersion it was read at, with ``kai-fn/skipped:
-released-by-operator`` (so kai_fn, back, leaves it alone), the hold's label removed and ``spec.suspend: false``
-(unless its TrainJob is suspended). Either way a Normal Event ``ReleasedByOperator`` on the TrainJob names who (the
-kubeconfig's user, by a SelfSubjectReview), why (``--reason``) and what was done.
+pre-check: the operator decides, KAI's own limits still apply. A JobSet admission did not name (suspended: one the
+previous version held, or one on Kubernetes 1.33) is let go without a gang: patched once, guarded by the
+resourceVersion it was read at, with ``kai-fn/skipped: released-by-operator`` (so kai_fn, back, leaves it alone) and,
+when its TrainJob runs (none but kai_fn would resume it), ``spec.suspend: false``. Either way a Normal Event
+``ReleasedByOperator`` on the TrainJob names who (the kubeconfig's user, by a SelfSubjectReview), why (``--reason``)
+and what was done.
 
 By name it releases a ``held`` or ``blocked`` TrainJob and refuses any other in one line; ``--held`` (with ``-n`` or
 ``-A``) releases every ``held`` one, never a ``blocked`` one (kai_fn refused those for a reason: name them). Either
@@ -131,8 +132,8 @@ def opted_in(session: ApiSession, candidates: list[Candidate]) -> tuple[list[Can
 
 
 def release_one(session: ApiSession, settings: Settings, candidate: Candidate, user: str, reason: str) -> Released:
-    """The gang made (a JobSet named at admission, or none yet), or one guarded patch of a held JobSet; then the
-    Event."""
+    """The gang made (a JobSet named at admission, or none yet), or one guarded patch of a suspended JobSet; then
+    the Event."""
     meta = candidate.trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     jobset = survey.jobset_of(session, candidate.trainjob)
@@ -141,8 +142,9 @@ def release_one(session: ApiSession, settings: Settings, candidate: Candidate, u
     marks = facts(candidate.trainjob, jobset)
     try:
         if jobset is not None:
+            resume = marks.jobset_suspended and not marks.suspended  # none but kai_fn would resume it
             ops = jobset_patch(None, jobset, {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR},
-                               resume=marks.held and not marks.suspended)
+                               [{"op": "replace", "path": "/spec/suspend", "value": False}] if resume else [])
             if ops:
                 session.patch_jobset(namespace, name, ops)
     except (Stale, GuardFailed):

@@ -15,7 +15,6 @@ from kai_fn.core import keys, objects, reasons
 from kai_fn.core.patch import MissingReplicatedJob, Op, jobset_patch
 from kai_fn.core.plan import Plan
 from kai_fn.core.reasons import Result
-from kai_fn.core.objects import stamp
 from kai_fn.core.state import Facts as State
 
 # Why a TrainJob waits: short tokens, the label of kai_fn_waiting_events.
@@ -89,7 +88,7 @@ class Wait:
 
 @dataclass(frozen=True)
 class Refuse:
-    """A Warning on the TrainJob, and no gang: its pods wait unbound (a held JobSet stays held)."""
+    """A Warning on the TrainJob, and no gang: its pods wait unbound (a suspended JobSet stays suspended)."""
 
     reason: str
     message: str
@@ -98,10 +97,9 @@ class Refuse:
 
 @dataclass(frozen=True)
 class LetGo:
-    """Out of scope. ``held``: the policy holds its JobSet, and ``ops`` let it go (marked, resumed)."""
+    """Out of scope: nothing written, unless ``ops`` (the migration's) let its JobSet go, marked so."""
 
     why: str
-    held: bool
     ops: tuple[Op, ...] = ()
 
 
@@ -270,12 +268,8 @@ _SEGMENT_MARKS = frozenset({keys.SEGMENT_SIZE_LABEL, keys.SEGMENT_PARENT_ANNOTAT
 
 
 def let_go(state: State, context: Context, why: str) -> Action:
-    """Out of scope: a JobSet the policy holds is decided without a gang (resumed unless its TrainJob is
-    suspended: Trainer resumes it with the TrainJob); anything else is left as it is."""
-    if not state.held or context.jobset is None:
-        return LetGo(why, held=False)
-    ops = jobset_patch(None, context.jobset, {keys.MARKER_SKIPPED: "out-of-scope"}, not state.suspended)
-    return LetGo(why, held=True, ops=tuple(ops))
+    """Out of scope: left as it is."""
+    return LetGo(why)
 
 
 def waits_for(state: State, context: Context) -> str | None:
@@ -293,21 +287,19 @@ def waits_for(state: State, context: Context) -> str | None:
 
 
 def gang(state: State, context: Context, plan: Plan) -> Action:
-    """The gang and the JobSet's patch, from the JobSet as read now (``context.jobset``). Told to wait while its
-    TrainJob runs (kai-fn/hold, KAI_FN_RESUME=false): templates only, no decision, so the policy keeps turning
-    Trainer's re-applies back until the hold is lifted."""
+    """The gang and the JobSet's patch, from the JobSet as read now (``context.jobset``): one admission did not name,
+    suspended (Kubernetes 1.33: its TrainJob was submitted suspended). Its pod templates are named and the decision
+    written; it stays suspended (Trainer resumes it with its TrainJob). Told to wait while its TrainJob runs
+    (kai-fn/hold, KAI_FN_RESUME=false): templates only, no decision."""
     assert context.jobset is not None
     waits = waits_for(state, context)
-    resume = waits is None and state.held
     decision: dict[str, str] | None = None
     if waits is None or state.suspended:
         decision = {keys.MARKER_PODGROUP: plan.podgroup_name or ""}
     if decision is not None and plan.reserves:
         decision[keys.RESERVES_ANNOTATION] = plan.reserves
-    if resume:
-        decision = {**(decision or {}), keys.RELEASED_AT_ANNOTATION: stamp(context.now)}
     try:
-        ops = jobset_patch(plan, context.jobset, decision, resume)
+        ops = jobset_patch(plan, context.jobset, decision)
     except MissingReplicatedJob as missing:
         name = objects.meta(context.jobset).get("name")
         return Refuse(reasons.JOBSET_MISMATCH,
@@ -317,6 +309,4 @@ def gang(state: State, context: Context, plan: Plan) -> Action:
     if (refused := unlike_its_plan(plan, context.jobset)) is not None:
         return refused
     return MakeGang(plan, tuple(ops), waits, precheck=context.precheck and plan.queue is not None,
-                    placeholders=plan.placeholders if resume else (),
-                    remember=(waits is None or state.suspended) and not plan.reserves)
-
+                    placeholders=(), remember=(waits is None or state.suspended) and not plan.reserves)

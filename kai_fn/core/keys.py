@@ -66,10 +66,6 @@ HOLD_ANNOTATION = "kai-fn/hold"
 # On the main PodGroup:
 GANG_BOUND_ANNOTATION = "kai-fn/bound"  # when kai_fn saw every pod of the gang on a node (GangBound posted)
 TIMED_OUT_ANNOTATION = "kai-fn/timed-out"  # when the schedule timeout ended the current wait
-# On a JobSet the admission policy holds (spec.suspend: true) until kai_fn decides it: kai_fn's patch removes it
-# with the decision (kai-fn/podgroup or kai-fn/skipped on the JobSet). The JobSet source selects by it.
-HELD_LABEL = "kai-fn/held"
-POLICY_NAME = "kai-fn-hold-jobsets"
 # On a JobSet the admission policy named at its CREATE (knative/components/admission-policy): each pod template names its
 # PodGroup (pod-group-name) and KAI's podgrouper skips it. Nothing is held: kai_fn's PodGroups, once made, are its
 # decision. The JobSet source selects by it.
@@ -78,7 +74,7 @@ NAMING_POLICY_NAME = "kai-fn-name-gangs"
 FIELD_MANAGER = "kai-fn"
 MIN_RESOURCES_ANNOTATION = "kai-fn/min-resources"
 STAGE_ANNOTATION = "kai-fn/replicated-jobs"  # a staged gang's PodGroup: the replicatedJobs of its wave
-RELEASED_AT_ANNOTATION = "kai-fn/released-at"  # on the JobSet: when kai_fn resumed it
+RELEASED_AT_ANNOTATION = "kai-fn/released-at"  # on the JobSet: when kai_fn resumed it (the migration, 0.1.0, 0.2.0)
 SCHEDULE_TIMEOUT_ANNOTATION = "kai-fn/schedule-timeout-seconds"  # TrainJob: override; PodGroup: the default
 # A later wave reserved in an earlier wave's gang (kai_fn/core/reserve.py, docs/reservation.md): on the main PodGroup
 # and in the JobSet's decision, the replicatedJobs whose places are held and their pods (`launcher=1`); on each

@@ -48,7 +48,7 @@ def controlled_by(jobset: dict[str, Any], uid: str | None) -> bool:
 
 
 def hold_reason(trainjob: dict[str, Any]) -> str | None:
-    """Why kai_fn must leave a held JobSet held even once its gang exists: its TrainJob asks to wait."""
+    """Why kai_fn must make no gang yet (or, once made, not let it start): its TrainJob asks to wait."""
     if notes(trainjob).get(keys.HOLD_ANNOTATION) == "true":
         return f"{keys.HOLD_ANNOTATION} is true"
     return None

@@ -1,5 +1,6 @@
-"""The one RFC 6902 JSON Patch that decides a held JobSet: the Plan's pod-template changes, kai_fn's decision
-(``kai-fn/podgroup`` or ``kai-fn/skipped``), the hold's label removed and, when the gang may start, ``suspend: false``.
+"""The one RFC 6902 JSON Patch that decides a JobSet admission did not name (a suspended one, on Kubernetes 1.33):
+the Plan's pod-template changes and kai_fn's decision (``kai-fn/podgroup`` or ``kai-fn/skipped``), with a caller's
+own ops after them under the same guards (the migration's: :mod:`kai_fn.function.migration`).
 
 A merge patch would replace the whole ``replicatedJobs`` list, so this is a JSON Patch: ``test`` ops pin
 the JobSet's uid and the resourceVersion that was read, that it is still suspended (the JobSet webhook refuses
@@ -8,11 +9,11 @@ template changes otherwise) and the name at every index it touches. Nothing left
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import jsonpatch
 
-from kai_fn.core import keys
 from kai_fn.core.plan import Plan
 
 Op = dict[str, Any]
@@ -27,10 +28,10 @@ def pointer(*parts: str | int) -> str:
 
 
 def jobset_patch(plan: Plan | None, jobset: dict[str, Any], decision: dict[str, str] | None = None,
-                 resume: bool = False) -> list[Op]:
-    """Ops that bring ``jobset`` to the plan (``None``: released without a gang) and, with ``decision``, decide it:
-    those annotations set, the hold's label removed, and ``resume`` sets ``suspend: false``. ``[]`` when it carries
-    every change already."""
+                 extra: Sequence[Op] = ()) -> list[Op]:
+    """Ops that bring ``jobset`` to the plan (``None``: released without a gang) and, with ``decision``, decide it
+    (those annotations set), then ``extra``, the caller's own: one that writes ``/spec/suspend`` is guarded by the
+    JobSet still being suspended. ``[]`` when there is nothing to write."""
     adds: list[Op] = []
     touched: list[int] = []
     work = copy.deepcopy(jobset)
@@ -47,11 +48,8 @@ def jobset_patch(plan: Plan | None, jobset: dict[str, Any], decision: dict[str, 
         _ensure(work, (*meta, "annotations"), change.annotations, adds)
         if len(adds) > before:
             touched.append(i)
-    if decision is not None and keys.HELD_LABEL in (jobset.get("metadata", {}).get("labels") or {}):
-        adds.append({"op": "remove", "path": pointer("metadata", "labels", keys.HELD_LABEL)})
-    resuming = resume and jobset.get("spec", {}).get("suspend") is True
-    if resuming:
-        adds.append({"op": "replace", "path": "/spec/suspend", "value": False})
+    adds += extra
+    resuming = any(op.get("path") == "/spec/suspend" for op in extra)
     if not adds:
         return []
     guards: list[Op] = [{"op": "test", "path": "/metadata/uid", "value": jobset["metadata"]["uid"]}]

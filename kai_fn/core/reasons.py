@@ -1,7 +1,7 @@
 """The reasons of the Events kai_fn posts on a TrainJob, and a Warning of its read back: a refusal.
 
 Each Warning reason is explained in docs/troubleshooting.md. The refusals are the Warnings by which kai_fn declines
-to release a TrainJob: it stays held without a decision, and only these Events tell ``blocked`` from ``held``.
+to make a TrainJob's gang: it stays undecided, and only these Events tell ``blocked`` from ``held``.
 """
 from __future__ import annotations
 

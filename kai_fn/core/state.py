@@ -7,13 +7,14 @@ JobSet, the gang's marks on its main PodGroup) and a :class:`Reading` (a :class:
 and the :class:`Gang`). The phases, in the order an operator should look at them:
 
 - ``held``: kai_fn owes it its gang and has not made it yet: its JobSet was named at admission and its pods wait
-  unbound for their PodGroup (or an earlier version's policy holds its JobSet); no refusal on record;
+  unbound for their PodGroup, Trainer has not made it yet, or it waits suspended while its TrainJob runs (a JobSet
+  the previous version held, :mod:`kai_fn.function.migration`); no refusal on record;
 - ``blocked``: kai_fn refused to make its gang (queue pre-check, missing runtime, blocked plan, ...): its pods wait
   unbound, with a Warning Event naming why;
 - ``timed-out``: its gang was not bound within its schedule timeout (``kai-fn/timed-out`` for the current wait);
 - ``waiting``: released with its gang, not every pod of the gang bound; KAI's reasons when KAI gave some;
 - ``suspended``: kept suspended on purpose (``kai-fn/hold``, Kueue, ``KAI_FN_RESUME=false``, or its user);
-- ``running-without-gang``: released without a gang (``kai-fn/skipped``), or running without ever being held;
+- ``running-without-gang``: released without a gang (``kai-fn/skipped``), or running without ever being named;
 - ``bound``: every pod of the gang on a node (``kai-fn/bound``, or the pods say so now).
 
 "Bound" is judged on the PodGroup the decision ``kai-fn/podgroup`` names (the trainer stage), by
@@ -67,7 +68,6 @@ class Facts:
 
     podgroup: str | None = None  # the main gang kai_fn made
     skipped: str | None = None  # released without a gang, and why
-    held: bool = False  # the policy holds its JobSet and kai_fn has not decided it
     named: bool = False  # the JobSet was named at admission: its pods name their PodGroups, nothing is held
     has_jobset: bool = False
     jobset_suspended: bool = False
@@ -102,23 +102,17 @@ class Facts:
         return None if self.timed_out_since_resume else self.resumed
 
     @property
-    def owes_release(self) -> bool:
-        """Held, undecided, not kept held on purpose: kai_fn has still to release it (or has refused to)."""
-        return self.held and not self.decided and self.hold is None and not self.deleting
-
-    @property
     def may_be_refused(self) -> bool:
-        """Undecided and its pods kept from binding (held, suspended, not made yet, or named and waiting for their
-        gang): kai_fn's decision tells ``blocked`` from ``held``."""
-        return self.owes_release or ((self.jobset_suspended or not self.has_jobset or self.named)
-                                     and not self.decided and not self.deleting)
+        """Undecided and its pods kept from binding (suspended, not made yet, or named and waiting for their gang):
+        kai_fn's decision tells ``blocked`` from ``held``."""
+        return (self.jobset_suspended or not self.has_jobset or self.named) and not self.decided and not self.deleting
 
     def owes_pass(self, watched: bool) -> bool:
-        """A pass is owed: the policy holds its JobSet, or named it and kai_fn has not made its gang, or its JobSet
-        waits suspended and undecided in a namespace kai_fn serves (``watched``)."""
+        """A pass is owed: the policy named its JobSet and kai_fn has not made its gang, or its JobSet waits suspended
+        and undecided in a namespace kai_fn serves (``watched``)."""
         if self.deleting or self.decided:
             return False
-        return self.held or self.named or (self.has_jobset and self.jobset_suspended and watched)
+        return self.named or (self.has_jobset and self.jobset_suspended and watched)
 
     def settled(self, podgroup_name: str | None = None) -> str | None:
         """Why there is nothing to report on the gang (of ``podgroup_name``, the main one's or a stage's), or None
@@ -142,7 +136,6 @@ def facts(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None,
     there the main PodGroup (``podgroup``), made by kai_fn for this TrainJob, is the decision, as it is before Trainer
     has made the JobSet."""
     set_notes, pg_notes = notes(jobset), notes(podgroup)
-    held_label = jobset is not None and labels(jobset).get(keys.HELD_LABEL) == "true"
     named = named_at_admission(jobset)
     made = made_by_kai_fn(podgroup, meta(trainjob).get("uid")) and (jobset is None or named)
     marked = set_notes.get(keys.MARKER_PODGROUP)
@@ -150,7 +143,6 @@ def facts(trainjob: dict[str, Any], jobset: dict[str, Any] | None = None,
     return Facts(
         podgroup=podgroup_name,
         skipped=None if podgroup_name else set_notes.get(keys.MARKER_SKIPPED),
-        held=held_label and keys.MARKER_PODGROUP not in set_notes and keys.MARKER_SKIPPED not in set_notes,
         named=named,
         has_jobset=jobset is not None,
         jobset_suspended=suspended(jobset),
@@ -178,10 +170,9 @@ def own_jobset(trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> dict[
 
 
 def named_at_admission(jobset: dict[str, Any] | None) -> bool:
-    """The admission policy named the JobSet's gang at its CREATE (and the previous version's policy does not hold
-    it): its main PodGroup, once kai_fn made it, is the decision."""
-    return (jobset is not None and labels(jobset).get(keys.NAMED_LABEL) == "true"
-            and labels(jobset).get(keys.HELD_LABEL) != "true")
+    """The admission policy named the JobSet's gang at its CREATE: its main PodGroup, once kai_fn made it, is the
+    decision."""
+    return jobset is not None and labels(jobset).get(keys.NAMED_LABEL) == "true"
 
 
 def made_by_kai_fn(podgroup: dict[str, Any] | None, uid: str | None) -> bool:
@@ -333,13 +324,15 @@ def main_of(trainjob: dict[str, Any], jobset: dict[str, Any] | None,
 
 
 def _undecided(marks: Facts, refused: Sequence[Refusal]) -> _Placed:
-    if (marks.held or marks.named) and marks.hold is not None:
+    # Its TrainJob runs and no Kueue admits it: none but kai_fn resumes the JobSet (the previous version's hold).
+    waits_for_kai_fn = marks.jobset_suspended and not marks.suspended and marks.kueue is None
+    if (waits_for_kai_fn or marks.named) and marks.hold is not None:
         return Phase.SUSPENDED, marks.hold, None
-    if refused and (marks.held or marks.named or not marks.has_jobset or marks.jobset_suspended):
+    if refused and (marks.named or not marks.has_jobset or marks.jobset_suspended):
         last = refused[-1]
         return Phase.BLOCKED, f"{last.reason}: {last.message}", refused[0].at
-    if marks.held:
-        return Phase.HELD, "its JobSet is held by an earlier version's admission policy; kai_fn has not made its gang yet", None
+    if waits_for_kai_fn:
+        return Phase.HELD, "its JobSet waits suspended while its TrainJob runs; kai_fn has not made its gang yet", None
     if marks.named:
         return Phase.HELD, "its pods wait unbound for their PodGroup, which kai_fn has not made yet", None
     if not marks.has_jobset:

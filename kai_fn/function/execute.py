@@ -118,13 +118,13 @@ class Execution:
         assert_never(action)
 
     def let_go(self, action: LetGo) -> Outcome:
-        """Out of scope: a JobSet the policy held is let go (marked, so later events cost nothing)."""
-        if not action.held:
+        """Out of scope: left alone, or its JobSet let go as the migration says (marked, so later events cost
+        nothing)."""
+        if not action.ops:
             return self.outcome("ignored", action.why)
         try:
-            if action.ops:
-                self.session.patch_jobset(self.namespace, self.name, list(action.ops))
-                self.jobset = applied(self.jobset, action.ops)
+            self.session.patch_jobset(self.namespace, self.name, list(action.ops))
+            self.jobset = applied(self.jobset, action.ops)
         except GuardFailed:
             raise Retry("the JobSet changed while it was let go") from None
         self.decided()

@@ -1,8 +1,8 @@
 """One TrainJob's turn in the work queue (issue 38, item 1), as controller-runtime maps every owned object's event to
 its owner's key: every event of a TrainJob is offered under its key ``(namespace, name)``. Its own and its JobSet's
 ask for a pass; its PodGroups' for a look at its gang (the TrainJob the PodGroup's kai_fn label names); the resync's
-for a pass owed, a look at a released gang not known to be bound, an overdue schedule timeout or the earlier gate's
-marks; its timer's for its schedule timeout, at the deadline. A key's work is the union of what was offered for it
+for a pass owed, a look at a released gang not known to be bound, an overdue schedule timeout or an earlier
+version's marks; its timer's for its schedule timeout, at the deadline. A key's work is the union of what was offered for it
 since its last turn (:class:`Chores`, :func:`merge`), done in that order: the pass first, as it may make or adopt
 the gang the others look at. Each part costs the API calls it cost in the request thread or in the resync, and logs
 one ``work`` line; a part a retry may fix is tried again alone (``Again``), one that failed unexpectedly is logged
@@ -46,7 +46,7 @@ class Chores:
     gang: Entry | None = None  # the resync's look at a released gang, as listed
     overdue: tuple[Wait, Entry] | None = None  # the resync's overdue schedule timeout, as listed
     timer: bool = False  # the key's timer: its schedule timeout, its objects read then
-    migrate: Entry | None = None  # the earlier gate's marks, as listed (kai_fn.function.migration)
+    migrate: Entry | None = None  # an earlier version's marks, as listed (kai_fn.function.migration)
 
 
 def merge(older: Chores, newer: Chores) -> Chores:
@@ -131,7 +131,7 @@ class Worker:
                 timeouts.on_timer(s, self.settings, key, reconcile.now())))
         if (marked := chores.migrate) is not None:
             yield Chores(migrate=marked), "migration", lambda s: self.held(key, s, lambda: Done(
-                migration.migrate(s, self.settings, marked), "the earlier gate's marks"))
+                migration.migrate(s, self.settings, marked), "an earlier version's marks"))
 
     def pass_of(self, event: TrainJobEvent, session: CachedSession) -> Done:
         outcome = reconcile.reconcile(event, session, self.settings, self.optin)

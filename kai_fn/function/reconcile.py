@@ -4,9 +4,10 @@
 The admission policy names, at its CREATE, the gang of every JobSet a TrainJob controls whose pods ask for the
 flavor's scheduler: each pod template names its PodGroup, and KAI binds none before it exists. The pass makes the
 PodGroups (usually from the TrainJob's own event, before the JobSet exists) and writes neither the JobSet nor the
-TrainJob (its Events say what was done). A JobSet the previous version's policy held is decided as it was: the gang,
-then the pod templates, the decision and ``suspend: false`` in one guarded patch. Every step is idempotent, so
-duplicates, retries and concurrent deliveries are harmless.
+TrainJob (its Events say what was done). A JobSet admission did not name (suspended, on Kubernetes 1.33) gets the gang,
+then its pod templates and the decision in one guarded patch, and stays suspended; one the previous version held is
+released by the same patch (:mod:`kai_fn.function.migration`). Every step is idempotent, so duplicates, retries and
+concurrent deliveries are harmless.
 
 An event's body is never acted on, whoever sent it: the plan comes from a fresh GET (or the resync's LIST), made
 with kai_fn's own identity.
@@ -137,19 +138,21 @@ class Reconciler(Execution):
         facts = state.facts(self.obj, self.jobset, made)
         action = decide.before_plan(facts, self.context())
         if action is not None:
+            action = migration.released(action, facts, self.context())
             if isinstance(action, decide.Skip) and made is not None and (unlike := decide.made_before_its_jobset(
                     facts, self.context(), self.planned())) is not None:
                 self.carry_out(unlike)  # told once per process: the Skip below remembers the JobSet
             return action, self.carry_out(action)
         planned = self.planned()
         for _ in range(_PATCH_ATTEMPTS):
-            action = decide.with_plan(state.facts(self.obj, self.jobset, made), self.context(), planned)
+            facts = state.facts(self.obj, self.jobset, made)
+            action = migration.released(decide.with_plan(facts, self.context(), planned), facts, self.context())
             if not isinstance(action, MakeGang):
                 return action, self.carry_out(action)
             try:
                 return action, self.make_gang(action)
             except Changed:
-                self.jobset = self.live_jobset()  # resumed, replaced or changed meanwhile: decide again
+                self.jobset = migration.seen(self.live_jobset())  # resumed, replaced or changed: decide again
                 if self.jobset is None:
                     raise Gone("the JobSet was deleted under the patch") from None
                 made = self.main = self.made_gang()

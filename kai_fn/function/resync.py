@@ -3,7 +3,7 @@
 It finds what no event brought: JobSets named at admission whose gang kai_fn has not made (an adapter restarted and
 replayed nothing, a pass ran out of tries, the function was down), JobSets an earlier version held, released gangs
 not yet known to be bound (binding changes no PodGroup, so no event says it), overdue schedule timeouts (a timer is
-in memory: a process started since has none) and TrainJobs of the earlier gate. With workers it only enqueues: each
+in memory: a process started since has none) and TrainJobs of earlier versions. With workers it only enqueues: each
 TrainJob's work goes to the work queue under its key (:mod:`kai_fn.function.keywork`), the owed passes all at once
 (bounded by the queue's capacity, not by a count per ping; a refused or failing TrainJob only once its back-off is
 over, :mod:`kai_fn.function.backoff`), the rest ``KAI_FN_RESYNC_LIMIT`` of each kind in turn, and gangs waiting for
@@ -94,7 +94,7 @@ def enqueue(queue: WorkQueue, session: CachedSession, settings: Settings, entrie
             moment: datetime.datetime) -> str:
     """With workers, every TrainJob's work goes to the queue under its key and none is done here: the passes owed
     (all of them; one the full queue refuses is made here, as without workers), and, ``KAI_FN_RESYNC_LIMIT`` each
-    in turn, the released gangs not known to be bound, the overdue timeouts and the earlier gate's marks. The other
+    in turn, the released gangs not known to be bound, the overdue timeouts and earlier versions' marks. The other
     gangs waiting with a timeout get their timers (no API call)."""
     queued = [e for e in owed if queue.offer(e.key, Chores(trainjob=as_event(e)))]
     tally = {"queued": len(queued)} if queued else {}
@@ -103,7 +103,7 @@ def enqueue(queue: WorkQueue, session: CachedSession, settings: Settings, entrie
     released = [e for e in entries if e.podgroup is not None and e.marks.settled() is None
                 and settings.watches(e.key[0])]
     looks = session.cluster.take_turn("sweep", released, settings.resync_limit, inventory.creation_order)
-    migrating = session.cluster.take_turn("migration", migration.due(session, entries), settings.resync_limit,
+    migrating = session.cluster.take_turn("migration", migration.due(session, settings, entries), settings.resync_limit,
                                           inventory.creation_order)
     waits = timeouts.waits(session, settings, entries) if settings.flavor == "kai" else []
     overdue = [(w, e) for w, e in waits if w.deadline <= moment][: settings.resync_limit]
@@ -112,7 +112,7 @@ def enqueue(queue: WorkQueue, session: CachedSession, settings: Settings, entrie
             queue.offer_after(entry.key, Chores(timer=True), (wait.deadline - moment).total_seconds())
     counts = {"gang looks": sum(queue.offer(e.key, Chores(gang=e)) for e in looks),
               "overdue timeouts": sum(queue.offer(e.key, Chores(overdue=(w, e))) for w, e in overdue),
-              "of the earlier gate": sum(queue.offer(e.key, Chores(migrate=e)) for e in migrating)}
+              "of earlier versions": sum(queue.offer(e.key, Chores(migrate=e)) for e in migrating)}
     return summary + "".join(f"; {n} {what} queued" for what, n in counts.items() if n) + (
         f"; {len(waits) - len(overdue)} timers set" if len(waits) > len(overdue) else "")
 

@@ -108,7 +108,7 @@ def seed(api: Emulator) -> None:
         if obj["kind"] != "JobSet" or name in UNNAMED:
             api.put(obj)
             continue
-        obj["metadata"].pop("labels", None)  # the sample shows the previous version's hold: as Trainer makes it
+        obj["metadata"].pop("labels", None)  # the sample shows it named; created through the API, the twin names it
         obj["spec"]["suspend"] = False
         meta = obj["metadata"]
         objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", meta["namespace"], "jobsets", obj)

@@ -15,6 +15,7 @@ from kubernetes import client, watch
 from kai_fn.core import keys
 from kai_fn.local.chain import TRAINER, Chain
 from kai_fn.local.podwatch import PodWatch
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.chain.conftest import REPORT, wait_for
 from tests.chain.gangs import JOBSET, bound, decision, podgroup, pods, table, trainjob_events
 
@@ -84,7 +85,7 @@ def test_a_plainly_submitted_trainjob_is_never_suspended_and_binds_whole(chain: 
 
     seen = jobsets.of("plain")
     assert seen and all(not v["spec"].get("suspend") for v in seen), "the JobSet was suspended on its way"
-    assert all(keys.HELD_LABEL not in (v["metadata"].get("labels") or {}) for v in seen), "the JobSet was held"
+    assert all(HELD_LABEL not in (v["metadata"].get("labels") or {}) for v in seen), "the JobSet was held"
     assert all((v["metadata"].get("labels") or {}).get(keys.NAMED_LABEL) == "true" for v in seen), \
         "the JobSet was named from its create"
     group = podgroup(chain, ns, "plain")

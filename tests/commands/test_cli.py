@@ -12,6 +12,7 @@ import yaml
 
 from kai_fn.commands import cli
 from tests.builders import rjob, runtime, trainjob
+from tests.builders import held_by_0_2
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
@@ -39,7 +40,7 @@ def test_plan_of_the_samples_prints_podgroup_templates_and_patch():
     assert report["podGroup"]["spec"] == {"queue": "team-a", "minMember": 4, "stalenessGracePeriod": "-1s",
                                         "priorityClassName": "train"}
     assert report["podTemplates"]["node"]["annotations"]["pod-group-name"] == report["podGroup"]["metadata"]["name"]
-    assert report["jobSetPatch"][0]["op"] == "test"
+    assert report["jobSetPatch"] == []  # named at admission: the function makes its PodGroups and writes no JobSet
 
 
 def test_plan_prints_yaml_by_default_and_honours_the_flavor_flag():
@@ -105,7 +106,7 @@ def test_invalid_setting_stops_with_its_name(tmp_path):
 def test_invoke_posts_a_sample_and_prints_the_answer(api, function):
     from tests.conftest import sample_object, seed
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
-         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+         sample_object("trainjob-llama-finetune"), held_by_0_2(sample_object("jobset-llama-finetune")))
     out = run("invoke", "samples/events/resource-add.json", "--url", function.url)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[:2] == ["HTTP 200", "X-Kai-Fn-Outcome: done"]
@@ -132,11 +133,15 @@ def test_version_prints_the_package_version():
 
 
 @pytest.mark.usefixtures("forgetful")  # the sample's uid: a server that decided it earlier would answer skipped
-def test_plan_prints_the_whole_patch_the_function_applies_to_the_held_jobset(api, function, tmp_path):
+def test_plan_prints_the_whole_patch_the_function_applies_to_a_suspended_jobset_admission_did_not_name(
+        api, function, tmp_path):
+    """Kubernetes 1.33: the TrainJob submitted suspended, its JobSet suspended and unnamed."""
     from tests.ce import resource, send
     from tests.conftest import JOBSET, TRAINER, sample_object, seed
-    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
-         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+    tj, js = sample_object("trainjob-llama-finetune"), held_by_0_2(sample_object("jobset-llama-finetune"))
+    tj["spec"]["suspend"] = True
+    del js["metadata"]["labels"]["kai-fn/held"]  # the sample is one the previous version held
+    seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), tj, js)
     live = {name: api.get(version, kind, "team-a", "llama-finetune")
             for name, version, kind in (("trainjob", TRAINER, "TrainJob"), ("jobset", JOBSET, "JobSet"))}
     files = [f"--{name}" if i == 0 else write(tmp_path, f"{name}.json", json.dumps(obj))
@@ -147,13 +152,9 @@ def test_plan_prints_the_whole_patch_the_function_applies_to_the_held_jobset(api
     assert send(function.url, resource(live["trainjob"])).status == 200
     (applied,) = [c.body for c in api.calls if (c.verb, c.resource) == ("patch", "jobsets")]
 
-    def timeless(ops):
-        return [{**op, "value": {k: v for k, v in op["value"].items() if k != "kai-fn/released-at"}}
-                if op["path"] == "/metadata/annotations" else op for op in ops]
-
-    assert timeless(printed) == timeless(applied)
-    assert {"op": "remove", "path": "/metadata/labels/kai-fn~1held"} in printed
-    assert {"op": "replace", "path": "/spec/suspend", "value": False} in printed
+    assert printed == applied
+    assert {"op": "replace", "path": "/spec/suspend", "value": False} not in printed  # Trainer resumes it
+    assert "kai-fn/podgroup" in json.dumps(printed).replace("~1", "/")
 
 
 def test_plan_previews_a_trainjob_not_yet_submitted_and_says_its_uid_is_a_stand_in(tmp_path):
@@ -199,29 +200,37 @@ def test_plan_refuses_a_topology_file_that_is_not_one(tmp_path):
     assert "expected a kai.scheduler/v1alpha1 Topology with metadata.name" in out.stderr
 
 
-HELD_PLAN = ("plan", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml",
-             "--jobset", "samples/cluster/jobset-llama-finetune.yaml", "-o", "json")
+UNNAMED_PLAN = ("plan", "--runtime", "samples/cluster/clustertrainingruntime-torch-kai.yaml", "-o", "json")
+
+
+def unnamed_jobset(tmp_path: Path) -> str:
+    """The sample JobSet as Trainer makes it where no admission policy names it (Kubernetes 1.33): suspended."""
+    js = held_by_0_2(yaml.safe_load((SAMPLES / "cluster" / "jobset-llama-finetune.yaml").read_text()))
+    del js["metadata"]["labels"]["kai-fn/held"]
+    return write(tmp_path, "js.yaml", yaml.safe_dump(js))
 RESUMES = {"op": "replace", "path": "/spec/suspend", "value": False}
 
 
 @pytest.mark.parametrize("topology", [(), ("--topology", "samples/cluster/topology-racks.yaml")],
                          ids=["without-topology", "with-topology"])
-@pytest.mark.parametrize("annotations, suspend, resumes, decided", [
-    ({}, False, True, True),
-    ({"kai-fn/hold": "true"}, False, False, False),
-    ({}, True, False, True),
+@pytest.mark.parametrize("annotations, suspend, decided", [
+    ({}, False, True),
+    ({"kai-fn/hold": "true"}, False, False),
+    ({}, True, True),
 ], ids=["plain", "held-by-its-author", "suspended"])
-def test_plan_patches_the_held_jobset_as_the_trainjob_asks_whatever_topologies_are_given(
-        tmp_path, topology, annotations, suspend, resumes, decided):
-    """The patch is the TrainJob's: a TrainJob marked kai-fn/hold (or suspended) is never shown one that resumes its
-    JobSet, also when a Topology file is read beside it."""
+def test_plan_patches_a_suspended_jobset_as_the_trainjob_asks_whatever_topologies_are_given(
+        tmp_path, topology, annotations, suspend, decided):
+    """The patch is the TrainJob's: a TrainJob marked kai-fn/hold gets no decision, and no patch of ``plan``'s resumes
+    the JobSet (the migration's resume of one the previous version held is not the core's), also when a Topology file
+    is read beside it."""
     doc = yaml.safe_load((SAMPLES / "cluster" / "trainjob-llama-finetune.yaml").read_text())
     doc["metadata"]["annotations"] = annotations
     doc["spec"]["suspend"] = suspend
-    out = run(*HELD_PLAN, "--trainjob", write(tmp_path, "tj.yaml", yaml.safe_dump(doc)), *topology)
+    out = run(*UNNAMED_PLAN, "--jobset", unnamed_jobset(tmp_path), "--trainjob",
+              write(tmp_path, "tj.yaml", yaml.safe_dump(doc)), *topology)
     assert out.returncode == 0, out.stderr
     patch = json.loads(out.stdout)["jobSetPatch"]
-    assert (RESUMES in patch, "kai-fn/podgroup" in json.dumps(patch).replace("~1", "/")) == (resumes, decided)
+    assert (RESUMES in patch, "kai-fn/podgroup" in json.dumps(patch).replace("~1", "/")) == (False, decided)
 
 
 @pytest.mark.parametrize("num_nodes, why", [

@@ -18,6 +18,7 @@ from kai_fn.core.plan import plan
 from tests.builders import named_jobset_for, typed
 from tests.conftest import JOBSET, KAI_PG, TRAINER, moved, sample_object, seed
 from tests.function.test_function import NAME, NS
+from tests.builders import held_by_0_2
 
 # Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
 pytestmark = pytest.mark.usefixtures("forgetful")
@@ -44,8 +45,8 @@ def is_held(js: dict) -> bool:
 
 
 def let_go(js: dict) -> bool:
-    """Released by the operator: marked, the hold's label removed, resumed."""
-    return (js["spec"]["suspend"] is False and "kai-fn/held" not in (js["metadata"].get("labels") or {})
+    """Released by the operator: marked and resumed (the previous version's label, inert once decided, stays)."""
+    return (js["spec"]["suspend"] is False
             and (js["metadata"].get("annotations") or {}).get("kai-fn/skipped") == "released-by-operator")
 
 
@@ -76,7 +77,6 @@ def test_with_yes_one_guarded_patch_of_the_jobset_marks_and_resumes_it_and_an_ev
         {"op": "test", "path": "/metadata/resourceVersion", "value": js["metadata"]["resourceVersion"]},
         {"op": "test", "path": "/spec/suspend", "value": True},
         {"op": "add", "path": "/metadata/annotations", "value": {"kai-fn/skipped": "released-by-operator"}},
-        {"op": "remove", "path": "/metadata/labels/kai-fn~1held"},
         {"op": "replace", "path": "/spec/suspend", "value": False}]
     assert let_go(jobset(api))
     tj = live(api)
@@ -87,12 +87,14 @@ def test_with_yes_one_guarded_patch_of_the_jobset_marks_and_resumes_it_and_an_ev
     assert event["reportingComponent"] == "kai-fn-release"
 
 
-def test_a_trainjob_its_author_suspended_keeps_its_jobset_suspended_for_trainer_to_resume(api, capsys):
+def test_a_trainjob_its_author_suspended_is_suspended_not_held_and_its_jobset_is_left_for_trainer(api, capsys):
+    """Suspended with its TrainJob, the JobSet waits for its author, not for kai_fn: not release's (kai_fn's
+    migration, or the 1.33 path, decides it and leaves it suspended; Trainer resumes it with the TrainJob)."""
     seed(api, *held(suspend=True))
-    code, _, _ = release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)
-    js = jobset(api)
-    assert code == 0 and js["spec"]["suspend"] is True and "kai-fn/held" not in js["metadata"]["labels"]
-    assert js["metadata"]["annotations"]["kai-fn/skipped"] == "released-by-operator"
+    api.reset_calls()
+    code, out, _ = release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)
+    assert code == 1 and f"{NS}/{NAME}: not held (suspended: " in out
+    assert api.writes() == [] and is_held(jobset(api))
 
 
 def test_the_event_names_the_user_the_api_server_authenticated(api, capsys, tmp_path):
@@ -168,7 +170,7 @@ def test_held_with_nothing_held_is_exit_0(api, capsys):
 def test_once_released_the_function_back_leaves_it_alone(api, function, capsys):
     """No gang after the fact: its pods may be running already."""
     seed(api, trainjob(), sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
-         sample_object("jobset-llama-finetune"))
+         held_by_0_2(sample_object("jobset-llama-finetune")))
     held_jobset = jobset(api)
     assert release(api, f"{NS}/{NAME}", "--yes", "--reason", REASON, capsys=capsys)[0] == 0
     api.reset_calls()

@@ -3,7 +3,8 @@ attention first; exit 0 when nothing is held longer than ``--held-for``, 1 when 
 cluster; plainly saying when held TrainJobs have no function to release them.
 
 Against the emulator: the real function makes the gangs and refusals, the test plays KAI, Trainer and the admission
-policy (it holds a JobSet: suspended, labelled ``kai-fn/held``; TrainJobs are submitted plainly).
+policy; its JobSets are the previous version's held ones (suspended, labelled ``kai-fn/held``; TrainJobs are
+submitted plainly), which kai_fn's migration releases.
 """
 from __future__ import annotations
 
@@ -204,7 +205,7 @@ def _ran_never_held(api, url):
 
 STATES = {
     "its JobSet held by the policy, not yet decided": (
-        _held_by_the_policy, "held", r"held by an earlier version.s admission policy; kai_fn has not made its gang"),
+        _held_by_the_policy, "held", r"its JobSet waits suspended while its TrainJob runs; kai_fn has not made its gang"),
     "Trainer has not made its JobSet": (_no_jobset_yet, "held", r"Trainer has not made its JobSet yet"),
     "refused by the queue pre-check": (_blocked_by_the_queue, "blocked", r"^GangExceedsQueue: .*team-a-small"),
     "refused: no runtime": (_blocked_without_runtime, "blocked", r"^RuntimeNotFound: ClusterTrainingRuntime"),

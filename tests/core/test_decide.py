@@ -20,7 +20,7 @@ RT = runtime(ml_policy={"numNodes": 2, "torch": {}})
 PLAN = plan(*typed(trainjob(), RT))
 
 
-def case(*, suspend: bool = False, held: bool = True, jobset: bool = True, running: bool = False,
+def case(*, suspend: bool = False, jobset: bool = True, running: bool = False,
          annotations: dict[str, str] | None = None, jobset_notes: dict[str, str] | None = None,
          labels: dict[str, str] | None = None, deleting: bool = False, watched: bool = True, resume: bool = True,
          precheck: bool = False) -> tuple[state.Facts, Context]:
@@ -30,7 +30,7 @@ def case(*, suspend: bool = False, held: bool = True, jobset: bool = True, runni
         job["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     js: dict[str, Any] | None = None
     if jobset:
-        js = jobset_for(job, RT, suspend=not running, held=held)
+        js = jobset_for(job, RT, suspend=not running)
         js["metadata"]["resourceVersion"] = "7"
         if jobset_notes:
             js["metadata"]["annotations"] = dict(jobset_notes)
@@ -48,22 +48,11 @@ def patched(context: Context, ops: tuple[dict[str, Any], ...]) -> dict[str, Any]
     (dict(jobset_notes={"kai-fn/podgroup": "pg"}), Skip("already gang-scheduled", "pg")),
     (dict(jobset_notes={"kai-fn/podgroup": "pg", "kai-fn/reserves": "launcher=1"}), SettleReservation("pg", "launcher=1")),
     (dict(jobset_notes={"kai-fn/skipped": "running"}), Skip("skipped earlier (running)")),
-    (dict(held=False, watched=False), LetGo("namespace not in KAI_FN_NAMESPACES", held=False)),
+    (dict(watched=False), LetGo("namespace not in KAI_FN_NAMESPACES")),
     (dict(), None),
-], ids=["deleting", "decided", "decided-with-places-held", "skipped", "unwatched-not-held", "to-plan"])
+], ids=["deleting", "decided", "decided-with-places-held", "skipped", "unwatched", "to-plan"])
 def test_before_the_plan(given, expected):
     assert decide.before_plan(*case(**given)) == expected
-
-
-@pytest.mark.parametrize("suspend, resumed", [(False, True), (True, False)], ids=["running", "suspended"])
-def test_a_held_jobset_out_of_scope_is_let_go_marked_and_resumed_unless_its_trainjob_is_suspended(suspend, resumed):
-    seen, context = case(suspend=suspend, watched=False)
-    action = decide.before_plan(seen, context)
-    assert isinstance(action, LetGo) and action.held
-    after = patched(context, action.ops)
-    assert after["metadata"]["annotations"] == {"kai-fn/skipped": "out-of-scope"}
-    assert "kai-fn/held" not in after["metadata"].get("labels", {})
-    assert after["spec"]["suspend"] is not resumed
 
 
 @pytest.mark.parametrize("planned, expected", [
@@ -79,14 +68,13 @@ def test_without_a_plan_a_warning(planned, expected):
     assert decide.with_plan(*case(), planned) == expected
 
 
-def test_a_plan_that_ignores_the_trainjob_lets_its_jobset_go():
-    action = decide.with_plan(*case(), dataclasses.replace(PLAN, ignored="not KAI's"))
-    assert isinstance(action, LetGo) and action.why == "not KAI's" and action.held
+def test_a_plan_that_ignores_the_trainjob_leaves_its_jobset_alone():
+    assert decide.with_plan(*case(), dataclasses.replace(PLAN, ignored="not KAI's")) == LetGo("not KAI's")
 
 
 def named(job: dict[str, Any], *, names: dict[str, str] | None = None, running: bool = True) -> dict[str, Any]:
     """The JobSet as the admission policy names it at CREATE (knative/components/admission-policy)."""
-    js = jobset_for(job, RT, suspend=not running, held=False)
+    js = jobset_for(job, RT, suspend=not running)
     js["metadata"]["labels"] = {**(js["metadata"].get("labels") or {}), "kai-fn/named": "true"}
     for rj in js["spec"]["replicatedJobs"]:
         pod = rj["template"]["spec"]["template"]
@@ -169,7 +157,7 @@ def test_a_named_jobset_unlike_its_plan_gets_no_gang_and_a_jobset_mismatch_namin
 
 @pytest.mark.parametrize("change, says", UNLIKE.values(), ids=UNLIKE.keys())
 def test_a_suspended_jobset_kai_fn_names_itself_unlike_its_plan_is_refused_too(change, says):
-    seen, context = case(held=False)
+    seen, context = case()
     assert context.jobset is not None
     change(context.jobset["spec"]["replicatedJobs"])
     action = decide.with_plan(seen, context, PLAN)
@@ -203,7 +191,7 @@ def test_a_podgroup_of_that_name_kai_fn_did_not_make_decides_nothing():
 
 
 def test_a_running_undecided_jobset_is_marked_too_late():
-    seen, context = case(held=False, running=True)
+    seen, context = case(running=True)
     action = decide.with_plan(seen, context, PLAN)
     assert isinstance(action, MarkTooLate)
     assert patched(context, action.ops)["metadata"]["annotations"] == {"kai-fn/skipped": "running"}
@@ -217,26 +205,27 @@ def test_a_jobset_without_the_runtimes_replicated_job_is_refused():
     assert isinstance(action, Refuse) and action.reason == "JobSetMismatch"
 
 
-@pytest.mark.parametrize("given, waits, decided, resumed, remember", [
-    (dict(), None, True, True, True),
-    (dict(suspend=True), "the TrainJob is suspended: it starts when it is resumed", True, False, True),
+@pytest.mark.parametrize("given, waits, decided, remember", [
+    (dict(), None, True, True),
+    (dict(suspend=True), "the TrainJob is suspended: it starts when it is resumed", True, True),
     (dict(suspend=True, labels={"kueue.x-k8s.io/queue-name": "lq"}),
-     "Kueue admits it (kueue.x-k8s.io/queue-name)", True, False, True),
-    (dict(annotations={"kai-fn/hold": "true"}), "kai-fn/hold is true", False, False, False),
-    (dict(resume=False), "KAI_FN_RESUME is false", False, False, False),
-    (dict(resume=False, suspend=True), "KAI_FN_RESUME is false", True, False, True),
-], ids=["released", "suspended", "kueue", "hold", "resume-off", "resume-off-suspended"])
-def test_a_held_jobset_gets_its_gang_and_a_decision_unless_told_to_wait(given, waits, decided, resumed, remember):
+     "Kueue admits it (kueue.x-k8s.io/queue-name)", True, True),
+    (dict(annotations={"kai-fn/hold": "true"}), "kai-fn/hold is true", False, False),
+    (dict(resume=False), "KAI_FN_RESUME is false", False, False),
+    (dict(resume=False, suspend=True), "KAI_FN_RESUME is false", True, True),
+], ids=["its-trainjob-runs", "suspended", "kueue", "hold", "resume-off", "resume-off-suspended"])
+def test_a_suspended_jobset_admission_did_not_name_gets_its_gang_and_a_decision_and_stays_suspended(
+        given, waits, decided, remember):
     seen, context = case(**given)
     action = decide.with_plan(seen, context, PLAN)
     assert isinstance(action, MakeGang)
-    assert (action.waits, action.remember, action.plan) == (waits, remember, PLAN)
+    assert (action.waits, action.remember, action.plan, action.placeholders) == (waits, remember, PLAN, ())
     after = patched(context, action.ops)
     notes = after["metadata"].get("annotations", {})
     assert (notes.get("kai-fn/podgroup") == PLAN.podgroup_name) is decided
-    assert ("kai-fn/held" in after["metadata"].get("labels", {})) is not decided
-    assert after["spec"]["suspend"] is not resumed
-    assert (notes.get("kai-fn/released-at") == "2026-01-02T03:04:05Z") is resumed
+    assert after["spec"]["suspend"] is True and "kai-fn/released-at" not in notes
+    pods = [rj["template"]["spec"]["template"]["metadata"]["annotations"] for rj in after["spec"]["replicatedJobs"]]
+    assert {p.get("pod-group-name") for p in pods} == {PLAN.podgroup_name}
 
 
 def test_a_jobset_that_carries_the_gang_already_has_nothing_to_patch():

@@ -128,38 +128,37 @@ def test_a_patch_read_at_one_resource_version_fails_on_a_newer_one():
         jsonpatch.apply_patch(newer, ops)
 
 
-# -- the decision and the resume (the gate on the JobSet) -----------------------------------------------------------
+# -- the decision, and a caller's own ops after it (the migration's) ----------------------------------------------------
 
 GANG = {"kai-fn/podgroup": "pg-main"}
 SKIP = {"kai-fn/skipped": "out-of-scope"}
 AT = {"kai-fn/released-at": "2026-12-03T06:00:00Z"}
-HELD = "kai-fn/held"
+RESUME = {"op": "replace", "path": "/spec/suspend", "value": False}
+GATE = "example.com/gate"  # a label a caller's op removes
+UNGATE = {"op": "remove", "path": "/metadata/labels/example.com~1gate"}
 
 DECIDE = {
-    # name: (with a plan, held, suspended, decision, resume,
-    #        expected: labels after, suspend after, the decision's keys after, template ops)
-    "a gang that may start: decided, let go and resumed in one patch": (
-        True, True, True, {**GANG, **AT}, True, {}, False, True),
-    "a gang whose TrainJob is suspended: decided and let go, left suspended": (
-        True, True, True, GANG, False, {}, True, True),
-    "told to wait (kai-fn/hold): templates only, still held": (True, True, True, None, False, {HELD: "true"}, True, True),
-    "out of scope: skipped, let go and resumed, templates untouched": (
-        False, True, True, {**SKIP}, True, {}, False, False),
-    "a legacy JobSet (never held): decided, no label to remove": (True, False, True, {**GANG, **AT}, True, {}, False, True),
+    # name: (with a plan, decision, the caller's ops, expected: suspend after, template ops)
+    "a gang: templates and decision, left suspended": (True, GANG, (), True, True),
+    "told to wait (kai-fn/hold): templates only": (True, None, (), True, True),
+    "out of scope: skipped, templates untouched": (False, SKIP, (), True, False),
+    "a caller's ops after the decision, resumed under the suspension guard": (True, {**GANG, **AT}, (UNGATE, RESUME),
+                                                                               False, True),
+    "a caller's resume of one let go without a gang": (False, SKIP, (UNGATE, RESUME), False, False),
 }
 
 
 @pytest.mark.parametrize("case", DECIDE, ids=list(DECIDE))
-def test_one_patch_decides_a_held_jobset(case):
-    with_plan, held, suspended, decision, resume, labels, suspend_after, templates = DECIDE[case]
+def test_one_guarded_patch_decides_a_suspended_jobset(case):
+    with_plan, decision, extra, suspend_after, templates = DECIDE[case]
     job = trainjob()
     result = plan(*typed(job, FLAT)) if with_plan else None
-    live = jobset_for(job, FLAT, suspend=suspended, held=held)
-    live["metadata"]["resourceVersion"] = "7"
-    ops = jobset_patch(result, live, decision, resume)
+    live = jobset_for(job, FLAT, suspend=True)
+    live["metadata"].update(resourceVersion="7", labels={GATE: "true"})
+    ops = jobset_patch(result, live, decision, list(extra))
     patched = jsonpatch.apply_patch(live, ops)
     crds.validate(patched)
-    assert patched["metadata"].get("labels", {}) == labels
+    assert patched["metadata"]["labels"] == ({} if extra else {GATE: "true"})
     assert patched["spec"]["suspend"] is suspend_after
     assert (decision or {}).items() <= patched["metadata"].get("annotations", {}).items()
     template_ops = [op for op in ops if op["path"].startswith("/spec/replicatedJobs/") and op["op"] != "test"]
@@ -169,42 +168,41 @@ def test_one_patch_decides_a_held_jobset(case):
                           {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}]
     assert ops[: len(guards)] == guards  # guards first: a failed one changes nothing
     # A template change or a resume needs the JobSet still suspended (JobSet's webhook; a resume happens once).
-    assert ({"op": "test", "path": "/spec/suspend", "value": True} in guards) is (templates or resume)
-    assert jobset_patch(result, patched, decision, resume) == []  # decided: the same pass again has nothing to do
+    assert ({"op": "test", "path": "/spec/suspend", "value": True} in guards) is (templates or RESUME in extra)
+    assert jobset_patch(result, patched, decision) == []  # decided: the same pass again has nothing to do
 
 
-def test_the_decision_and_the_resume_are_the_last_ops_and_only_a_held_jobset_loses_its_label():
+def test_a_callers_ops_are_the_last_after_the_decision():
     job = trainjob()
-    live = jobset_for(job, FLAT, held=True)
-    ops = jobset_patch(plan(*typed(job, FLAT)), live, {**GANG, **AT}, resume=True)
-    assert ops[-2:] == [{"op": "remove", "path": "/metadata/labels/kai-fn~1held"},
-                        {"op": "replace", "path": "/spec/suspend", "value": False}]
+    live = jobset_for(job, FLAT)
+    live["metadata"]["labels"] = {GATE: "true"}
+    ops = jobset_patch(plan(*typed(job, FLAT)), live, {**GANG, **AT}, [UNGATE, RESUME])
+    assert ops[-2:] == [UNGATE, RESUME]
     assert {"op": "add", "path": "/metadata/annotations",
             "value": {"kai.scheduler/skip-podgrouper": "true", **GANG, **AT}} in ops
-    unheld = jobset_for(job, FLAT)
-    assert not [op for op in jobset_patch(plan(*typed(job, FLAT)), unheld, GANG) if op["op"] == "remove"]
+    assert not [op for op in jobset_patch(plan(*typed(job, FLAT)), live, GANG) if op["op"] in ("remove", "replace")]
 
 
 def test_a_running_jobset_can_be_marked_without_a_suspension_guard():
-    """The TooLate mark: a JobSet that was never held and runs gets ``kai-fn/skipped: running`` only."""
+    """The TooLate mark: a JobSet that was never named and runs gets ``kai-fn/skipped: running`` only."""
     job = trainjob()
     running = jobset_for(job, FLAT, suspend=False)
     ops = jobset_patch(None, running, {"kai-fn/skipped": "running"})
     assert ops == [{"op": "test", "path": "/metadata/uid", "value": running["metadata"]["uid"]},
                    {"op": "add", "path": "/metadata/annotations", "value": {"kai-fn/skipped": "running"}}]
-    assert jobset_patch(None, running, {"kai-fn/skipped": "running"}, resume=True) == ops  # nothing to resume
 
 
 @pytest.mark.parametrize("mutate, error", [
     # resumed meanwhile (its TrainJob's owner, an operator): the suspension guard
     (lambda js: js["spec"].__setitem__("suspend", False), "is not equal to tested value True"),
-    # decided meanwhile by another pass: the label's removal
-    (lambda js: js["metadata"]["labels"].pop(HELD), "held"),
+    # a caller's op that no longer applies: the label it removes is gone
+    (lambda js: js["metadata"]["labels"].pop(GATE), "gate"),
 ], ids=["resumed-meanwhile", "label-gone"])
 def test_a_stale_decision_fails_and_changes_nothing(mutate, error):
     job = trainjob()
-    live = jobset_for(job, FLAT, held=True)
-    ops = jobset_patch(None, live, SKIP, resume=True)
+    live = jobset_for(job, FLAT)
+    live["metadata"]["labels"] = {GATE: "true"}
+    ops = jobset_patch(None, live, SKIP, [UNGATE, RESUME])
     changed = copy.deepcopy(live)
     mutate(changed)
     with pytest.raises(jsonpatch.JsonPatchException, match=error):

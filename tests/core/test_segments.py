@@ -107,8 +107,8 @@ def test_without_segments_nothing_names_a_subgroup():
 def test_the_jobset_patch_writes_the_segment_keys_on_the_trainers_pod_template():
     job, rt = trainjob(num_nodes=8, annotations=ask()), TORCH
     result = plan(*typed(job, rt), topologies={"racks": TOPOLOGY})
-    jobset = jobset_for(job, rt, held=True)
-    patched = jsonpatch.apply_patch(jobset, jobset_patch(result, jobset, {keys.MARKER_PODGROUP: PG}, resume=True))
+    jobset = jobset_for(job, rt)
+    patched = jsonpatch.apply_patch(jobset, jobset_patch(result, jobset, {keys.MARKER_PODGROUP: PG}))
     meta = patched["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]
     assert meta["labels"][keys.SEGMENT_SIZE_LABEL] == "4"
     assert meta["annotations"][keys.SEGMENT_PARENT_ANNOTATION] == "node"

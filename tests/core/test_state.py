@@ -33,13 +33,11 @@ def trainjob(suspend: bool | None = None, labels: dict[str, str] | None = None, 
     return {"metadata": meta, "spec": {} if suspend is None else {"suspend": suspend}}
 
 
-def jobset(suspend: bool = True, held: bool = False, resumed: int | None = None, condition: str = "False",
+def jobset(suspend: bool = True, resumed: int | None = None, condition: str = "False",
            **notes: str) -> dict[str, Any]:
     """``resumed``: JobSet's ``Suspended`` condition, with its status ``condition``, that many seconds after T0."""
     meta: dict[str, Any] = {"name": "job", "namespace": "ns", "uid": "js-uid", "annotations": dict(notes),
                             "ownerReferences": [{"kind": "TrainJob", "name": "job", "uid": UID, "controller": True}]}
-    if held:
-        meta["labels"] = {keys.HELD_LABEL: "true"}
     out: dict[str, Any] = {"metadata": meta, "spec": {"suspend": suspend}}
     if resumed is not None:
         out["status"] = {"conditions": [{"type": "Suspended", "status": condition,
@@ -73,25 +71,18 @@ SKIPPED = {keys.MARKER_SKIPPED: "out-of-scope"}
 BOUND, TIMED_OUT, RELEASED = keys.GANG_BOUND_ANNOTATION, keys.TIMED_OUT_ANNOTATION, keys.RELEASED_AT_ANNOTATION
 
 
-# -- the decision, and whether the JobSet is held -----------------------------------------------------------------
+# -- the decision ----------------------------------------------------------------------------------------------
 
 DECISIONS = {
-    # name: (trainjob, jobset, expected (podgroup, skipped, held, decided))
-    "no JobSet yet: nothing decided, nothing held": (trainjob(), None, (None, None, False, False)),
-    "held by the policy, undecided": (trainjob(), jobset(held=True), (None, None, True, False)),
-    "suspended without the label (its author's): not held": (trainjob(), jobset(), (None, None, False, False)),
-    "the label with another value: not held": (
-        trainjob(), {**jobset(), "metadata": {**jobset()["metadata"], "labels": {keys.HELD_LABEL: "false"}}},
-        (None, None, False, False)),
-    "decided with a gang on the JobSet": (trainjob(), jobset(suspend=False, **PODGROUP), (PG, None, False, True)),
-    "a gang decided while the label stays (kai-fn/hold): not held": (
-        trainjob(), jobset(held=True, **PODGROUP), (PG, None, False, True)),
-    "let go without a gang on the JobSet": (trainjob(), jobset(suspend=False, **SKIPPED),
-                                            (None, "out-of-scope", False, True)),
-    "a skip beside the label: not held": (trainjob(), jobset(held=True, **SKIPPED), (None, "out-of-scope", False, True)),
-    "a gang wins over a skip": (trainjob(), jobset(**PODGROUP, **SKIPPED), (PG, None, False, True)),
+    # name: (trainjob, jobset, expected (podgroup, skipped, decided))
+    "no JobSet yet: nothing decided": (trainjob(), None, (None, None, False)),
+    "suspended, undecided": (trainjob(), jobset(), (None, None, False)),
+    "decided with a gang on the JobSet": (trainjob(), jobset(suspend=False, **PODGROUP), (PG, None, True)),
+    "a gang decided, left suspended (kai-fn/hold)": (trainjob(), jobset(**PODGROUP), (PG, None, True)),
+    "let go without a gang on the JobSet": (trainjob(), jobset(suspend=False, **SKIPPED), (None, "out-of-scope", True)),
+    "a gang wins over a skip": (trainjob(), jobset(**PODGROUP, **SKIPPED), (PG, None, True)),
     "decisions on the TrainJob itself are not read: its metadata is its author's": (
-        trainjob(**PODGROUP), jobset(held=True), (None, None, True, False)),
+        trainjob(**PODGROUP), jobset(), (None, None, False)),
 }
 
 
@@ -99,7 +90,7 @@ DECISIONS = {
 def test_the_decision_is_read_from_the_jobset(case):
     job, js, expected = DECISIONS[case]
     marks = state.facts(job, js)
-    assert (marks.podgroup, marks.skipped, marks.held, marks.decided) == expected
+    assert (marks.podgroup, marks.skipped, marks.decided) == expected
     assert marks.has_jobset is (js is not None)
 
 
@@ -234,7 +225,8 @@ OPERATOR = {keys.MARKER_SKIPPED: keys.SKIPPED_BY_OPERATOR}
 
 PHASES = {
     # name: (trainjob, jobset, main PodGroup or None, refusals, expected phase, reason pattern, since)
-    "held by the policy": (trainjob(), jobset(held=True), None, [], "held", "held by an earlier version's", None),
+    "its JobSet suspended while it runs (the previous version's hold)": (
+        trainjob(), jobset(), None, [], "held", "waits suspended while its TrainJob runs", None),
     "named, its gang not made: its pods wait": (trainjob(), named(), None, [], "held", "wait unbound for their PodGroup",
                                                 None),
     "named and refused: blocked": (trainjob(), named(), None, [refusal("QueueNotFound")], "blocked",
@@ -249,12 +241,12 @@ PHASES = {
     "named, a PodGroup of that name kai_fn did not make": (trainjob(), named(), podgroup(), [], "held",
                                                            "wait unbound", None),
     "made before Trainer made the JobSet": (trainjob(), None, made(2), [], "waiting", "has not made its JobSet", None),
-    "held, kai-fn/hold: kept suspended": (trainjob(**HOLD), jobset(held=True), None, [], "suspended",
+    "its JobSet suspended, kai-fn/hold: kept suspended": (trainjob(**HOLD), jobset(), None, [], "suspended",
                                           "^kai-fn/hold is true$", None),
-    "held and refused: blocked since the first refusal": (
-        trainjob(), jobset(held=True), None, [refusal(seconds=30), refusal("PlanBlocked", 90)], "blocked",
+    "its JobSet suspended, refused: blocked since the first refusal": (
+        trainjob(), jobset(), None, [refusal(seconds=30), refusal("PlanBlocked", 90)], "blocked",
         "^PlanBlocked: too big$", at(30)),
-    "kai-fn/hold wins over a refusal": (trainjob(**HOLD), jobset(held=True), None, [refusal()], "suspended",
+    "kai-fn/hold wins over a refusal": (trainjob(**HOLD), jobset(), None, [refusal()], "suspended",
                                         "kai-fn/hold", None),
     "no JobSet yet": (trainjob(), None, None, [], "held", "Trainer has not made its JobSet yet", None),
     "no JobSet, refused (no runtime)": (trainjob(), None, None, [refusal("RuntimeNotFound")], "blocked",
@@ -283,7 +275,7 @@ PHASES = {
     "resumed after its timeout: waiting again": (trainjob(), jobset(suspend=False, resumed=120, **PODGROUP),
                                                  podgroup(**{TIMED_OUT: stamp(at(60))}), [], "waiting",
                                                  "not placed it yet", at(120)),
-    "gang made, kai-fn/hold keeps it suspended": (trainjob(**HOLD), jobset(held=True, **PODGROUP), podgroup(), [],
+    "gang made, kai-fn/hold keeps it suspended": (trainjob(**HOLD), jobset(**PODGROUP), podgroup(), [],
                                                   "suspended", "^gang made, left suspended: kai-fn/hold", None),
     "gang made, left for Kueue": (trainjob(suspend=True, labels=KUEUE), jobset(**PODGROUP), podgroup(), [],
                                   "suspended", "left suspended: Kueue admits it", None),

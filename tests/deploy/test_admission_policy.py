@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from kai_fn.core import keys
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.manifests import BASE, FIRST_SERVED, K8S_VERSIONS, KNATIVE, VARIANTS, by_kind, one, render
 
 COMPONENTS = KNATIVE / "components"
@@ -57,7 +58,7 @@ def test_policy_names_the_gang_never_suspends_and_writes_the_label_the_jobset_so
     assert expression.count(f'"{keys.NAMED_LABEL}"') == 2  # with and without a labels map
     assert expression.count(f'"{keys.KAI_SKIP_PODGROUPER}"') == 2
     assert expression.count(f"\"{keys.KAI_POD_GROUP_ANNOTATION}\"") == 2  # a missing metadata, or annotations map
-    assert "suspend" not in expression and keys.HELD_LABEL not in expression
+    assert "suspend" not in expression and HELD_LABEL not in expression
     source = one(objs, "ApiServerSource", "kai-fn-jobsets")
     (resource,) = source["spec"]["resources"]
     assert (resource["apiVersion"], resource["kind"]) == (keys.JOBSET_API, keys.JOBSET_KIND)

@@ -15,13 +15,14 @@ from tests.manifests import (
     ADMISSION_CHECKED, BASE, FUNCTION, FUNCTION_TRIPLES, HEARTBEAT_LEASE, NAMESPACE, SCHEDULER_PLUGINS, SOURCE_SA, SOURCE_TRIPLES,
     VARIANTS, bound_triples, by_kind, container, crd_plurals, env_of, ksvc, named_grants, one, render,
 )
+from tests.builders import held_by_0_2
 
 NS = "team-a"
 
 
 def scenario_new_trainjob_by_resource(api, url):
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
-         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+         sample_object("trainjob-llama-finetune"), held_by_0_2(sample_object("jobset-llama-finetune")))
     assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "llama-finetune"))).status == 200
     # The held JobSet's own event: the trigger on a cluster (and the one that counts when this process decided the
     # TrainJob's JobSet in an earlier scenario: a TrainJob event is then a duplicate).
@@ -30,7 +31,7 @@ def scenario_new_trainjob_by_resource(api, url):
 
 def scenario_new_trainjob_by_ref_with_a_namespaced_runtime(api, url):
     seed(api, sample_object("queue-team-a"), sample_object("trainingruntime-torch-llm-kai"),
-         sample_object("trainjob-bert-pretrain"), sample_object("jobset-bert-pretrain"))
+         sample_object("trainjob-bert-pretrain"), held_by_0_2(sample_object("jobset-bert-pretrain")))
     assert send(url, ref(NS, "bert-pretrain")).status == 200
 
 
@@ -39,7 +40,7 @@ def scenario_a_trainjob_naming_a_priority_class(api, url):
     tj = sample_object("trainjob-llama-finetune")
     tj["metadata"].setdefault("labels", {})["priorityClassName"] = "build"
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), tj,
-         sample_object("jobset-llama-finetune"))
+         held_by_0_2(sample_object("jobset-llama-finetune")))
     assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "llama-finetune"))).status == 200
 
 
@@ -51,7 +52,7 @@ def scenario_running_jobset_too_late(api, url):
 
 def scenario_resync(api, url):
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
-         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+         sample_object("trainjob-llama-finetune"), held_by_0_2(sample_object("jobset-llama-finetune")))
     assert send(url, ping()).status == 200
     assert "kai-fn/podgroup" in api.get(JOBSET, "JobSet", NS, "llama-finetune")["metadata"]["annotations"]
     assert send(url, ping()).status == 200  # now a released gang: the resync looks at its pods
@@ -93,7 +94,7 @@ def scenario_the_migration_resumes_a_trainjob_the_earlier_gate_suspended(api, ur
     tj = sample_object("trainjob-bert-pretrain")
     tj["spec"]["suspend"] = True
     tj["metadata"]["annotations"] = {"kai-fn/auto-suspended": "true"}
-    js = sample_object("jobset-bert-pretrain")
+    js = held_by_0_2(sample_object("jobset-bert-pretrain"))
     del js["metadata"]["labels"]["kai-fn/held"]
     seed(api, sample_object("queue-team-a"), sample_object("trainingruntime-torch-llm-kai"), tj, js)
     assert send(url, ping()).status == 200
@@ -102,7 +103,7 @@ def scenario_the_migration_resumes_a_trainjob_the_earlier_gate_suspended(api, ur
 
 def scenario_authenticated_delivery(api, url):
     seed(api, sample_object("clustertrainingruntime-torch-kai"), sample_object("trainjob-llama-finetune"),
-         sample_object("jobset-llama-finetune"))
+         held_by_0_2(sample_object("jobset-llama-finetune")))
     token = api.issue_token("kai-fn", "kai-fn-trainjobs-oidc-sources.knative.dev-apiserversource", [AUDIENCE])
     assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "llama-finetune")), token=token).status == 200
 
@@ -134,7 +135,7 @@ def scenario_segments_check_the_topology(api, url):
     topology = {"apiVersion": "kai.scheduler/v1alpha1", "kind": "Topology", "metadata": {"name": "racks"},
                 "spec": {"levels": [{"nodeLabel": "rack"}, {"nodeLabel": "kubernetes.io/hostname"}]}}
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), topology, tj,
-         sample_object("jobset-llama-finetune"))
+         held_by_0_2(sample_object("jobset-llama-finetune")))
     assert send(url, resource(api.get(TRAINER, "TrainJob", NS, "llama-finetune"))).status == 200
 
 

@@ -32,6 +32,7 @@ from tests.reliability import (
     DONE, PERIOD, SEED, check_answers, deliver_all, gang_events, gate_state_of, make_job, plant, publish,
     safety_violations, settle, uids, versions_since,
 )
+from tests.builders import held_by_0_2
 
 WORKERS = {"KAI_FN_BACKGROUND_WORKERS": "4"}
 
@@ -119,7 +120,7 @@ def test_an_add_before_its_jobset_makes_the_gang_first_and_writes_nothing_else(a
     idle(worked.url)
     assert [(c.method, c.resource) for c in api.writes()] == [("POST", "podgroups"), ("POST", "events")]
     assert [p["metadata"]["name"] for p in api.list(KAI_PG, "PodGroup", NS)] == [f"pg-{NAME}-{uid}"]
-    (js,) = seed(api, owned_by(sample_object("jobset-llama-finetune"), uid))  # held as it is made
+    (js,) = seed(api, owned_by(held_by_0_2(sample_object("jobset-llama-finetune")), uid))  # held as it is made
     assert send(worked.url, resource(js)).status == 202  # the JobSet source's event
     idle(worked.url)
     assert_decided(api, uid)

@@ -21,6 +21,7 @@ from kai_fn.commands.invoke import Sample
 from tests.ce import ref, resource
 from tests.conftest import opt_in_read, sample_object, seed
 from tests.reliability import MARKER, MISSING, QUEUE, publish, shape
+from tests.builders import held_by_0_2
 
 FUZZ_LIMIT = 65536  # KAI_FN_MAX_BODY_BYTES of the fuzzed server, so "just under the limit" stays cheap
 FUZZ_NS = "rel-fuzz"
@@ -42,7 +43,7 @@ def fuzz_trainjob(marked: bool) -> dict[str, Any]:
 
 def fuzz_jobset(decided: bool = False) -> dict[str, Any]:
     """The JobSet of the marked TrainJob: held, as its event brings it, or ``decided`` as it lives in the cluster."""
-    js = sample_object("jobset-llama-finetune")
+    js = held_by_0_2(sample_object("jobset-llama-finetune"))
     js["metadata"].update(namespace=FUZZ_NS, name="fuzz", uid="0f0f0f0f-dddd-4eee-8fff-000011112222",
                           resourceVersion="8")
     js["metadata"]["ownerReferences"][0].update(name="fuzz", uid=FUZZ_UID)

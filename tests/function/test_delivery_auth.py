@@ -19,6 +19,7 @@ import pytest
 from kai_fn.local.process import FunctionProcess
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, opt_in_read, sample_object, seed
+from tests.builders import held_by_0_2
 
 NS, NAME = "team-a", "llama-finetune"
 AUDIENCE = "kai-fn"
@@ -39,7 +40,7 @@ def secured(functions, api):
 
 def seed_llama(api) -> dict:
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"),
-         sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+         sample_object("trainjob-llama-finetune"), held_by_0_2(sample_object("jobset-llama-finetune")))
     return api.get(TRAINER, "TrainJob", NS, NAME)
 
 

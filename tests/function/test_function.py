@@ -23,6 +23,7 @@ from tests import crds
 from tests.builders import jobset_for
 from tests.ce import ping, ref, resource, send
 from tests.conftest import JOBSET, KAI_PG, SP_PG, TRAINER, OPTED_IN, opt_in_read, sample_object, seed
+from tests.builders import held_by_0_2
 
 # Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
 pytestmark = pytest.mark.usefixtures("forgetful")
@@ -42,7 +43,7 @@ def seed_llama(api, *, trainjob=None, jobset=True, runtime=True, held=True):
         objects.append(sample_object("clustertrainingruntime-torch-kai"))
     objects.append(trainjob or sample_object("trainjob-llama-finetune"))
     if jobset:
-        js = sample_object("jobset-llama-finetune")
+        js = held_by_0_2(sample_object("jobset-llama-finetune"))
         if not held:
             del js["metadata"]["labels"][HELD]
         objects.append(js)
@@ -189,7 +190,7 @@ def test_scheduler_plugins_flavor_writes_the_coscheduling_podgroup(api, function
 
 def test_staged_runtime_from_a_namespaced_trainingruntime_in_ref_mode(api, function):
     seed(api, sample_object("queue-team-a"), sample_object("trainingruntime-torch-llm-kai"),
-         sample_object("trainjob-bert-pretrain"), sample_object("jobset-bert-pretrain"))
+         sample_object("trainjob-bert-pretrain"), held_by_0_2(sample_object("jobset-bert-pretrain")))
     assert send(function.url, ref(NS, "bert-pretrain")).status == 200
     pgs = {pg["metadata"]["name"]: pg for pg in api.list(KAI_PG, "PodGroup", NS)}
     main = "pg-bert-pretrain-2b7e4c1d-8f3a-4b6e-9d2c-5a1f0e3b7c8d"
@@ -336,7 +337,7 @@ def test_an_add_before_its_jobset_makes_the_gang_and_the_next_event_decides_the_
     first = send(function.url, resource(tj))
     assert (first.status, first.headers.get("X-Kai-Fn-Outcome")) == (200, "done") and "Retry-After" not in first.headers
     assert [(c.verb, c.resource) for c in api.writes()] == [("create", "podgroups"), ("create", "events")]
-    seed(api, sample_object("jobset-llama-finetune"))  # as the previous version's policy held it
+    seed(api, held_by_0_2(sample_object("jobset-llama-finetune")))  # as the previous version's policy held it
     if then == "the TrainJob's update":
         update = copy.deepcopy(tj)
         update["status"] = {"conditions": [{"type": "Created", "status": "True", "reason": "JobSetCreated"}]}
@@ -689,8 +690,8 @@ def test_the_shipped_samples_get_their_documented_answer(api, function, sample, 
     seed(api, sample_object("clustertrainingruntime-torch"), sample_object("trainjob-resnet-eval"),
          sample_object("trainjob-whisper-asr"), sample_object("jobset-whisper-asr"),
          sample_object("trainingruntime-torch-llm-kai"), sample_object("trainjob-bert-pretrain"),
-         sample_object("jobset-bert-pretrain"), sample_object("queue-team-a-small"),
-         sample_object("trainjob-gpt-large"), sample_object("jobset-gpt-large"))
+         held_by_0_2(sample_object("jobset-bert-pretrain")), sample_object("queue-team-a-small"),
+         sample_object("trainjob-gpt-large"), held_by_0_2(sample_object("jobset-gpt-large")))
     answer = post(function.url, load_sample(REPO / "samples" / "events" / f"{sample}.json"))
     assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome"), answer.body) == (status, outcome, "")
     assert trainjob_writes(api) == []
@@ -751,7 +752,7 @@ def test_a_held_jobset_outside_the_allowlist_is_let_go_without_a_gang(api, funct
 def another_llama(name="gpt-small", uid="5e0b7f4a-1c6d-4e9b-a2f3-8d7c6b5a4e3f"):
     tj = sample_object("trainjob-llama-finetune")
     tj["metadata"].update(name=name, uid=uid)
-    js = sample_object("jobset-llama-finetune")
+    js = held_by_0_2(sample_object("jobset-llama-finetune"))
     js["metadata"].update(name=name, uid=f"{uid[:-4]}0000")
     js["metadata"]["ownerReferences"][0].update(name=name, uid=uid)
     return tj, js
@@ -761,7 +762,7 @@ def test_resync_decides_held_jobsets_bounded_per_run_with_two_lists_per_opted_in
     fn = functions(KAI_FN_RESYNC_LIMIT="2")
     seed_llama(api)
     seed(api, sample_object("trainingruntime-torch-llm-kai"), sample_object("trainjob-bert-pretrain"),
-         sample_object("jobset-bert-pretrain"), *another_llama())
+         held_by_0_2(sample_object("jobset-bert-pretrain")), *another_llama())
     seed(api, sample_object("clustertrainingruntime-torch"), sample_object("trainjob-resnet-eval"))
 
     def decided():

@@ -19,6 +19,7 @@ from tests.builders import owned_by, job_owner
 from tests.ce import ping, ref, resource, send
 from tests.conftest import JOBSET, KAI_PG, SP_PG, TRAINER, resync_lists, sample_object, seed
 from tests.function.test_function import NAME, NS, PG, UID, verbs
+from tests.builders import held_by_0_2
 
 OVER_LIMIT = {"reason": "OverLimit", "message": "gpu limit 4, the gang needs 8",
               "details": {"queueDetails": {"name": "team-a"}}}
@@ -43,7 +44,8 @@ def pg_of(api, name=NAME) -> str:
 def seed_held_llama(api, uid=UID, runtime=None) -> dict:
     """llama-finetune submitted plainly with the uid ``uid``, its JobSet held by the admission policy."""
     seed(api, sample_object("queue-team-a"), runtime or sample_object("clustertrainingruntime-torch-kai"),
-         owned_by(sample_object("trainjob-llama-finetune"), uid), owned_by(sample_object("jobset-llama-finetune"), uid))
+         owned_by(sample_object("trainjob-llama-finetune"), uid),
+         owned_by(held_by_0_2(sample_object("jobset-llama-finetune")), uid))
     return api.get(TRAINER, "TrainJob", NS, NAME)
 
 
@@ -358,7 +360,8 @@ def test_a_staged_gang_is_bound_when_its_main_podgroup_is_and_every_stage_report
     uid = fresh()
     main = f"pg-{BERT}-{uid}"  # the trainer's PodGroup, the main gang; the initializers' is its stage 0
     seed(api, sample_object("queue-team-a"), sample_object("trainingruntime-torch-llm-kai"),
-         owned_by(sample_object("trainjob-bert-pretrain"), uid), owned_by(sample_object("jobset-bert-pretrain"), uid))
+         owned_by(sample_object("trainjob-bert-pretrain"), uid),
+         owned_by(held_by_0_2(sample_object("jobset-bert-pretrain")), uid))
     assert send(function.url, ref(NS, BERT)).headers["X-Kai-Fn-Outcome"] == "done"
     assert api.get(JOBSET, "JobSet", NS, BERT)["metadata"]["annotations"]["kai-fn/podgroup"] == main
     size = {"dataset-initializer": 1, "model-initializer": 1, "node": 3}

@@ -9,6 +9,7 @@ import pytest
 from kai_fn.local.emulator import Fault
 from tests.ce import resource, send
 from tests.conftest import KAI_PG, TRAINER, sample_object, seed
+from tests.builders import held_by_0_2
 
 pytestmark = pytest.mark.usefixtures("forgetful")
 
@@ -28,7 +29,7 @@ def decide(api, function, labels: dict[str, str], *objects: dict) -> dict:
     tj = sample_object("trainjob-llama-finetune")
     tj["metadata"]["labels"].update(labels)
     seed(api, sample_object("queue-default-parent"), sample_object("queue-team-a"),
-         sample_object("clustertrainingruntime-torch-kai"), tj, sample_object("jobset-llama-finetune"), *objects)
+         sample_object("clustertrainingruntime-torch-kai"), tj, held_by_0_2(sample_object("jobset-llama-finetune")), *objects)
     api.reset_calls()
     answer = send(function.url, resource(api.get(TRAINER, "TrainJob", NS, NAME)))
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "done")
@@ -59,7 +60,7 @@ def test_priority_classes_that_cannot_be_listed(api, function, status):
     tj = sample_object("trainjob-llama-finetune")
     tj["metadata"]["labels"]["priorityClassName"] = "build"
     seed(api, sample_object("queue-default-parent"), sample_object("queue-team-a"),
-         sample_object("clustertrainingruntime-torch-kai"), tj, sample_object("jobset-llama-finetune"))
+         sample_object("clustertrainingruntime-torch-kai"), tj, held_by_0_2(sample_object("jobset-llama-finetune")))
     answer = send(function.url, resource(api.get(TRAINER, "TrainJob", NS, NAME)))
     made = api.list(KAI_PG, "PodGroup", NS)
     if status == 403:
@@ -84,7 +85,7 @@ def test_a_configured_configmap_that_is_missing_leaves_train(api, functions):
 
 def test_the_node_pool_label_key_is_the_setting(api, functions):
     function = functions(KAI_NODEPOOL_LABEL_KEY="example.com/pool")
-    jobset = sample_object("jobset-llama-finetune")
+    jobset = held_by_0_2(sample_object("jobset-llama-finetune"))
     rt = sample_object("clustertrainingruntime-torch-kai")
     for rj in rt["spec"]["template"]["spec"]["replicatedJobs"]:
         rj["template"]["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {})["example.com/pool"] = "a"

@@ -1,4 +1,5 @@
-"""The migration from the earlier TrainJob gate (kai_fn/function/migration.py), and TrainJobs their authors suspend.
+"""The migrations (kai_fn/function/migration/): from 0.1.0's TrainJob gate, and TrainJobs their authors suspend; then
+from 0.2.0's JobSet hold (at the end).
 
 A TrainJob the earlier gate suspended (``kai-fn/auto-suspended`` with ``spec.suspend: true``; its JobSet, made then,
 suspended WITHOUT the ``kai-fn/held`` label) is a suspended TrainJob to the pass: in scope, its gang is made and its
@@ -17,10 +18,12 @@ import uuid
 
 import pytest
 
+from kai_fn.local.emulator import naming
 from tests import crds
 from tests.builders import jobset_for
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
+from tests.builders import held_by_0_2
 
 NS = "team-a"
 AUTO = "kai-fn/auto-suspended"
@@ -43,7 +46,7 @@ def auto_suspended(name: str, annotations: dict | None = None, labels: dict | No
     tj["metadata"].setdefault("annotations", {}).update({AUTO: "true", **(annotations or {})})
     tj["metadata"].setdefault("labels", {}).update(labels or {})
     tj["spec"]["suspend"] = True
-    js = sample_object(f"jobset-{name}") if name == "llama-finetune" else None
+    js = held_by_0_2(sample_object(f"jobset-{name}")) if name == "llama-finetune" else None
     if js is not None:
         del js["metadata"]["labels"][HELD]
     own_uid(tj, js)
@@ -52,7 +55,7 @@ def auto_suspended(name: str, annotations: dict | None = None, labels: dict | No
 
 def authors(name: str = "llama-finetune", labels: dict | None = None) -> list[dict]:
     """A sample TrainJob its author submitted suspended, and its JobSet as the policy holds it."""
-    tj, js = sample_object(f"trainjob-{name}"), sample_object(f"jobset-{name}")
+    tj, js = sample_object(f"trainjob-{name}"), held_by_0_2(sample_object(f"jobset-{name}"))
     tj["spec"]["suspend"] = True
     tj["metadata"].setdefault("labels", {}).update(labels or {})
     own_uid(tj, js)
@@ -229,7 +232,7 @@ def test_decided_but_not_yet_resumed_it_is_resumed_with_no_other_write(api, func
 
 def test_a_trainjobs_own_decision_is_never_carried_to_a_jobset_the_policy_holds(api, function):
     """A held JobSet is decided by its own annotations alone: the TrainJob's marks are dropped, the pass decides."""
-    tj, js = sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune")
+    tj, js = sample_object("trainjob-llama-finetune"), held_by_0_2(sample_object("jobset-llama-finetune"))
     own_uid(tj, js)
     tj["metadata"]["annotations"] = {"kai-fn/skipped": "out-of-scope", "kai-fn/bound": "2026-01-02T03:04:05Z"}
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), tj, js)
@@ -274,3 +277,92 @@ def test_suspended_by_its_author_and_out_of_scope_it_stays_suspended(api, functi
     seed(api, sample_object("clustertrainingruntime-torch"), tj)
     assert send(function.url, resource(live(api, "resnet-eval"))).status == 200
     assert writes(api) == [] and live(api, "resnet-eval")["spec"]["suspend"] is True
+
+
+# -- the migration: JobSets the previous version held (kai_fn/function/migration/jobset_hold.py) -------------------
+
+def previous_hold(name: str = "llama-finetune", annotations: dict | None = None, suspend: bool = False,
+                decided: bool = False, owned: bool = True) -> list[dict]:
+    """A sample TrainJob and its JobSet as 0.2.0's policy left it: suspended, labelled ``kai-fn/held``."""
+    tj = sample_object(f"trainjob-{name}")
+    rt = sample_object("clustertrainingruntime-torch" + ("-kai" if name == "llama-finetune" else ""))
+    tj["metadata"].setdefault("annotations", {}).update(annotations or {})
+    tj["spec"]["suspend"] = suspend
+    js = jobset_for(tj, rt, suspend=True, held=True)
+    own_uid(tj, js)
+    if decided:
+        js["metadata"]["annotations"] = {"kai-fn/podgroup": f"pg-{name}-{tj['metadata']['uid']}"}
+    if not owned:
+        del js["metadata"]["ownerReferences"]
+    return [rt, tj, js]
+
+
+def released_by_the_migration(js: dict) -> bool:
+    return js["spec"]["suspend"] is False and HELD not in (js["metadata"].get("labels") or {})
+
+
+GANG = [("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
+HELD_CASES = {
+    # name: (what to seed, expected: PodGroups made, the JobSet's label kept, suspend after, its decision, writes,
+    #        and the writes of the next event: none once decided; while held, the gang found made again, told again)
+    "in scope: its gang made, then decided and released in one patch": (
+        lambda: previous_hold(), 1, False, False, "kai-fn/podgroup", GANG, []),
+    "its TrainJob asks to wait (kai-fn/hold): gang and templates, still held": (
+        lambda: previous_hold(annotations={"kai-fn/hold": "true"}), 1, True, True, None, GANG,
+        [("create", "podgroups"), ("create", "events")]),
+    "its TrainJob suspended: decided, the hold lifted, left for Trainer to resume": (
+        lambda: previous_hold(suspend=True), 1, False, True, "kai-fn/podgroup", GANG, []),
+    "out of scope: let go without a gang, resumed": (
+        lambda: previous_hold("resnet-eval"), 0, False, False, "kai-fn/skipped", [("patch", "jobsets")], []),
+    "already decided: nothing": (lambda: previous_hold(decided=True), 0, True, True, "kai-fn/podgroup", [], []),
+}
+
+
+@pytest.mark.parametrize("by", ["event", "resync"])
+@pytest.mark.parametrize("case", HELD_CASES, ids=list(HELD_CASES))
+def test_a_jobset_the_previous_version_held_is_decided_and_released_once(api, function, case, by):
+    seeded, podgroups, kept, suspend, decision, expected, again = HELD_CASES[case]
+    rt, tj, js = seeded()
+    seed(api, sample_object("queue-team-a"), rt, tj, js)
+    name = tj["metadata"]["name"]
+    event = resource(live(api, name)) if by == "event" else ping()
+    assert send(function.url, event).status == 200
+    after = jobset(api, name)
+    assert len(api.list(KAI_PG, "PodGroup", NS)) == podgroups
+    assert ((after["metadata"].get("labels") or {}).get(HELD) == "true") is kept
+    assert after["spec"]["suspend"] is suspend
+    notes = after["metadata"].get("annotations") or {}
+    assert [k for k in ("kai-fn/podgroup", "kai-fn/skipped") if k in notes] == ([decision] if decision else [])
+    assert ("kai-fn/released-at" in notes) is (decision == "kai-fn/podgroup" and not suspend and not kept)
+    assert writes(api) == expected
+    crds.validate(after)
+    api.reset_calls()
+    assert send(function.url, resource(after, "update")).status == 200  # the next event
+    assert writes(api) == again
+
+
+@pytest.mark.parametrize("by", ["event", "resync"])
+def test_a_tenants_forged_held_label_on_a_jobset_no_trainjob_controls_is_nothing(api, function, by):
+    rt, tj, forged = previous_hold(owned=False)
+    seed(api, sample_object("queue-team-a"), rt, tj, forged)
+    assert send(function.url, resource(live(api, tj["metadata"]["name"])) if by == "event" else ping()).status == 200
+    after = jobset(api)
+    assert ("patch", "jobsets") not in writes(api) and not after["metadata"].get("annotations")
+    assert after["metadata"]["labels"][HELD] == "true" and after["spec"]["suspend"] is True
+
+
+def test_named_as_well_its_gang_made_before_the_jobset_the_resync_releases_it(api, function):
+    """While both policies run: the gang is made from the TrainJob's event, then Trainer's JobSet is named and held.
+    No other pass is owed it (its gang exists): the migration's share of the resync releases it."""
+    rt, tj, js = previous_hold()
+    seed(api, sample_object("queue-team-a"), rt, tj)
+    assert send(function.url, resource(live(api, "llama-finetune"))).status == 200
+    (pg,) = api.list(KAI_PG, "PodGroup", NS)
+    api.put(naming.named(js))
+    api.reset_calls()
+    assert send(function.url, ping()).status == 200
+    after = jobset(api)
+    assert released_by_the_migration(after)
+    assert after["metadata"]["annotations"]["kai-fn/podgroup"] == pg["metadata"]["name"]
+    assert after["metadata"]["labels"]["kai-fn/named"] == "true"
+    assert ("patch", "jobsets") in writes(api) and api.list(KAI_PG, "PodGroup", NS) == [pg]

@@ -8,6 +8,7 @@ import pytest
 
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, opt_in_read, sample_object, seed
+from tests.builders import held_by_0_2
 
 # Each test seeds the samples' uids again, and a process remembers the uids whose JobSet it decided.
 pytestmark = pytest.mark.usefixtures("forgetful")
@@ -27,7 +28,7 @@ def team_a(**resources):
 
 def seed_llama(api, *queues, trainjob=None):
     seed(api, sample_object("queue-default-parent"), *queues, sample_object("clustertrainingruntime-torch-kai"),
-         trainjob or sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune"))
+         trainjob or sample_object("trainjob-llama-finetune"), held_by_0_2(sample_object("jobset-llama-finetune")))
     return api.get(TRAINER, "TrainJob", NS, NAME)
 
 
@@ -160,7 +161,7 @@ def test_a_new_trainjob_costs_five_calls_with_warm_caches(api, functions):
     tj = seed_llama(api, team_a())
     second = copy.deepcopy(sample_object("trainjob-llama-finetune"))
     second["metadata"].update(name="gpt-small", uid="5e0b7f4a-1c6d-4e9b-a2f3-8d7c6b5a4e3f")
-    js = sample_object("jobset-llama-finetune")
+    js = held_by_0_2(sample_object("jobset-llama-finetune"))
     js["metadata"]["name"] = "gpt-small"
     js["metadata"]["ownerReferences"][0].update(name="gpt-small", uid=second["metadata"]["uid"])
     seed(api, second, js)

@@ -14,6 +14,7 @@ import pytest
 from tests.builders import container, jobset_for, rjob, runtime, trainjob, job_owner
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
+from tests.builders import held_by_0_2
 
 NS, NAME, UID = "team-a", "deepspeed", "0d5e1c7a-2b3c-4d5e-8f90-a1b2c3d4e5f6"
 PG = f"pg-{NAME}-{UID}"
@@ -137,7 +138,7 @@ def test_a_finished_jobset_lets_its_place_go_for_good(api, function):
 def test_a_trainjob_without_a_later_ready_wave_gets_no_placeholder_and_is_remembered(api, function):
     seed(api, sample_object("queue-default-parent"), sample_object("queue-team-a"),
          sample_object("clustertrainingruntime-torch-kai"), sample_object("trainjob-llama-finetune"),
-         sample_object("jobset-llama-finetune"))
+         held_by_0_2(sample_object("jobset-llama-finetune")))
     tj = api.get(TRAINER, "TrainJob", NS, "llama-finetune")
     assert send(function.url, resource(tj)).status == 200
     api.reset_calls()

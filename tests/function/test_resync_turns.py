@@ -22,6 +22,7 @@ from kai_fn.local.process import FunctionProcess
 from tests.builders import job_owner
 from tests.ce import ping, send
 from tests.conftest import JOBSET, KAI_PG, sample_object, seed
+from tests.builders import held_by_0_2
 
 NS = "team-a"
 def inventory(api: Emulator) -> list[tuple[str, str | None]]:
@@ -36,7 +37,7 @@ def llama(name: str, created: str, queue: str = "team-a", namespace: str = NS) -
     """The sample TrainJob (as submitted) and its JobSet (held by the policy), renamed, made at ``created``, in
     ``queue``, with a uid of its own (a function process remembers the TrainJobs it decided by uid)."""
     uid = str(uuid.uuid4())
-    tj, js = sample_object("trainjob-llama-finetune"), sample_object("jobset-llama-finetune")
+    tj, js = sample_object("trainjob-llama-finetune"), held_by_0_2(sample_object("jobset-llama-finetune"))
     tj["metadata"].update(name=name, namespace=namespace, uid=uid, creationTimestamp=created)
     tj["metadata"]["labels"]["kai.scheduler/queue"] = queue
     js["metadata"].update(name=name, namespace=namespace, uid=str(uuid.uuid5(uuid.UUID(uid), "jobset")))

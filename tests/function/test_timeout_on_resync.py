@@ -16,6 +16,7 @@ from kai_fn.core import keys
 from tests.builders import job_owner
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, resync_lists, sample_object, seed
+from tests.builders import held_by_0_2
 
 NS, NAME = "team-a", "llama-finetune"
 UID = PG = ""  # this test's (fresh_uids)
@@ -59,7 +60,7 @@ def released_llama(api, url, runtime_timeout=None, **notes):
         rt["spec"]["podGroupPolicy"] = {"kai": {"scheduleTimeoutSeconds": runtime_timeout}}
     tj = sample("trainjob-llama-finetune")
     tj["metadata"]["annotations"] = notes
-    seed(api, sample_object("queue-team-a"), rt, tj, sample("jobset-llama-finetune"))
+    seed(api, sample_object("queue-team-a"), rt, tj, held_by_0_2(sample("jobset-llama-finetune")))
     assert send(url, resource(api.get(TRAINER, "TrainJob", NS, NAME))).status == 200
     assert api.get(JOBSET, "JobSet", NS, NAME)["spec"]["suspend"] is False
     return api.get(TRAINER, "TrainJob", NS, NAME)
@@ -152,7 +153,7 @@ def test_where_the_timeout_comes_from(api, functions, runtime_timeout, setting, 
     if runtime_timeout is not None:
         rt["spec"]["podGroupPolicy"] = {"kai": {} if runtime_timeout == {} else {"scheduleTimeoutSeconds": runtime_timeout}}
     seed(api, sample_object("queue-team-a"), rt, sample("trainjob-llama-finetune"),
-         sample("jobset-llama-finetune"))
+         held_by_0_2(sample("jobset-llama-finetune")))
     assert send(fn.url, resource(api.get(TRAINER, "TrainJob", NS, NAME))).status == 200
     pg = api.get(KAI_PG, "PodGroup", NS, PG)
     assert pg["metadata"]["annotations"].get(keys.SCHEDULE_TIMEOUT_ANNOTATION) == expected
@@ -333,7 +334,7 @@ def test_a_bound_gang_the_gang_status_sweep_did_not_reach_is_still_never_suspend
     older_uid = str(uuid.uuid4())
     older = sample("trainjob-llama-finetune", older_uid)
     older["metadata"] |= {"name": "older", "creationTimestamp": "2026-01-01T00:00:00Z"}
-    js = sample("jobset-llama-finetune", older_uid)
+    js = held_by_0_2(sample("jobset-llama-finetune", older_uid))
     js["metadata"]["name"] = "older"
     js["metadata"]["ownerReferences"][0]["name"] = "older"
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), older, js)
@@ -369,7 +370,7 @@ def test_a_staged_gangs_timeout_counts_from_its_trainer_pods_not_the_release(api
     rt = sample_object("trainingruntime-torch-llm-kai")
     rt["spec"]["podGroupPolicy"] = {"kai": {"scheduleTimeoutSeconds": 60}}
     seed(api, sample_object("queue-team-a"), rt, sample("trainjob-bert-pretrain"),
-         sample("jobset-bert-pretrain"))
+         held_by_0_2(sample("jobset-bert-pretrain")))
     assert send(function.url, resource(api.get(TRAINER, "TrainJob", NS, BERT))).status == 200
     jobset_runs(api, 600, name=BERT)
     seed(api, *pods())  # their ages are taken now, not when the test was collected

@@ -21,6 +21,7 @@ from tests.function.test_heartbeat import lease
 from tests.function.test_metrics import key, scrape
 from tests.function.test_workqueue import until
 from tests.function.test_timeout_on_resync import jobset_runs, released_llama, write
+from tests.builders import held_by_0_2
 
 pytestmark = pytest.mark.usefixtures("forgetful")
 
@@ -204,8 +205,8 @@ def test_a_mark_far_in_the_future_on_one_trainjob_stops_neither_the_resync_nor_a
     an OverflowError that failed every resync); another team's gang is overdue."""
     fn = functions()
     tenant_uid = "7a7a7a7a-0000-4000-8000-000000000001"
-    tenant, tenant_js = (owned_by(sample_object(n), tenant_uid) for n in ("trainjob-llama-finetune",
-                                                                           "jobset-llama-finetune"))
+    tenant = owned_by(sample_object("trainjob-llama-finetune"), tenant_uid)
+    tenant_js = owned_by(held_by_0_2(sample_object("jobset-llama-finetune")), tenant_uid)
     tenant["metadata"]["name"] = tenant_js["metadata"]["name"] = "tenant"
     tenant_js["metadata"]["ownerReferences"][0]["name"] = "tenant"
     seed(api, sample_object("queue-team-a"), sample_object("clustertrainingruntime-torch-kai"), tenant, tenant_js)
@@ -247,7 +248,7 @@ def test_an_unexpected_error_on_one_trainjob_is_its_own_the_resync_goes_on_and_r
     seed_llama(api)
     other = owned_by(sample_object("trainjob-llama-finetune"), "7a7a7a7a-0000-4000-8000-000000000002")
     other["metadata"]["name"] = "broken"
-    other_js = owned_by(sample_object("jobset-llama-finetune"), "7a7a7a7a-0000-4000-8000-000000000002")
+    other_js = owned_by(held_by_0_2(sample_object("jobset-llama-finetune")), "7a7a7a7a-0000-4000-8000-000000000002")
     other_js["metadata"]["name"] = "broken"
     seed(api, other, other_js, lease())
     original = Reconciler.run

@@ -8,6 +8,7 @@ import pytest
 from kai_fn.kube import ApiServer, Gone, GuardFailed, Stale, Transient, api_client
 from kai_fn.local.emulator import Fault
 from tests.conftest import sample_object, seed
+from tests.builders import held_by_0_2
 
 
 class Counted:
@@ -32,7 +33,7 @@ def cluster(api, timeout: float = 5.0, observer: Counted | None = None) -> ApiSe
     (Fault(hang=1.5), Transient, "^API unreachable or too slow: "), (Fault(status=422), GuardFailed, "422|nvalid"),
 ])
 def test_jobset_patch_failures_map_by_status_code(api, fault, raised, match):
-    seed(api, sample_object("jobset-llama-finetune"))
+    seed(api, held_by_0_2(sample_object("jobset-llama-finetune")))
     api.faults = lambda call: fault
     with pytest.raises(raised, match=match):
         cluster(api, timeout=1).session().patch_jobset(

@@ -14,12 +14,14 @@ from kubernetes import client
 
 from kai_fn.core import keys
 from kai_fn.local.chain import probe_jobset, wait_for_policy
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.ce import resource, send
 from tests.conftest import sample_object
 from tests.testbed.kai_fn_install import (
     AUDIENCE, NAMESPACE, POLICY, SOURCE, SOURCE_SA, TRAINER, admission_policy, create_ignoring_conflict,
     create_trainjob, enabled_namespace, function_process, trainjob,
 )
+from tests.builders import held_by_0_2
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
@@ -120,7 +122,7 @@ def _as_trainer_would(jobset: dict[str, Any], job: dict[str, Any]) -> dict[str, 
     jobset = copy.deepcopy(jobset)
     meta = jobset["metadata"]
     meta.pop("uid", None)
-    meta["labels"].pop(keys.HELD_LABEL, None)  # the sample shows the previous version's hold
+    meta["labels"].pop(HELD_LABEL, None)  # the sample shows the previous version's hold
     meta["namespace"] = job["metadata"]["namespace"]
     meta["ownerReferences"][0] |= {"uid": job["metadata"]["uid"], "name": job["metadata"]["name"]}
     jobset["spec"]["suspend"] = False
@@ -150,7 +152,7 @@ def test_a_plainly_submitted_trainjob_in_scope_gets_its_gang_and_is_never_writte
     job = create_trainjob(testbed, enabled, submitted)
     assert job["spec"].get("suspend") is False
     jobset = objs.create_namespaced_custom_object(*JOBSETS, enabled, "jobsets",
-                                                  _as_trainer_would(sample_object("jobset-llama-finetune"), job))
+                                                  _as_trainer_would(held_by_0_2(sample_object("jobset-llama-finetune")), job))
     assert jobset["spec"]["suspend"] is False and jobset["metadata"]["labels"][NAMED] == "true"
     token = testbed.sa_token(NAMESPACE, SOURCE_SA, [AUDIENCE])
     answer = send(function.url, resource(jobset), token=token)  # the named JobSet's event

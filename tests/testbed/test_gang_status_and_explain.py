@@ -20,6 +20,7 @@ from kai_fn.local.process import REPO, FunctionProcess
 from tests.ce import resource, send
 from tests.testbed.conftest import LiveCluster, wait_for
 from tests.testbed.kai_fn_install import ENABLED
+from tests.builders import held_by_0_2
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 KAI = ("scheduling.run.ai", "v2alpha2")
@@ -52,7 +53,7 @@ def gang(testbed: LiveCluster) -> Iterator[dict[str, Any]]:
     tj = sample("trainjob-llama-finetune")
     tj["metadata"] = {"name": tj["metadata"]["name"], "namespace": ns, "labels": tj["metadata"]["labels"]}
     tj = objs.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", tj)
-    js = sample("jobset-llama-finetune")
+    js = held_by_0_2(sample("jobset-llama-finetune"))
     js["metadata"] = {"name": "llama-finetune", "namespace": ns, "labels": {"kai-fn/held": "true"}, "ownerReferences": [
         {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "llama-finetune",
          "uid": tj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]}

@@ -20,6 +20,7 @@ from kubernetes import client
 
 from kai_fn.core import keys
 from kai_fn.local.chain import SEGMENT_POLICY, wait_for_policy, wait_for_segment_policy
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ce import resource, send
@@ -31,6 +32,7 @@ from tests.testbed.kai_fn_install import (
     AUDIENCE, NAMESPACE, POLICY, SOURCE, SOURCE_SA, TRAINER, apply, enabled_namespace,
     function_process, rendered,
 )
+from tests.builders import held_by_0_2
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
@@ -180,7 +182,7 @@ def test_a_missing_rule_makes_the_function_retry_later_without_writing(testbed: 
     job["metadata"]["namespace"] = scenery
     job = objs.create_namespaced_custom_object(*TRAINER, scenery, "trainjobs", job)
     jobset = objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", scenery, "jobsets",
-                                                  _as_trainer_would(sample_object("jobset-llama-finetune"), job))
+                                                  _as_trainer_would(held_by_0_2(sample_object("jobset-llama-finetune")), job))
     name = job["metadata"]["name"]
     podgroup = f"pg-{name}-{job['metadata']['uid']}"
     with function_process(testbed, KAI_FN_AUDIENCE=AUDIENCE, KAI_FN_SENDERS=SOURCE) as fn:
@@ -198,6 +200,6 @@ def test_a_missing_rule_makes_the_function_retry_later_without_writing(testbed: 
     # JobSet's own controller writes its status; only a spec change (kai_fn's patch) moves the generation
     assert (live_jobset["metadata"]["generation"] != jobset["metadata"]["generation"]) is gang
     assert (live_jobset["spec"] != jobset["spec"]) is gang
-    assert (keys.HELD_LABEL in (live_jobset["metadata"].get("labels") or {})) is not gang
+    assert (HELD_LABEL in (live_jobset["metadata"].get("labels") or {})) is not gang
     live = objs.get_namespaced_custom_object(*TRAINER, scenery, "trainjobs", name)
     assert live["metadata"]["resourceVersion"] == job["metadata"]["resourceVersion"], "the TrainJob is never written"

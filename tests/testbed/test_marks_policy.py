@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kai_fn.core import keys
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.ce import resource, send
 from tests.testbed.kai_fn_install import (
     NAMESPACE, TRAINER, admission_policy, apply, create_trainjob, enabled_namespace, function_process, rendered,
@@ -136,8 +137,8 @@ CREATES: list[tuple[str, str, Callable[[client.ApiClient, str], Any], str | None
      keys.NAMED_LABEL),
     ("tenant: a JobSet claiming the previous version's hold", "tenant",
      lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
-         *JOBSETS, ns, "jobsets", _jobset("hold", owner=False, labels={keys.HELD_LABEL: "true"}), dry_run="All"),
-     keys.HELD_LABEL),
+         *JOBSETS, ns, "jobsets", _jobset("hold", owner=False, labels={HELD_LABEL: "true"}), dry_run="All"),
+     HELD_LABEL),
     ("tenant: a PodGroup labelled managed-by kai-fn", "tenant",
      lambda api, ns: client.CustomObjectsApi(api).create_namespaced_custom_object(
          *KAI_PG, ns, "podgroups", _podgroup("pg-y", {keys.MANAGED_BY_LABEL: keys.MANAGED_BY}), dry_run="All"),

@@ -9,10 +9,12 @@ from typing import Any
 from kubernetes import client
 
 from kai_fn.core import keys
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.ce import ping, resource, send
 from tests.conftest import sample_object
 from tests.testbed.conftest import LiveCluster
 from tests.testbed.kai_fn_install import TRAINER, create_trainjob, enabled_namespace, function_process, seed_samples
+from tests.builders import held_by_0_2
 
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2")
 PODGROUPS = ("scheduling.run.ai", "v2alpha2")
@@ -23,7 +25,7 @@ def held_llama(testbed: LiveCluster, namespace: str) -> tuple[dict[str, Any], di
     tj = sample_object("trainjob-llama-finetune")
     tj["metadata"] = {"name": tj["metadata"]["name"], "labels": tj["metadata"].get("labels") or {}}
     made = create_trainjob(testbed, namespace, tj)
-    js = copy.deepcopy(sample_object("jobset-llama-finetune"))
+    js = copy.deepcopy(held_by_0_2(sample_object("jobset-llama-finetune")))
     js["metadata"] = {"name": made["metadata"]["name"], "labels": js["metadata"]["labels"], "ownerReferences": [{
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": made["metadata"]["name"],
         "uid": made["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]}
@@ -58,7 +60,7 @@ def test_the_function_under_its_own_account_acts_where_a_namespace_opted_in_and_
         assert kai_fns_podgroups(testbed, never) == []
         untouched = objs.get_namespaced_custom_object(*JOBSETS, never, "jobsets", never_set["metadata"]["name"])
         live = objs.get_namespaced_custom_object(*TRAINER, never, "trainjobs", never_tj["metadata"]["name"])
-        assert untouched["spec"]["suspend"] is True and untouched["metadata"]["labels"][keys.HELD_LABEL] == "true"
+        assert untouched["spec"]["suspend"] is True and untouched["metadata"]["labels"][HELD_LABEL] == "true"
         assert writers(untouched) == writers(never_set) and writers(live) == writers(never_tj)  # JobSet's own status
         events = client.CoreV1Api(testbed.api).list_namespaced_event(never).items
         assert [e.reason for e in events if e.reporting_component == keys.MANAGED_BY] == []

@@ -21,6 +21,7 @@ from tests.ce import ping, ref, resource, send
 from tests.conftest import sample_object
 from tests.testbed.parity import (JOBSET, KAI_PG, SP_PG, TRAINER, EmulatorBackend, LiveBackend, normalized,
                                   stored, versions)
+from tests.builders import held_by_0_2
 
 NAME = "llama"
 BACKENDS = ["emulator", "testbed"]
@@ -59,7 +60,7 @@ def seed(backend: Any, ns: str, tag: str, *, runtime: bool = True, running: bool
     if legacy:
         tj["metadata"]["annotations"] = {"kai-fn/auto-suspended": "true"}
     world.trainjob = backend.create(tj)
-    js = sample_object("jobset-llama-finetune")
+    js = held_by_0_2(sample_object("jobset-llama-finetune"))
     js["metadata"] = {"name": NAME, "namespace": ns, "labels": js["metadata"]["labels"] | {
         "trainer.kubeflow.org/trainjob-name": NAME}, "ownerReferences": [{
             "apiVersion": TRAINER, "kind": "TrainJob", "name": NAME, "uid": world.trainjob["metadata"]["uid"],

@@ -23,10 +23,12 @@ from kai_fn.function.cluster import CachedServer
 from kai_fn.kube import Stale
 from kai_fn.settings import load
 from kai_fn.local.process import REPO, FunctionProcess
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.ce import ping, resource, send
 from tests.manifests import BASE, FUNCTION, NAMESPACE, by_kind, render
 from tests.testbed.conftest import LiveCluster, wait_for
 from tests.testbed.kai_fn_install import ENABLED
+from tests.builders import held_by_0_2
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 KAI = ("scheduling.run.ai", "v2")
@@ -104,8 +106,8 @@ def submit(testbed: LiveCluster, world: dict[str, str], annotations: dict[str, s
                       "annotations": annotations or {}}
     tj["spec"]["runtimeRef"]["name"] = world["runtime"]
     tj = objs.create_namespaced_custom_object(*TRAINER, ns, "trainjobs", tj)
-    js = sample("jobset-llama-finetune")
-    js["metadata"] = {"name": "llama", "namespace": ns, "labels": {keys.HELD_LABEL: "true"}, "ownerReferences": [{
+    js = held_by_0_2(sample("jobset-llama-finetune"))
+    js["metadata"] = {"name": "llama", "namespace": ns, "labels": {HELD_LABEL: "true"}, "ownerReferences": [{
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "llama",
         "uid": tj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]}
     objs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", js)
@@ -156,14 +158,14 @@ def test_real_queues_refuse_a_gang_over_the_limit_and_a_fixed_queue_lets_it_proc
     assert send(fn.url, resource(tj, "update")).status == 200
     over = [m for r, m in reasons(testbed, ns) if r == "GangExceedsQueue"]
     assert len(over) == 1 and f"request gpu 8 GPUs, over the limit 4 GPUs of Queue {world['queue']}" in over[0]
-    assert live_jobset(testbed, ns)["metadata"]["labels"][keys.HELD_LABEL] == "true"
+    assert live_jobset(testbed, ns)["metadata"]["labels"][HELD_LABEL] == "true"
     assert live_jobset(testbed, ns)["spec"]["suspend"] is True and podgroups(testbed, ns) == []
     assert live_trainjob(testbed, ns)["spec"].get("suspend") is False
 
     make_queue(testbed, world["queue"], gpu_limit=8)
     assert send(fn.url, ping()).status == 200  # the resync finds it: its JobSet still held
     live = live_jobset(testbed, ns)
-    assert live["spec"]["suspend"] is False and keys.HELD_LABEL not in (live["metadata"].get("labels") or {})
+    assert live["spec"]["suspend"] is False and HELD_LABEL not in (live["metadata"].get("labels") or {})
     assert keys.RELEASED_AT_ANNOTATION in live["metadata"]["annotations"]
     (pg,) = podgroups(testbed, ns)
     assert pg["spec"]["queue"] == world["queue"]

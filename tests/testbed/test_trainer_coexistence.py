@@ -18,8 +18,10 @@ import yaml
 from kubernetes import client
 
 from kai_fn.core import keys
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.ce import resource, send
 from tests.conftest import sample_object
+from tests.builders import held_by_0_2
 from tests.testbed.kai_fn_install import (
     AUDIENCE, NAMESPACE, SOURCE, SOURCE_SA, TRAINER, admission_policy, enabled_namespace, function_process, seed_samples,
 )
@@ -71,9 +73,9 @@ def submit(testbed: LiveCluster, namespace: str, trainjob: str, jobset: str, run
     del job["metadata"]["uid"]
     job["metadata"]["namespace"] = namespace
     job = objs.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", job)
-    js = sample_object(jobset)
+    js = held_by_0_2(sample_object(jobset))  # unnamed, as Trainer makes it once the label below is gone
     js["metadata"].pop("uid")
-    js["metadata"]["labels"].pop(keys.HELD_LABEL)  # the policy's, never Trainer's
+    js["metadata"]["labels"].pop(HELD_LABEL)  # the policy's, never Trainer's
     js["metadata"]["namespace"] = namespace
     js["metadata"]["ownerReferences"][0]["uid"] = job["metadata"]["uid"]
     js["spec"]["suspend"] = False  # from the TrainJob, which runs
@@ -119,12 +121,12 @@ def test_trainer_reapplying_its_jobset_keeps_everything_kai_fn_wrote(testbed: Li
     named = {marks.get(f"annotation {keys.KAI_POD_GROUP_ANNOTATION}") for marks in pod_templates.values()}
     assert podgroup in named and named <= {podgroup, f"{podgroup}-stage-0"}, written  # the trainer's, its stage's
 
-    assert patched["spec"]["suspend"] is False and keys.HELD_LABEL not in (patched["metadata"].get("labels") or {})
+    assert patched["spec"]["suspend"] is False and HELD_LABEL not in (patched["metadata"].get("labels") or {})
 
     apply_as_trainer(testbed, as_trainer_makes_it)  # a reconcile of its running TrainJob
     live = objs.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name)
     assert kai_fn_marks(live) == written and live["spec"]["suspend"] is False
-    assert keys.HELD_LABEL not in (live["metadata"].get("labels") or {}), "a decided JobSet is never held again"
+    assert HELD_LABEL not in (live["metadata"].get("labels") or {}), "a decided JobSet is never held again"
 
     apply_as_trainer(testbed, {**as_trainer_makes_it, "spec": {**as_trainer_makes_it["spec"], "suspend": True}})
     live = objs.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name)  # its TrainJob suspended (Kueue)

@@ -20,6 +20,7 @@ from kubernetes import client
 from kai_fn.commands import cli
 from kai_fn.core import keys
 from kai_fn.local.emulator import naming
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from tests.ce import ping, resource, send
 from tests.conftest import sample_object
 from tests.testbed.conftest import wait_for
@@ -27,6 +28,7 @@ from tests.testbed.kai_fn_install import (
     NAMESPACE, POLICY, TRAINER, admission_policy, create_trainjob, enabled_namespace, function_process, seed_samples,
     trainjob,
 )
+from tests.builders import held_by_0_2
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
@@ -42,10 +44,10 @@ def _status(testbed: LiveCluster, namespace: str) -> int:
 def _with_jobset(testbed: LiveCluster, job: dict[str, Any], *, named: bool = False) -> dict[str, Any]:
     """The sample JobSet, owned by the TrainJob just created, as Trainer would make it (no Trainer runs here): the
     policy names it while it is installed; ``named``: as the policy wrote it in its last moment."""
-    jobset = copy.deepcopy(sample_object("jobset-llama-finetune"))
+    jobset = copy.deepcopy(held_by_0_2(sample_object("jobset-llama-finetune")))
     meta = jobset["metadata"]
     meta.pop("uid", None)
-    meta["labels"].pop(keys.HELD_LABEL)  # the sample shows the previous version's hold
+    meta["labels"].pop(HELD_LABEL)  # the sample shows the previous version's hold
     jobset["spec"]["suspend"] = False
     meta["name"], meta["namespace"] = job["metadata"]["name"], job["metadata"]["namespace"]
     meta["ownerReferences"][0] |= {"name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}

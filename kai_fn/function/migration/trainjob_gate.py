@@ -2,7 +2,7 @@
 
 That gate suspended the TrainJob itself (``spec.suspend: true``, ``kai-fn/auto-suspended: "true"``) and kai_fn wrote
 its marks on the TrainJob. This module carries a TrainJob's own marks to where kai_fn reads them now (the decision
-``kai-fn/podgroup`` or ``kai-fn/skipped`` and ``kai-fn/released-at`` onto its JobSet, never onto one the policy holds;
+``kai-fn/podgroup`` or ``kai-fn/skipped`` and ``kai-fn/released-at`` onto its JobSet, never onto one 0.2.0 held;
 ``kai-fn/bound`` and ``kai-fn/timed-out`` onto its main PodGroup) and removes them from the TrainJob. A TrainJob that
 gate suspended is, to the pass, a suspended TrainJob: once its JobSet is decided (or it is out of scope), it is
 resumed here, unless ``kai-fn/hold`` is "true", Kueue admits it or KAI_FN_RESUME is false. It runs in the pass and,
@@ -21,6 +21,7 @@ from kai_fn.function.cluster import CachedSession
 from kai_fn.function.execute import Retry
 from kai_fn.function.inventory import creation_order
 from kai_fn.function.isolate import tally_of
+from kai_fn.function.migration import jobset_hold
 from kai_fn.function.report import Outcome
 from kai_fn.settings import Settings
 
@@ -59,7 +60,7 @@ def carry(session: CachedSession, settings: Settings, trainjob: dict[str, Any], 
     ns, name = meta["namespace"], meta["name"]
     decision = {k: v for k, v in moved.items() if k in _DECISION}
     set_notes = objects.notes(jobset)
-    if (decision and objects.labels(jobset).get(keys.HELD_LABEL) != "true"
+    if (decision and not jobset_hold.marked(jobset)
             and keys.MARKER_PODGROUP not in set_notes and keys.MARKER_SKIPPED not in set_notes):
         try:
             session.patch_jobset(ns, name, jobset_patch(None, jobset, decision))
@@ -83,7 +84,7 @@ def after_pass(session: CachedSession, settings: Settings, trainjob: dict[str, A
     if not owed(trainjob):
         return outcome
     if isinstance(action, LetGo):
-        if not action.held:
+        if not action.ops:
             let_go(session, trainjob, jobset)
     elif not (isinstance(action, (Skip, SettleReservation))
               or isinstance(action, MakeGang) and outcome.result == "done"):
@@ -96,7 +97,7 @@ def after_pass(session: CachedSession, settings: Settings, trainjob: dict[str, A
 
 
 def let_go(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> None:
-    """Out of scope: its JobSet (suspended, never held) is marked so, so later events cost nothing."""
+    """Out of scope: its JobSet (suspended, never held by 0.2.0) is marked so, so later events cost nothing."""
     if jobset is None or keys.MARKER_PODGROUP in objects.notes(jobset) or keys.MARKER_SKIPPED in objects.notes(jobset):
         return
     meta = objects.meta(trainjob)
