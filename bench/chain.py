@@ -27,6 +27,7 @@ each burst is cut off at its deadline.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -67,6 +68,7 @@ class Burst:
     writes: Counter[tuple[str, str]] = field(default_factory=Counter)
     load: tuple[float, float] = (math.nan, math.nan)  # 1-minute load average before and after
     work: dict[str, list[float]] = field(default_factory=dict)  # kai_fn's log: ms per event, by event and outcome
+    cpu: Counter[str] = field(default_factory=Counter)  # CPU seconds in the burst, by process (cpu_seconds)
     wall: float = math.nan
 
     def latencies(self) -> list[float]:
@@ -131,6 +133,37 @@ def function_work(log: Path, offset: int, ns: str) -> dict[str, list[float]]:
     return out
 
 
+def chain_processes(state: Path) -> list[tuple[str, psutil.Process]]:
+    """The chain's processes, named: the testbed's (the launcher, which runs Trainer and JobSet and starts
+    kube-apiserver, etcd and the controller manager; chain.pids: KAI's, kube-scheduler, kwok) and this process's
+    children (the function, its queue-proxy, Knative's adapters)."""
+    named: list[tuple[str, int]] = []
+    if (state / "launcher.pid").exists():
+        named += [("launcher (Trainer, JobSet)", int(p)) for p in (state / "launcher.pid").read_text().split()[:1]]
+    if (state / "chain.pids").exists():
+        named += [(line.split()[0], int(line.split()[1])) for line in (state / "chain.pids").read_text().splitlines()
+                  if line.strip()]
+    found: list[tuple[str, psutil.Process]] = []
+    for name, pid in named:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(pid)
+            found += [(name, root), *((c.name(), c) for c in root.children(recursive=True))]
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            found.append(("kai_fn function" if "kai_fn.function" in " ".join(proc.cmdline()) else proc.name(), proc))
+    return found
+
+
+def cpu_seconds(procs: list[tuple[str, psutil.Process]]) -> Counter[str]:
+    """User and system CPU seconds so far, by process name."""
+    out: Counter[str] = Counter()
+    for name, proc in procs:
+        with contextlib.suppress(psutil.Error):
+            t = proc.cpu_times()
+            out[name] += t.user + t.system
+    return out
+
+
 def burst(api: client.ApiClient, path: str, ns: str, jobs: int, pods: int, audit_log: Path, fn_log: Path,
           deadline_s: float) -> Burst:
     result = Burst(path, ns, jobs)
@@ -140,6 +173,8 @@ def burst(api: client.ApiClient, path: str, ns: str, jobs: int, pods: int, audit
     clock = time.time() - time.monotonic()  # PodWatch times are monotonic; the audit log's are Unix time
     began = time.monotonic()
     done = all_created if MODES.get(path) == "admission" else all_bound
+    procs = chain_processes(fn_log.parent)
+    cpu = cpu_seconds(procs)
     with PodWatch(api, ns) as watch:
         for name in names:
             submit(api, ns, trainjob(name, RUNTIME, nodes=pods, gpus=1))
@@ -149,6 +184,7 @@ def burst(api: client.ApiClient, path: str, ns: str, jobs: int, pods: int, audit
         result.wall = time.monotonic() - began
         time.sleep(3)  # writes that trail the binding (kwok, KAI's controllers, gang status) land in the log
         created = {p.name: p.first_seen + clock for p in watch.snapshot()}
+    result.cpu = cpu_seconds(procs) - cpu
     found = list(audit.writes(audit_log, offset, ns, audit_log.stat().st_size))
     result.marks, result.writes = audit.stages(found, created), audit.by_component(found)
     result.load = (load, os.getloadavg()[0])
@@ -277,6 +313,13 @@ def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elap
         for key, ms in sorted((b.work if b else {}).items()):
             lines.append(f"| {size} | {key} | {len(ms)} | {nearest_rank(ms, 50):.0f} | {nearest_rank(ms, 95):.0f} | "
                          f"{sum(ms):.0f} |")
+    lines += ["", "CPU seconds (user + system) each process spent during the burst, from the first create to 3 s after the "
+              "last binding (psutil; the machine has 2 cores and is shared):", "",
+              "| process | " + " | ".join(f"{p} ({s})" for s in sizes for p in ran) + " |",
+              "|---" * (1 + len(sizes) * len(ran)) + "|"]
+    for proc in sorted({n for b in results.values() for n in b.cpu}):
+        lines.append(f"| {proc} | " + " | ".join(f"{results[(s, p)].cpu[proc]:.1f}" if (s, p) in results else "–"
+                                                 for s in sizes for p in ran) + " |")
     lines += ["", "<details><summary>writes by component, verb and resource (totals)</summary>", "",
               "| component | write | " + " | ".join(f"{p} ({s})" for s in sizes for p in ran) + " |",
               "|---|---" + "|---" * (len(sizes) * len(ran)) + "|"]
