@@ -53,6 +53,7 @@ PATHS = ("podgrouper", "kai-fn", "kai-fn-direct", "named-only")
 DEFAULT_PATHS = PATHS[:3]
 # What runs of kai_fn for each path: the function behind queue-proxy, straight, or the admission policies alone; the
 # podgrouper's path runs beside any of them.
+API_CALLS = "API calls"  # function_work's key for the API calls kai_fn made, not milliseconds
 MODES = {"kai-fn": "queue-proxy", "kai-fn-direct": "direct", "named-only": "admission"}
 RUNTIME = "bench-gang"
 POOL = "bench"
@@ -111,7 +112,8 @@ def all_created(watch: PodWatch, names: list[str], pods: int) -> bool:
 
 def function_work(log: Path, offset: int, ns: str) -> dict[str, list[float]]:
     """From the function's JSON log since ``offset``: milliseconds per event it answered for ``ns``, by kind of event,
-    type and outcome; and per TrainJob pass made after the answer (``work``), with the time it waited in the queue."""
+    type and outcome; and per TrainJob pass made after the answer (``work``), with the time it waited in the queue;
+    under ``API_CALLS``, the API calls of each answer and pass."""
     out: dict[str, list[float]] = {}
     if not log.exists():
         return out
@@ -122,6 +124,8 @@ def function_work(log: Path, offset: int, ns: str) -> dict[str, list[float]]:
             if not line.startswith("{"):
                 continue
             e = json.loads(line)
+            if e.get("msg") in ("event", "work") and e.get("namespace") == ns:
+                out.setdefault(API_CALLS, []).append(float(e.get("api_calls", 0)))
             if e.get("msg") == "event" and e.get("namespace") == ns:
                 key = f"{e.get('kind')} {e.get('type', '').rsplit('.', 1)[-1]} {e.get('outcome')}"
                 out.setdefault(key, []).append(float(e.get("ms", 0)))
@@ -311,8 +315,14 @@ def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elap
     for size in sizes:
         b = results.get((size, "kai-fn"))
         for key, ms in sorted((b.work if b else {}).items()):
+            if key == API_CALLS:
+                continue
             lines.append(f"| {size} | {key} | {len(ms)} | {nearest_rank(ms, 50):.0f} | {nearest_rank(ms, 95):.0f} | "
                          f"{sum(ms):.0f} |")
+    for size in sizes:
+        if (b := results.get((size, "kai-fn"))) and b.work.get(API_CALLS):
+            lines += ["", f"kai_fn's API calls ({size} TrainJobs; its log's `api_calls`, every answer and pass): "
+                      f"{sum(b.work[API_CALLS]):.0f}, {sum(b.work[API_CALLS]) / b.jobs:.1f} per TrainJob"]
     lines += ["", "CPU seconds (user + system) each process spent during the burst, from the first create to 3 s after the "
               "last binding (psutil; the machine has 2 cores and is shared):", "",
               "| process | " + " | ".join(f"{p} ({s})" for s in sizes for p in ran) + " |",
