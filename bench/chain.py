@@ -11,6 +11,10 @@ chain testbed, in one run.
   The events reach the function through Knative Serving's queue-proxy, as in a Knative Service's pod.
 - **kai-fn-direct**: the same, with the adapters delivering straight to the function (no queue-proxy): the hop's
   cost is kai-fn's time minus this one's, in the same run (kai_fn and its sources restarted between the two).
+- **named-only**: the admission policies alone in an enabled namespace, the function and its sources stopped
+  (kai_fn.local.chain.admission_only): each JobSet is named at its create and nothing makes a PodGroup, so no pod
+  binds; the burst ends once every pod exists. What naming costs Trainer's JobSet create, apart from the function's
+  reads and CPU (not run unless asked: ``--paths podgrouper,named-only,kai-fn``).
 
 Both on one runtime (pods on ``kai-scheduler``, 1 GPU each, on a simnodes pool of the benchmark's own, large enough
 for the largest burst), bound by the same KAI Scheduler. Bursts of each size run path after path; between bursts
@@ -23,6 +27,7 @@ each burst is cut off at its deadline.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -40,12 +45,16 @@ import psutil
 from kubernetes import client
 
 from bench import audit
-from kai_fn.local.chain import POOL_LABEL, TRAINER, Chain, sample
+from kai_fn.local.chain import POOL_LABEL, TRAINER, Testbed, admission_only, kubectl_of, sample
 from kai_fn.local.podwatch import PodWatch
 from kai_fn.local.realchain import ChainError, chain_cluster, kai_fn_running, submit, trainjob
 
-PATHS = ("podgrouper", "kai-fn", "kai-fn-direct")
-QUEUE_PROXY = {"kai-fn": True, "kai-fn-direct": False}  # the podgrouper's path runs beside either
+PATHS = ("podgrouper", "kai-fn", "kai-fn-direct", "named-only")
+DEFAULT_PATHS = PATHS[:3]
+# What runs of kai_fn for each path: the function behind queue-proxy, straight, or the admission policies alone; the
+# podgrouper's path runs beside any of them.
+API_CALLS = "API calls"  # function_work's key for the API calls kai_fn made, not milliseconds
+MODES = {"kai-fn": "queue-proxy", "kai-fn-direct": "direct", "named-only": "admission"}
 RUNTIME = "bench-gang"
 POOL = "bench"
 GPUS_PER_NODE = 8
@@ -60,6 +69,7 @@ class Burst:
     writes: Counter[tuple[str, str]] = field(default_factory=Counter)
     load: tuple[float, float] = (math.nan, math.nan)  # 1-minute load average before and after
     work: dict[str, list[float]] = field(default_factory=dict)  # kai_fn's log: ms per event, by event and outcome
+    cpu: Counter[str] = field(default_factory=Counter)  # CPU seconds in the burst, by process (cpu_seconds)
     wall: float = math.nan
 
     def latencies(self) -> list[float]:
@@ -94,9 +104,16 @@ def all_bound(watch: PodWatch, names: list[str], pods: int) -> bool:
     return all(len(groups.get(n, [])) == pods and all(p.bound_at for p in groups[n]) for n in names)
 
 
+def all_created(watch: PodWatch, names: list[str], pods: int) -> bool:
+    """Every pod exists: where the burst of ``named-only`` ends (nothing makes its PodGroups, so none binds)."""
+    groups = watch.by_jobset()
+    return all(len(groups.get(n, [])) == pods for n in names)
+
+
 def function_work(log: Path, offset: int, ns: str) -> dict[str, list[float]]:
     """From the function's JSON log since ``offset``: milliseconds per event it answered for ``ns``, by kind of event,
-    type and outcome; and per TrainJob pass made after the answer (``work``), with the time it waited in the queue."""
+    type and outcome; and per TrainJob pass made after the answer (``work``), with the time it waited in the queue;
+    under ``API_CALLS``, the API calls of each answer and pass."""
     out: dict[str, list[float]] = {}
     if not log.exists():
         return out
@@ -107,6 +124,8 @@ def function_work(log: Path, offset: int, ns: str) -> dict[str, list[float]]:
             if not line.startswith("{"):
                 continue
             e = json.loads(line)
+            if e.get("msg") in ("event", "work") and e.get("namespace") == ns:
+                out.setdefault(API_CALLS, []).append(float(e.get("api_calls", 0)))
             if e.get("msg") == "event" and e.get("namespace") == ns:
                 key = f"{e.get('kind')} {e.get('type', '').rsplit('.', 1)[-1]} {e.get('outcome')}"
                 out.setdefault(key, []).append(float(e.get("ms", 0)))
@@ -118,7 +137,38 @@ def function_work(log: Path, offset: int, ns: str) -> dict[str, list[float]]:
     return out
 
 
-def burst(chain: Chain, path: str, ns: str, jobs: int, pods: int, audit_log: Path, fn_log: Path,
+def chain_processes(state: Path) -> list[tuple[str, psutil.Process]]:
+    """The chain's processes, named: the testbed's (the launcher, which runs Trainer and JobSet and starts
+    kube-apiserver, etcd and the controller manager; chain.pids: KAI's, kube-scheduler, kwok) and this process's
+    children (the function, its queue-proxy, Knative's adapters)."""
+    named: list[tuple[str, int]] = []
+    if (state / "launcher.pid").exists():
+        named += [("launcher (Trainer, JobSet)", int(p)) for p in (state / "launcher.pid").read_text().split()[:1]]
+    if (state / "chain.pids").exists():
+        named += [(line.split()[0], int(line.split()[1])) for line in (state / "chain.pids").read_text().splitlines()
+                  if line.strip()]
+    found: list[tuple[str, psutil.Process]] = []
+    for name, pid in named:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(pid)
+            found += [(name, root), *((c.name(), c) for c in root.children(recursive=True))]
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            found.append(("kai_fn function" if "kai_fn.function" in " ".join(proc.cmdline()) else proc.name(), proc))
+    return found
+
+
+def cpu_seconds(procs: list[tuple[str, psutil.Process]]) -> Counter[str]:
+    """User and system CPU seconds so far, by process name."""
+    out: Counter[str] = Counter()
+    for name, proc in procs:
+        with contextlib.suppress(psutil.Error):
+            t = proc.cpu_times()
+            out[name] += t.user + t.system
+    return out
+
+
+def burst(api: client.ApiClient, path: str, ns: str, jobs: int, pods: int, audit_log: Path, fn_log: Path,
           deadline_s: float) -> Burst:
     result = Burst(path, ns, jobs)
     offset, fn_offset = audit_log.stat().st_size, fn_log.stat().st_size if fn_log.exists() else 0
@@ -126,15 +176,19 @@ def burst(chain: Chain, path: str, ns: str, jobs: int, pods: int, audit_log: Pat
     names = [f"tj-{i:03d}" for i in range(jobs)]
     clock = time.time() - time.monotonic()  # PodWatch times are monotonic; the audit log's are Unix time
     began = time.monotonic()
-    with PodWatch(chain.api, ns) as watch:
+    done = all_created if MODES.get(path) == "admission" else all_bound
+    procs = chain_processes(fn_log.parent)
+    cpu = cpu_seconds(procs)
+    with PodWatch(api, ns) as watch:
         for name in names:
-            submit(chain.api, ns, trainjob(name, RUNTIME, nodes=pods, gpus=1))
+            submit(api, ns, trainjob(name, RUNTIME, nodes=pods, gpus=1))
         end = time.monotonic() + deadline_s
-        while time.monotonic() < end and not all_bound(watch, names, pods):
+        while time.monotonic() < end and not done(watch, names, pods):
             time.sleep(0.2)
         result.wall = time.monotonic() - began
         time.sleep(3)  # writes that trail the binding (kwok, KAI's controllers, gang status) land in the log
         created = {p.name: p.first_seen + clock for p in watch.snapshot()}
+    result.cpu = cpu_seconds(procs) - cpu
     found = list(audit.writes(audit_log, offset, ns, audit_log.stat().st_size))
     result.marks, result.writes = audit.stages(found, created), audit.by_component(found)
     result.load = (load, os.getloadavg()[0])
@@ -142,11 +196,11 @@ def burst(chain: Chain, path: str, ns: str, jobs: int, pods: int, audit_log: Pat
     return result
 
 
-def clear(chain: Chain, ns: str, timeout: float = 300) -> None:
+def clear(api: client.ApiClient, ns: str, timeout: float = 300) -> None:
     """Deletes the burst's TrainJobs (their JobSets, Jobs, pods and PodGroups go with them) and waits until the pods
     are gone, so the next burst has the nodes to itself. The namespace stays (see the module docstring)."""
-    client.CustomObjectsApi(chain.api).delete_collection_namespaced_custom_object(*TRAINER, ns, "trainjobs")
-    core, end = client.CoreV1Api(chain.api), time.monotonic() + timeout
+    client.CustomObjectsApi(api).delete_collection_namespaced_custom_object(*TRAINER, ns, "trainjobs")
+    core, end = client.CoreV1Api(api), time.monotonic() + timeout
     while time.monotonic() < end and core.list_namespaced_pod(ns, limit=1).items:
         time.sleep(1)
 
@@ -222,7 +276,7 @@ def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elap
             ratio = nearest_rank(lat, 95) / nearest_rank(anchor.latencies(), 95) if anchor else math.nan
             lines.append(f"| {size} | {path} | {b.bound()}/{b.jobs} | {nearest_rank(lat, 50):.2f} | "
                          f"{nearest_rank(lat, 95):.2f} | {max(lat, default=math.nan):.2f} | "
-                         f"{'1 (anchor)' if path == 'podgrouper' else f'**{ratio:.2f}**'} | "
+                         f"{'1 (anchor)' if path == 'podgrouper' else f'**{ratio:.2f}**' if lat else '– (none bound)'} | "
                          f"{sum(b.writes.values()) / b.jobs:.1f} | {b.load[0]:.1f} → {b.load[1]:.1f} |")
     for size in sizes:
         via, direct = results.get((size, "kai-fn")), results.get((size, "kai-fn-direct"))
@@ -261,8 +315,21 @@ def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elap
     for size in sizes:
         b = results.get((size, "kai-fn"))
         for key, ms in sorted((b.work if b else {}).items()):
+            if key == API_CALLS:
+                continue
             lines.append(f"| {size} | {key} | {len(ms)} | {nearest_rank(ms, 50):.0f} | {nearest_rank(ms, 95):.0f} | "
                          f"{sum(ms):.0f} |")
+    for size in sizes:
+        if (b := results.get((size, "kai-fn"))) and b.work.get(API_CALLS):
+            lines += ["", f"kai_fn's API calls ({size} TrainJobs; its log's `api_calls`, every answer and pass): "
+                      f"{sum(b.work[API_CALLS]):.0f}, {sum(b.work[API_CALLS]) / b.jobs:.1f} per TrainJob"]
+    lines += ["", "CPU seconds (user + system) each process spent during the burst, from the first create to 3 s after the "
+              "last binding (psutil; the machine has 2 cores and is shared):", "",
+              "| process | " + " | ".join(f"{p} ({s})" for s in sizes for p in ran) + " |",
+              "|---" * (1 + len(sizes) * len(ran)) + "|"]
+    for proc in sorted({n for b in results.values() for n in b.cpu}):
+        lines.append(f"| {proc} | " + " | ".join(f"{results[(s, p)].cpu[proc]:.1f}" if (s, p) in results else "–"
+                                                 for s in sizes for p in ran) + " |")
     lines += ["", "<details><summary>writes by component, verb and resource (totals)</summary>", "",
               "| component | write | " + " | ".join(f"{p} ({s})" for s in sizes for p in ran) + " |",
               "|---|---" + "|---" * (len(sizes) * len(ran)) + "|"]
@@ -284,7 +351,8 @@ def commit_of() -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench chain", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="20,100", help="TrainJobs per burst, comma-separated (default 20,100)")
-    p.add_argument("--paths", default=",".join(PATHS), help="which paths, in the order they run")
+    p.add_argument("--paths", default=",".join(DEFAULT_PATHS),
+                   help=f"which paths, in the order they run (default {','.join(DEFAULT_PATHS)}; also named-only)")
     p.add_argument("--pods", type=int, default=2, help="pods (nodes) per TrainJob, 1 GPU each")
     p.add_argument("--deadline", type=float, default=0, help="seconds a burst may take (default 60 + 2 per TrainJob)")
     p.add_argument("--quiet-load", type=float, default=1.5,
@@ -309,13 +377,14 @@ def main(argv: list[str] | None = None) -> int:
             if not audit_log.exists():
                 raise ChainError(f"no audit log at {audit_log}: a testbed started without it is running there; "
                                  "./run.sh cluster down first")
-            switch = ExitStack()
+            switch, bed = ExitStack(), Testbed(cluster.kubeconfig, cluster.api, kubectl_of(cluster.kubeconfig))
+            mode = "direct" if "kai-fn-direct" in paths and "kai-fn" not in paths else "queue-proxy"
             chain = switch.enter_context(kai_fn_running(cluster, ping_seconds=60, production=True,
-                                                        queue_proxy="kai-fn-direct" not in paths or "kai-fn" in paths))
+                                                        queue_proxy=mode == "queue-proxy"))
             with switch:
-                objs = client.CustomObjectsApi(chain.api)
+                objs = client.CustomObjectsApi(bed.api)
                 objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime())
-                chain.nodes(f"{args.nodes}x{GPUS_PER_NODE}", POOL)
+                bed.nodes(f"{args.nodes}x{GPUS_PER_NODE}", POOL)
                 spaces = {(run, size, path): chain.namespace(f"bench-{path}-{size}-r{run + 1}",
                                                              enabled=path != "podgrouper")
                           for run in range(args.runs) for size in sizes for path in paths}
@@ -324,29 +393,30 @@ def main(argv: list[str] | None = None) -> int:
                         run_began = time.monotonic()
                         for size in sizes:
                             for path in order(paths, run):
-                                wanted = QUEUE_PROXY.get(path)
-                                if wanted is not None and (chain.queue_proxy is not None) != wanted:
-                                    print(f"bench chain: kai_fn restarted {'with' if wanted else 'without'} "
-                                          "queue-proxy", flush=True)
+                                if MODES.get(path, mode) != mode:
+                                    mode = MODES[path]
+                                    print(f"bench chain: kai_fn restarted: {mode}", flush=True)
                                     switch.close()
-                                    chain = switch.enter_context(kai_fn_running(
-                                        cluster, ping_seconds=60, production=True, queue_proxy=wanted))
+                                    switch.enter_context(admission_only(cluster.kubeconfig) if mode == "admission"
+                                                         else kai_fn_running(cluster, ping_seconds=60, production=True,
+                                                                             queue_proxy=mode == "queue-proxy"))
                                 settle(args.quiet_load, args.quiet_wait)
                                 ns = spaces[(run, size, path)]
                                 print(f"bench chain: run {run + 1}: {path}: {size} TrainJobs in {ns} "
                                       f"(load {os.getloadavg()[0]:.1f})", flush=True)
-                                b = burst(chain, path, ns, size, args.pods, audit_log, cluster.state / "function.log",
+                                b = burst(bed.api, path, ns, size, args.pods, audit_log, cluster.state / "function.log",
                                           args.deadline or 60 + 2 * size)
                                 results[(size, path)] = b
                                 print(f"bench chain: run {run + 1}: {path}: {b.bound()}/{size} bound, p95 "
-                                      f"{nearest_rank(b.latencies(), 95):.2f} s", flush=True)
-                                clear(chain, ns)
+                                      f"{nearest_rank(b.latencies(), 95):.2f} s; JobSet created p50 "
+                                      f"{nearest_rank(b.stage('JobSet created'), 50):.2f} s", flush=True)
+                                clear(bed.api, ns)
                         walls.append(time.monotonic() - run_began)
                 finally:
                     for ns in spaces.values():
-                        client.CoreV1Api(chain.api).delete_namespace(ns)
+                        client.CoreV1Api(bed.api).delete_namespace(ns)
                     objs.delete_cluster_custom_object(*TRAINER, "clustertrainingruntimes", RUNTIME)
-                    chain.delete_nodes(POOL)
+                    bed.delete_nodes(POOL)
     except ChainError as error:
         print(f"bench chain: {error}")
         return 1

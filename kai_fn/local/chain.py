@@ -350,6 +350,20 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
         yield chain
 
 
+@contextmanager
+def admission_only(kubeconfig: str | Path, *, flavor: str = "kai") -> Iterator[Testbed]:
+    """The admission policies alone, waited on until they act: no function, no sources, so a JobSet is named at its
+    create and nothing makes its PodGroups (its pods wait unbound). ``python -m bench chain``'s ``named-only`` path:
+    what naming costs at the JobSet's create, apart from the function's reads. Removed when the block ends."""
+    kubeconfig = Path(kubeconfig)
+    api = k8s.new_client(str(kubeconfig))
+    with ExitStack() as stack:
+        stack.callback(api.close)
+        testbed = Testbed(kubeconfig, api, kubectl_of(kubeconfig), flavor=flavor)
+        _install(stack, testbed, _render(testbed.kubectl_path, flavor), policy=True)
+        yield testbed
+
+
 def _render(kubectl: Path, flavor: str) -> list[dict[str, Any]]:
     """The flavor's manifests as ``kubectl kustomize`` renders them."""
     rendered = yaml.safe_load_all(subprocess.run([str(kubectl), "kustomize", str(MANIFESTS[flavor])],

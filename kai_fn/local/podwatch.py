@@ -36,6 +36,7 @@ class PodSeen:
     bound_at: float | None = None
     phase: str = "Pending"
     gone_at: float | None = None  # when its deletion was seen
+    labels: dict[str, str] = field(default_factory=dict)  # as first seen
 
 
 @dataclass
@@ -116,7 +117,7 @@ class PodWatch:
         with self._lock:
             seen = self.pods.get(name)
             if seen is None:
-                seen = self.pods[name] = PodSeen(name, labels.get(JOBSET_LABEL), group, now)
+                seen = self.pods[name] = PodSeen(name, labels.get(JOBSET_LABEL), group, now, labels=dict(labels))
             newly_bound = bool(spec.get("nodeName")) and seen.bound_at is None
             if newly_bound:
                 seen.node, seen.bound_at = spec["nodeName"], now

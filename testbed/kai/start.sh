@@ -12,10 +12,12 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 
 case $component in
   # The scheduler has no --kubeconfig flag and no way to turn its metrics server off. Its staleness grace period
-  # (KAI's default 60s) is ${KAI_FN_TESTBED_STALENESS_GRACE:-10s} here, so the staleness scenarios take seconds.
+  # (KAI's default 60s) is ${KAI_FN_TESTBED_STALENESS_GRACE:-10s} here, so the staleness scenarios take seconds; its
+  # cycle is KAI's default (1s) unless ${KAI_FN_TESTBED_SCHEDULE_PERIOD} says otherwise (BENCHMARKS.md).
   scheduler) args=(--scheduler-name=kai-scheduler --leader-elect=false
                --listen-address="127.0.0.1:$(free_port)" --plugin-server-port="$(free_port)"
-               --default-staleness-grace-period="${KAI_FN_TESTBED_STALENESS_GRACE:-10s}") ;;
+               --default-staleness-grace-period="${KAI_FN_TESTBED_STALENESS_GRACE:-10s}"
+               --schedule-period="${KAI_FN_TESTBED_SCHEDULE_PERIOD:-1s}") ;;
   binder) args=(--scheduler-name=kai-scheduler --leader-elect=false
             --metrics-bind-address=0 --health-probe-bind-address=0) ;;
   # Its metrics server is off at build time (build.sh: it ignores --metrics-bind-address). It also reads its

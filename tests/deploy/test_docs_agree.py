@@ -6,6 +6,8 @@
   nothing no variant grants;
 - every ``kubectl kai-fn`` command line quoted in README.md, docs/, knative/README.md and testbed/README.md parses
   with the CLI's own parser and its rules across options (kai_fn.commands.cli.parse_command_line);
+- docs/how-it-decides.md's table of which shapes take which path has the rows tests/chain/test_shape_paths.py measures,
+  each with the path that test asserts;
 - docs/commands.md's table of `status` states is the state model's phases, in their order (kai_fn/core/state.py);
 - every path of this repository the docs, requirements, manifests' and samples' comments quote exists;
 - README.md's troubleshooting names every Event reason kai_fn posts;
@@ -18,6 +20,7 @@
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import itertools
@@ -324,3 +327,29 @@ def test_every_test_the_docs_name_exists():
 def test_a_cited_test_is_a_path_and_a_function_name():
     assert cited_tests("`tests/function/test_trust.py::test_a_forged_body` and tests/kube/x.py, not a test") == [
         ("tests/function/test_trust.py", "test_a_forged_body")]
+
+
+SHAPE_PATHS = REPO / "tests" / "chain" / "test_shape_paths.py"
+PATH_CELL = {"named": "named, bound whole", "refused": "named, no PodGroup"}
+
+
+def measured_paths() -> dict[str, str]:
+    """``EXPECTED`` of the chain test that measures each shape's path (read, not imported: it needs the chain)."""
+    tree = ast.parse(SHAPE_PATHS.read_text())
+    found = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "EXPECTED" for t in node.targets))
+    return ast.literal_eval(found)
+
+
+def documented_paths() -> dict[str, str]:
+    """docs/how-it-decides.md's table under "Which shapes take which path": shape -> its path cell."""
+    section = (REPO / "docs" / "how-it-decides.md").read_text().split("## Which shapes take which path", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    return {m[0]: m[1].strip() for m in re.findall(r"^\| `?([\w.-]+)`? \|([^|]+)\|", section, re.M)
+            if m[0] != "shape"}
+
+
+def test_the_docs_table_of_paths_is_the_shapes_the_chain_measures():
+    """Every shape tests/chain/test_shape_paths.py runs is a row of the docs' table, with the path it asserts, and
+    the table has no other row."""
+    assert {shape: PATH_CELL[path] for shape, path in measured_paths().items()} == documented_paths()
