@@ -24,6 +24,7 @@ from tests.builders import jobset_for
 from tests.ce import ping, resource, send
 from tests.conftest import JOBSET, KAI_PG, TRAINER, sample_object, seed
 from tests.builders import held_by_0_2
+from tests.function.test_background_work import WORKERS, idle
 
 NS = "team-a"
 AUTO = "kai-fn/auto-suspended"
@@ -365,4 +366,22 @@ def test_named_as_well_its_gang_made_before_the_jobset_the_resync_releases_it(ap
     assert released_by_the_migration(after)
     assert after["metadata"]["annotations"]["kai-fn/podgroup"] == pg["metadata"]["name"]
     assert after["metadata"]["labels"]["kai-fn/named"] == "true"
+    assert ("patch", "jobsets") in writes(api) and api.list(KAI_PG, "PodGroup", NS) == [pg]
+
+
+def test_with_a_work_queue_the_resync_hands_the_migrations_share_to_it_and_the_queue_releases_it(api, functions):
+    """knative/base runs workers: the resync then only enqueues, and the migration's share is a turn of its key."""
+    worked = functions(**WORKERS)
+    rt, tj, js = previous_hold()
+    seed(api, sample_object("queue-team-a"), rt, tj)
+    assert send(worked.url, resource(live(api, "llama-finetune"))).status in (200, 202)
+    idle(worked.url)
+    (pg,) = api.list(KAI_PG, "PodGroup", NS)
+    api.put(naming.named(js))
+    api.reset_calls()
+    assert send(worked.url, ping()).status == 200
+    idle(worked.url)
+    after = jobset(api)
+    assert released_by_the_migration(after)
+    assert after["metadata"]["annotations"]["kai-fn/podgroup"] == pg["metadata"]["name"]
     assert ("patch", "jobsets") in writes(api) and api.list(KAI_PG, "PodGroup", NS) == [pg]
