@@ -180,7 +180,8 @@ def test_the_commands_place_a_trainjob_only_through_the_state_model():
 # The function's modules that still name a mark or judge an owner themselves, each for its reason; an entry no
 # longer needed fails, so the list only shrinks.
 FUNCTION_STATE_READS = {
-    "function/migration.py": "the earlier TrainJob gate's marks, carried over to the JobSet (removed in 0.3.0)",
+    "function/migration/trainjob_gate.py": "0.1.0's TrainJob gate: its marks, carried over to the JobSet and PodGroup",
+    "function/migration/jobset_hold.py": "0.2.0's JobSet hold: the decision it adds to a held JobSet it releases",
     "function/gang_status.py": "GangBound's own mark, and the JobSet's owner (to ask core/state.py's own_jobset)",
     "function/timeouts.py": "writes kai-fn/bound and kai-fn/timed-out through its _mark helper",
     "function/reserve.py": "a placeholder pod's owner, by core/adopt.py's owned_by",

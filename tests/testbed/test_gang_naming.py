@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from kai_fn.local import runtimes, shapes
 from kai_fn.local.process import REPO
+from kai_fn.local.chain import wait_for_policy
 from tests.gang_naming_table import JOBSETS, NAMED, TABLE, check, jobset, names_planned, names_written
 from tests.testbed.kai_fn_install import apply, create_trainjob, enabled_namespace, trainjob
 
@@ -50,9 +51,10 @@ def naming(testbed: LiveCluster) -> Iterator[str]:
         assert time.monotonic() < deadline, f"{POLICY} did not take effect within 120 s"
         time.sleep(0.5)
     yield namespace
-    client.CoreV1Api(testbed.api).delete_namespace(namespace)
     for plural in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
         testbed.kubectl("delete", f"{plural}.admissionregistration.k8s.io", POLICY, "--ignore-not-found")
+    wait_for_policy(testbed.api, namespace, "kai-scheduler", acting=False)  # unloaded asynchronously too
+    client.CoreV1Api(testbed.api).delete_namespace(namespace)
 
 
 def _try_named(testbed: LiveCluster, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
