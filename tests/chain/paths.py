@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client
 
 from bench import audit
 from kai_fn.core import keys
+from kai_fn.function.migration.jobset_hold import HELD_LABEL
 from kai_fn.local import k8s
 from kai_fn.local.podwatch import PodSeen, PodWatch
 from tests.chain.gangs import JOBSET
@@ -46,8 +48,9 @@ class JobSetWatch:
         self.api, self.namespace = api, namespace
         self.seen: dict[str, JobSetSeen] = {}
         self.errors = 0
+        self.crashed: BaseException | None = None  # a bug, not the API: raised when the watch ends
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"jobsetwatch-{namespace}", daemon=True)
+        self._thread = threading.Thread(target=self._guarded, name=f"jobsetwatch-{namespace}", daemon=True)
 
     def __enter__(self) -> JobSetWatch:
         self._thread.start()
@@ -56,6 +59,14 @@ class JobSetWatch:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        if self.crashed is not None:
+            raise self.crashed
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        except BaseException as bug:
+            self.crashed = bug
 
     def _run(self) -> None:
         objs = client.CustomObjectsApi(self.api)
@@ -71,7 +82,8 @@ class JobSetWatch:
                     self._saw(event["object"])
                     if self._stop.is_set():
                         break
-            except Exception:  # a watch that expired: list again (a version missed meanwhile is counted as an error)
+            except (client.ApiException, urllib3.exceptions.HTTPError, OSError):  # a watch that expired: list
+                # again (a version missed meanwhile is counted as an error); a bug in _saw is raised, not counted
                 self.errors += 1
                 self._stop.wait(0.5)
 
@@ -82,7 +94,7 @@ class JobSetWatch:
         seen = self.seen.setdefault(meta["name"], JobSetSeen(js))
         seen.versions.add(meta.get("resourceVersion", ""))
         seen.suspended |= (js.get("spec") or {}).get("suspend") is True
-        seen.held |= (meta.get("labels") or {}).get(keys.HELD_LABEL) == "true"
+        seen.held |= (meta.get("labels") or {}).get(HELD_LABEL) == "true"
 
 
 @dataclass
