@@ -124,31 +124,31 @@ class CachedServer(kube.ApiServer):
 class CachedSession(kube.ApiSession):
     """The kube layer's calls, with runtimes and Queues answered from the process's caches while they are fresh."""
 
-    cluster: CachedServer
+    server: CachedServer
 
     def runtime(self, target: RuntimeTarget) -> dict[str, Any] | None:
         """A runtime, from the cache while it is fresh; a missing one is never cached."""
-        if (hit := self.cluster.cached_runtime(target)) is not None:
+        if (hit := self.server.cached_runtime(target)) is not None:
             return hit
-        if self.cluster.runtime_ttl <= 0:
+        if self.server.runtime_ttl <= 0:
             return super().runtime(target)
-        with self.cluster.fetch_lock(target):
-            if (hit := self.cluster.cached_runtime(target)) is not None:
+        with self.server.fetch_lock(target):
+            if (hit := self.server.cached_runtime(target)) is not None:
                 return hit
             found = super().runtime(target)
             if found is not None:
-                self.cluster.remember_runtime(target, found)
+                self.server.remember_runtime(target, found)
             return found
 
     def queues(self, fresh: bool = False) -> tuple[QueueTree, bool]:
         """All KAI Queues, from the cache while it is fresh (``KAI_FN_RUNTIME_CACHE_SECONDS``); the flag says
         whether the cache answered."""
-        if not fresh and (hit := self.cluster.cached_queues()) is not None:
+        if not fresh and (hit := self.server.cached_queues()) is not None:
             return hit, True
-        with self.cluster.fetch_lock("queues"):
-            if not fresh and (hit := self.cluster.cached_queues()) is not None:
+        with self.server.fetch_lock("queues"):
+            if not fresh and (hit := self.server.cached_queues()) is not None:
                 return hit, True
             tree, _ = super().queues()
-            self.cluster.saw_queues(tree)
-            self.cluster.remember_queues(tree)
+            self.server.saw_queues(tree)
+            self.server.remember_queues(tree)
             return tree, False

@@ -74,7 +74,7 @@ class Execution:
 
     def decided(self) -> None:
         """Nothing more is kai_fn's to do: later events of this TrainJob, or of this JobSet, cost no API call."""
-        self.session.cluster.recent.decided(self.uid, objects.meta(self.jobset).get("uid"))
+        self.session.server.recent.decided(self.uid, objects.meta(self.jobset).get("uid"))
 
     def outcome(self, result: Result, reason: str, podgroup: str | None = None) -> Outcome:
         return Outcome(result, reason, self.namespace, self.name, self.uid, podgroup)

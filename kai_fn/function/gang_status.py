@@ -49,7 +49,7 @@ def precheck(event: PodGroupEvent, session: CachedSession, settings: Settings, o
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", ns, pg_name, event.uid)
     if objects.labels(hint).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY:
         return Outcome("ignored", "not a PodGroup kai_fn made", ns, pg_name, event.uid)
-    if session.cluster.recent.is_bound(event.uid):
+    if session.server.recent.is_bound(event.uid):
         return Outcome("skipped", "already bound", ns, pg_name, event.uid, pg_name)
     if not optin.opted_in(session, ns):
         return Outcome("ignored", refusal(ns), ns, pg_name, event.uid)
@@ -72,14 +72,14 @@ def look(event: PodGroupEvent, session: CachedSession, settings: Settings) -> Ou
     owner = owning_trainjob(podgroup)
     if objects.labels(podgroup).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY or owner is None:
         return Outcome("ignored", "not a PodGroup kai_fn made for a TrainJob", ns, pg_name, event.uid)
-    with session.cluster.locks.hold((ns, owner["name"])):  # after any pass of its TrainJob under way
+    with session.server.locks.hold((ns, owner["name"])):  # after any pass of its TrainJob under way
         return _report(event, session, settings, podgroup, owner)
 
 
 def _report(event: PodGroupEvent, session: CachedSession, settings: Settings, podgroup: dict[str, Any],
             owner: dict[str, Any]) -> Outcome:
     """The look at a gang whose PodGroup kai_fn made, holding its TrainJob (:mod:`kai_fn.function.keylocks`)."""
-    ns, pg_name, recent = event.namespace, event.name, session.cluster.recent
+    ns, pg_name, recent = event.namespace, event.name, session.server.recent
     if reserving(podgroup):
         handed = hand_over(session, podgroup, owner)
         if handed is not None:
@@ -216,8 +216,8 @@ def sweep(session: CachedSession, settings: Settings, entries: list[Entry]) -> d
     KAI_FN_RESYNC_LIMIT in turn."""
     tally: dict[str, int] = {}
     waiting = [e for e in entries if e.podgroup is not None and e.marks.settled() is None]
-    for entry in session.cluster.take_turn("sweep", waiting, settings.resync_limit, creation_order):
-        with session.cluster.locks.hold(entry.key):
+    for entry in session.server.take_turn("sweep", waiting, settings.resync_limit, creation_order):
+        with session.server.locks.hold(entry.key):
             result = tally_of("sweep", session, entry.trainjob, lambda: report_on(
                 session, settings, entry.trainjob, entry.podgroup or {}, entry.marks.podgroup or "").result)
         tally[result] = tally.get(result, 0) + 1

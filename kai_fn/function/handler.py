@@ -39,18 +39,18 @@ class App:
     """Settings and the one API client of this process, both made at start-up so a bad one stops it there; and the
     one :class:`OptIn`, the namespaces it may act in, which every event, the resync and the catch-up ask."""
 
-    def __init__(self, settings: Settings | None = None, cluster: CachedServer | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, server: CachedServer | None = None) -> None:
         self.settings = settings or load()
         configure_logging(self.settings.log_level)
-        self.cluster = cluster or CachedServer.from_settings(self.settings)
+        self.server = server or CachedServer.from_settings(self.settings)
         self.optin = OptIn(self.settings)
         self.auth = Authenticator(self.settings.audience, self.settings.senders) if self.settings.audience else None
         self.work: WorkQueue | None = None
         self.resyncs = resync.OneAtATime()
-        metrics.BACKING_OFF.set_function(self.cluster.backoff.waiting)
+        metrics.BACKING_OFF.set_function(self.server.backoff.waiting)
         self._started_lock, self._caught_up = threading.Lock(), False
         if self.settings.background_workers:
-            worker = keywork.Worker(self.cluster, self.settings, self.optin)
+            worker = keywork.Worker(self.server, self.settings, self.optin)
             self.work = WorkQueue(worker, self.settings.background_workers, on_drop=keywork.dropped,
                                   merge=keywork.merge)
             worker.queue = self.work
@@ -77,14 +77,14 @@ class App:
         threading.Thread(target=self._catch_up, name="kai-fn-catch-up", daemon=True).start()
 
     def _catch_up(self) -> None:
-        session = self.cluster.session()
+        session = self.server.session()
         try:
             entries = inventory.take(session, self.settings, self.optin)
         except Exception as error:  # the API not reachable yet (or a bug, hence the traceback): the first ping does it
             log.warning("catch-up", exc_info=error, extra={"fields": {"outcome": "retry", "reason": str(error)[:200]}})
             metrics.CATCH_UP.labels("retry").inc()
             return
-        owed, backing_off = inventory.due(entries, self.settings, self.cluster.backoff)
+        owed, backing_off = inventory.due(entries, self.settings, self.server.backoff)
         queued = sum(1 for e in owed if self.offer(resync.as_event(e)))
         log.info("catch-up", extra={"fields": {"outcome": "done", "owed": len(owed), "backing_off": backing_off,
                                                 "queued": queued,
@@ -136,7 +136,7 @@ class App:
 
     def deliver(self, request: flask.Request) -> Delivery:
         """Authenticate, read, dispatch: each step may end the delivery with its answer."""
-        session = self.cluster.session()
+        session = self.server.session()
         sender = self.authenticate(request, session)
         if isinstance(sender, Delivery):
             return sender

@@ -24,13 +24,13 @@ class Kept:
     session: CachedSession
 
     def __call__(self, what: str, read: Callable[[], T]) -> T:
-        cache: dict[str, tuple[float, Any]] = self.session.cluster.__dict__.setdefault(_CACHE, {})
+        cache: dict[str, tuple[float, Any]] = self.session.server.__dict__.setdefault(_CACHE, {})
         hit = cache.get(what)
         if hit is not None and hit[0] > time.monotonic():
             return cast(T, hit[1])  # what read returned when it was put there
         value = read()
-        if self.session.cluster.runtime_ttl > 0:
-            cache[what] = (time.monotonic() + self.session.cluster.runtime_ttl, value)
+        if self.session.server.runtime_ttl > 0:
+            cache[what] = (time.monotonic() + self.session.server.runtime_ttl, value)
         return value
 
 

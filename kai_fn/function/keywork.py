@@ -73,15 +73,15 @@ Part = tuple[Chores, str, Callable[[CachedSession], Done]]  # what to retry if i
 class Worker:
     """The work queue's work function (``queue`` set once the queue is made): one turn of one key."""
 
-    def __init__(self, cluster: CachedServer, settings: Settings, optin: OptIn) -> None:
-        self.cluster, self.settings, self.optin = cluster, settings, optin
+    def __init__(self, server: CachedServer, settings: Settings, optin: OptIn) -> None:
+        self.server, self.settings, self.optin = server, settings, optin
         self.queue: WorkQueue | None = None
 
     def __call__(self, item: Item) -> None:
         failed: list[Chores] = []
         key = key_of(item)
         for retry, kind, work in self.parts(item.payload, key):
-            session = self.cluster.session()
+            session = self.server.session()
             started = time.perf_counter()
             fields: dict[str, Any] = {"work": kind, "namespace": key[0], "name": key[1],
                                       "attempt": item.attempt,
@@ -147,14 +147,14 @@ class Worker:
         def report() -> Outcome:
             return gang_status.report_on(session, self.settings, entry.trainjob, entry.podgroup or {},
                                          entry.marks.podgroup or "")
-        with session.cluster.locks.hold(entry.key):
+        with session.server.locks.hold(entry.key):
             outcome = apart("sweep", session, entry.trainjob, report, Outcome("error", "failed unexpectedly (logged)"),
                             let_through=(Transient, reconcile.Retry))
         return _of(outcome, {})
 
     def held(self, key: Key, session: CachedSession, work: Callable[[], Done]) -> Done:
         """``work`` holding the TrainJob (:mod:`kai_fn.function.keylocks`), as inline work does."""
-        with session.cluster.locks.hold(key):
+        with session.server.locks.hold(key):
             return work()
 
 

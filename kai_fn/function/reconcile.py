@@ -43,7 +43,7 @@ def answer_without_a_read(event: TrainJobEvent, session: CachedSession, settings
         return Outcome("ignored", "namespace not in KAI_FN_NAMESPACES", event.namespace, event.name, event.uid)
     # A JobSet's event is judged by the JobSet's uid: Trainer makes a deleted JobSet again, held, with a new one.
     known = event.uid if event.via is Via.TRAINJOB else event.jobset_uid
-    if event.via is not Via.RESYNC and session.cluster.recent.is_decided(known):
+    if event.via is not Via.RESYNC and session.server.recent.is_decided(known):
         return Outcome("skipped", "duplicate: this process decided its JobSet", event.namespace, event.name, event.uid)
     return None
 
@@ -78,10 +78,10 @@ def pass_of(event: TrainJobEvent, session: CachedSession, settings: Settings) ->
     failed = Outcome("error", "the pass failed unexpectedly (logged, Warning on the TrainJob)", event.namespace,
                      event.name, event.uid)
     meta = obj.get("metadata") or {}
-    with session.cluster.locks.hold((event.namespace, event.name)):
+    with session.server.locks.hold((event.namespace, event.name)):
         outcome = apart("pass", session, obj, Reconciler(session, settings, obj).run, failed,
                         let_through=(Retry, Transient))
-    session.cluster.backoff.record((event.namespace, event.name, str(meta.get("uid") or "")), outcome.result,
+    session.server.backoff.record((event.namespace, event.name, str(meta.get("uid") or "")), outcome.result,
                                    str(meta.get("resourceVersion") or ""))
     return outcome
 

@@ -79,7 +79,7 @@ def as_event(entry: Entry) -> TrainJobEvent:
 def resync(session: CachedSession, settings: Settings, optin: OptIn, queue: WorkQueue | None = None) -> Outcome:
     moment = now()
     entries = inventory.take(session, settings, optin)
-    backoff = session.cluster.backoff
+    backoff = session.server.backoff
     if backoff.any() and settings.flavor == "kai":
         with contextlib.suppress(Transient):  # read to lift the back-offs when a Queue changed (from the cache)
             session.queues()
@@ -102,8 +102,8 @@ def enqueue(queue: WorkQueue, session: CachedSession, settings: Settings, entrie
     summary = _passes(session, settings, refused, moment, tally)
     released = [e for e in entries if e.podgroup is not None and e.marks.settled() is None
                 and settings.watches(e.key[0])]
-    looks = session.cluster.take_turn("sweep", released, settings.resync_limit, inventory.creation_order)
-    migrating = session.cluster.take_turn("migration", migration.due(session, settings, entries), settings.resync_limit,
+    looks = session.server.take_turn("sweep", released, settings.resync_limit, inventory.creation_order)
+    migrating = session.server.take_turn("migration", migration.due(session, settings, entries), settings.resync_limit,
                                           inventory.creation_order)
     waits = timeouts.waits(session, settings, entries) if settings.flavor == "kai" else []
     overdue = [(w, e) for w, e in waits if w.deadline <= moment][: settings.resync_limit]
@@ -137,9 +137,9 @@ def inline(session: CachedSession, settings: Settings, entries: list[Entry], owe
 def _passes(session: CachedSession, settings: Settings, owed: list[Entry], moment: datetime.datetime,
             tally: dict[str, int]) -> str:
     """``KAI_FN_RESYNC_LIMIT`` of the passes ``owed`` made here, in turn; the summary of those and ``tally``."""
-    backoff = session.cluster.backoff
-    for entry in session.cluster.take_turn("owed", owed, settings.resync_limit, inventory.creation_order):
-        with session.cluster.locks.hold(entry.key):
+    backoff = session.server.backoff
+    for entry in session.server.take_turn("owed", owed, settings.resync_limit, inventory.creation_order):
+        with session.server.locks.hold(entry.key):
             result = tally_of("resync", session, entry.trainjob, lambda: Reconciler(
                 session, settings, entry.trainjob, entry.jobset, moment).run().result, retried=(Retry, Transient))
         backoff.record(inventory.backoff_key(entry), result, inventory.version_of(entry))

@@ -40,7 +40,7 @@ def check(session: CachedSession, settings: Settings, entries: list[Entry], now:
     tally: dict[str, int] = {}
     due = [(wait, e) for wait, e in waits(session, settings, entries) if wait.deadline <= now]
     for wait, entry in due[: settings.resync_limit]:
-        with session.cluster.locks.hold(entry.key):
+        with session.server.locks.hold(entry.key):
             _count(tally, tally_of("timeout", session, entry.trainjob,
                                    lambda: time_out(session, settings, wait, entry, now)))
     left = max(len(due) - settings.resync_limit, 0)
@@ -112,7 +112,7 @@ def _expire(session: CachedSession, settings: Settings, wait: Wait, entry: Entry
             fresh = session.trainjob(wait.namespace, wait.name)
             if (fresh or {}).get("metadata", {}).get("uid") != wait.uid or not objects.suspended(fresh):
                 raise
-        session.cluster.recent.forget(wait.uid)
+        session.server.recent.forget(wait.uid)
     kai_says = gang.describe(gang.unschedulable(podgroup)) or (
         "no reason (is KAI Scheduler running, and do the pods name schedulerName kai-scheduler?).")
     message = (f"PodGroup {wait.podgroup} is not bound {wait.timeout}s after the wait began at {stamp(wait.started)}; "

@@ -70,7 +70,7 @@ class ApiSession:
     """The calls one piece of work makes (one event, one command) on an :class:`ApiServer`, counted in
     :attr:`calls`."""
 
-    cluster: ApiServer
+    server: ApiServer
     calls: int = 0
 
     def request(self, method: str, url: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
@@ -86,12 +86,12 @@ class ApiSession:
               content_type: str = JSON, **path_params: str) -> str:
         """The answer's text, undecoded (a LIST is decoded one object at a time: :mod:`kai_fn.kube.listing`)."""
         self.calls += 1
-        client = self.cluster.client
+        client = self.server.client
         headers = {"Accept": JSON} | ({"Content-Type": content_type} if body is not None else {})
         try:
             request = client.param_serialize(method, url, path_params=path_params, query_params=query or [],
                                              header_params=headers, body=body, auth_settings=["BearerToken"])
-            response = client.call_api(*request, _request_timeout=self.cluster.timeout)
+            response = client.call_api(*request, _request_timeout=self.server.timeout)
             read_body(response)
             raw = client.response_deserialize(response, {"200": "bytes", "201": "bytes"}).data
             return raw.decode() if isinstance(raw, bytes) else ""
@@ -131,7 +131,7 @@ class ApiSession:
             try:
                 text = self._send("GET", path(api_version, plural, namespace), query=page_query,
                                   **_where(namespace, None))
-                page = listing.read_page(text, plural, self.cluster.max_object_bytes)
+                page = listing.read_page(text, plural, self.server.max_object_bytes)
             except NotFound:
                 raise NotServed(f"{api_version} {plural} is not served (404 on list)") from None
             except ApiError as error:
@@ -149,9 +149,9 @@ class ApiSession:
     def _oversized(self, skipped: listing.Oversized) -> None:
         log.warning("object too large, left out", extra={"fields": {
             "resource": skipped.resource, "namespace": skipped.namespace, "name": skipped.name,
-            "bytes": skipped.size, "limit": self.cluster.max_object_bytes}})
-        if self.cluster.on_oversized is not None:
-            self.cluster.on_oversized(skipped)
+            "bytes": skipped.size, "limit": self.server.max_object_bytes}})
+        if self.server.on_oversized is not None:
+            self.server.on_oversized(skipped)
 
     def _merge(self, api_version: str, plural: str, kind: str, namespace: str, name: str,
                merge: dict[str, Any]) -> Any:
@@ -323,8 +323,8 @@ class ApiSession:
     def _not_written(self, namespace: str, body: dict[str, Any], why: str) -> None:
         """``status`` tells a blocked TrainJob from a held one by its Warnings: one lost (to RBAC, say) must show."""
         reason = str(body.get("reason", "?"))
-        if self.cluster.observer is not None:
-            self.cluster.observer.event_not_written(reason)
+        if self.server.observer is not None:
+            self.server.observer.event_not_written(reason)
         log.warning("event not written", extra={"fields": {
             "namespace": namespace, "name": (body.get("involvedObject") or {}).get("name"), "event_reason": reason,
             "reason": why}})

@@ -95,7 +95,7 @@ def resync(session: CachedSession, settings: Settings, entries: list[Entry]) -> 
     if not found:
         return ""
     tally: dict[str, int] = {}
-    for entry in session.cluster.take_turn("jobset-hold", found, settings.resync_limit, creation_order):
+    for entry in session.server.take_turn("jobset-hold", found, settings.resync_limit, creation_order):
         result = tally_of("migration", session, entry.trainjob, lambda: migrate(session, settings, entry),
                           retried=(Retry, Transient))
         tally[result] = tally.get(result, 0) + 1
@@ -112,5 +112,5 @@ def migrate(session: CachedSession, settings: Settings, entry: Entry) -> str:
     """One listed JobSet 0.2.0 holds: a pass on it, holding its TrainJob."""
     from kai_fn.function.reconcile import Reconciler  # the pass calls this package: imported when run
 
-    with session.cluster.locks.hold(entry.key):
+    with session.server.locks.hold(entry.key):
         return Reconciler(session, settings, entry.trainjob, entry.jobset).run().result

@@ -114,7 +114,7 @@ def resume(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, A
     meta = objects.meta(trainjob)
     session.patch_trainjob(meta["namespace"], meta["name"], {
         "metadata": {"annotations": {AUTO_SUSPENDED_ANNOTATION: None}}, "spec": {"suspend": False}})
-    session.cluster.recent.decided(meta.get("uid"), objects.meta(jobset).get("uid"))
+    session.server.recent.decided(meta.get("uid"), objects.meta(jobset).get("uid"))
 
 
 def resync(session: CachedSession, settings: Settings, entries: list[Entry]) -> str:
@@ -124,7 +124,7 @@ def resync(session: CachedSession, settings: Settings, entries: list[Entry]) -> 
     if not found:
         return ""
     tally: dict[str, int] = {}
-    for entry in session.cluster.take_turn("migration", found, settings.resync_limit, creation_order):
+    for entry in session.server.take_turn("migration", found, settings.resync_limit, creation_order):
         result = tally_of("migration", session, entry.trainjob, lambda: migrate(session, settings, entry),
                           retried=(Retry, Transient))
         tally[result] = tally.get(result, 0) + 1
@@ -134,7 +134,7 @@ def resync(session: CachedSession, settings: Settings, entries: list[Entry]) -> 
 def due(session: CachedSession, entries: list[Entry]) -> list[Entry]:
     """The listed TrainJobs with marks of the earlier gate left to carry or a resume owed."""
     return [e for e in entries if concerns(e.trainjob) and not objects.deleting(e.trainjob)
-            and not session.cluster.recent.is_decided(objects.meta(e.trainjob).get("uid"))]
+            and not session.server.recent.is_decided(objects.meta(e.trainjob).get("uid"))]
 
 
 def migrate(session: CachedSession, settings: Settings, entry: Entry) -> str:
