@@ -2,7 +2,8 @@
 reads besides the workload (its defaults ConfigMap, when one is configured, ``KAI_DEFAULTS_CONFIGMAP``; the
 PriorityClasses that exist, listed only when a TrainJob or those defaults name one). The function's pass, its gang
 and placeholder steps, and every command (``status``, ``explain``, ``release``, ``plan``) plan through
-:func:`planned`, so all of them show the priority, preemptibility and queue the function writes.
+:func:`planned`, so all of them show the priority, preemptibility and queue the function writes; and the function's
+Queue pre-check, ``status`` and ``explain`` judge a plan's gang against KAI's Queues through :func:`queue_check`.
 
 A module of its own beside :mod:`kai_fn.settings`: the function and the commands both import it, and the commands
 may import neither the function (its server: flask, waitress, functions-framework) nor the kube layer's callers.
@@ -24,7 +25,8 @@ from typing import Any, Protocol, TypeVar, cast
 from kai_fn.core import decide, owner_metadata, segments
 from kai_fn.core.models import InputError, Runtime, TrainJob, parse
 from kai_fn.core.owner_metadata import KaiCluster
-from kai_fn.core.plan import plan
+from kai_fn.core.plan import Plan, plan
+from kai_fn.core.queue_check import QueueTree, Refusal, check
 from kai_fn.core.runtime import RuntimeTarget, target
 from kai_fn.kube import ApiError, Forbidden, Transient, Unauthorized
 from kai_fn.settings import Settings
@@ -48,6 +50,26 @@ class Reader(Protocol):
     def configmap(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     def priority_classes(self) -> list[dict[str, Any]]: ...
+
+
+class QueueReader(Protocol):
+    """All KAI Queues, and whether a cache answered (``fresh``: not from one)."""
+
+    def queues(self, fresh: bool = False) -> tuple[QueueTree, bool]: ...
+
+
+def queue_check(reader: QueueReader, planned: Plan) -> tuple[QueueTree | None, Refusal | None]:
+    """The Queues read and the plan's gang judged against them as KAI would with nothing allocated
+    (:func:`kai_fn.core.queue_check.check`); a refusal from a cache is confirmed on a fresh read. ``(None, None)``
+    when the plan names no Queue (not KAI's flavor)."""
+    if planned.flavor != "kai" or not planned.queue:
+        return None, None
+    tree, cached = reader.queues()
+    refusal = check(tree, planned.queue, planned.gangs, planned.non_preemptible)
+    if refusal is not None and cached:
+        tree, _ = reader.queues(fresh=True)
+        refusal = check(tree, planned.queue, planned.gangs, planned.non_preemptible)
+    return tree, refusal
 
 
 class Keep(Protocol):

@@ -26,7 +26,7 @@ from kai_fn.core import decide
 from kai_fn.core.decide import name_differences
 from kai_fn.core.patch import MissingReplicatedJob, jobset_patch
 from kai_fn.core.plan import Plan
-from kai_fn.core.queue_check import RESOURCES, Queue, check, demand_of, show
+from kai_fn.core.queue_check import RESOURCES, Queue, demand_of, show
 from kai_fn.core.runtime import target
 from kai_fn import plan_inputs
 from kai_fn.commands import plan_view, status as status_mod, survey
@@ -270,10 +270,9 @@ def _before_release(marks: Facts) -> tuple[str, str]:
 def queue_view(session: ApiSession, result: Plan) -> tuple[list[dict[str, Any]], str | None]:
     """The queue and its ancestors against the gang, per resource in KAI's units (the pre-check's own arithmetic,
     ``kai_fn.core.queue_check``); and what blocks, if anything."""
-    if result.flavor != "kai" or not result.queue:
+    tree, refusal = plan_inputs.queue_check(session, result)
+    if tree is None or not result.queue:
         return [], None
-    tree, _ = session.queues()
-    refusal = check(tree, result.queue, result.gangs, result.non_preemptible)
     rows = [
         {"queue": q.metadata.name, "resource": short, "request": _number(demand_of(result.gangs, short)),
          "quota": _raw(q, short, "quota"), "limit": _raw(q, short, "limit"),

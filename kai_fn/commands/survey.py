@@ -18,7 +18,7 @@ is held longer than a resync period (:mod:`kai_fn.kube.lease`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kai_fn import plan_inputs
@@ -26,7 +26,6 @@ from kai_fn.commands import verdicts
 from kai_fn.core import decide, keys, state
 from kai_fn.core.objects import deleting, labels, meta
 from kai_fn.core.plan import Plan
-from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.reasons import Refusal
 from kai_fn.core.state import Facts, Reading, podgroup_api
 from kai_fn.kube import ApiSession
@@ -48,7 +47,7 @@ def entries(session: ApiSession, settings: Settings, namespace: str | None) -> l
         by_jobset.setdefault((meta(pod).get("namespace", ""), labels(pod).get(keys.JOBSET_NAME_LABEL, "")),
                              []).append(pod)
     reader = plan_inputs.Remembered(session)
-    queues = verdicts.queue_reader(session)
+    queues = verdicts.ListedOnce(session)
     readings = []
     for entry in joined:
         mine = list(entry.mine)
@@ -74,7 +73,7 @@ def reading_of(session: ApiSession, settings: Settings, trainjob: dict[str, Any]
         pods = session.jobset_pods(namespace, name) if state.needs_pods(marks, main) else []
     reader = plan_inputs.Remembered(session)
     found = _undecided(reader, settings, trainjob, marks)
-    refused = _refused(settings, marks, trainjob, jobset, found, verdicts.queue_reader(session))
+    refused = _refused(settings, marks, trainjob, jobset, found, verdicts.ListedOnce(session))
     planned = _plan(found) or _judged_by(reader, settings, trainjob, marks, main)
     return state.read(trainjob, jobset, mine, pods, refused, planned), mine
 
@@ -99,7 +98,7 @@ def _judged_by(reader: plan_inputs.Reader, settings: Settings, trainjob: dict[st
 
 
 def _refused(settings: Settings, marks: Facts, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
-             found: decide.Planned | None, queues: Callable[[], QueueTree | None]) -> list[Refusal]:
+             found: decide.Planned | None, queues: verdicts.ListedOnce) -> list[Refusal]:
     """kai_fn's refusal of a TrainJob it still owes a release, as its pass would decide it now."""
     if found is None or not marks.may_be_refused:
         return []

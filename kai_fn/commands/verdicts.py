@@ -9,18 +9,18 @@ it from the TrainJob's creation.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
 from typing import Any
 
 from kai_fn.core import decide, reasons
-from kai_fn.core.queue_check import QueueTree, check
+from kai_fn.core.queue_check import QueueTree
 from kai_fn.core.reasons import Refusal
 from kai_fn.core.state import Facts
+from kai_fn import plan_inputs
 from kai_fn.kube import ApiSession, Transient
 from kai_fn.settings import Settings
 
 def refusal(settings: Settings, marks: Facts, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
-            found: decide.Planned, queues: Callable[[], QueueTree | None]) -> Refusal | None:
+            found: decide.Planned, queues: ListedOnce) -> Refusal | None:
     """kai_fn's refusal of an undecided TrainJob, or None when its pass would not refuse it. ``queues``: the Queues,
     read when first needed; None when they cannot be read (the check is then not made)."""
     precheck = settings.flavor == "kai" and settings.queue_check == "enforce"
@@ -32,23 +32,30 @@ def refusal(settings: Settings, marks: Facts, trainjob: dict[str, Any], jobset: 
         return Refusal(reason=action.reason, message=action.message)
     if not isinstance(action, decide.MakeGang) or not action.precheck or action.plan.queue is None:
         return None
-    tree = queues()
-    over = check(tree, action.plan.queue, action.plan.gangs, action.plan.non_preemptible) if tree else None
+    try:
+        _, over = plan_inputs.queue_check(queues, action.plan)
+    except plan_inputs.Unread:
+        return None
     if over is None:
         return None
     return Refusal(reason=reasons.GANG_EXCEEDS_QUEUE if over.kind == "over" else reasons.QUEUE_NOT_FOUND,
                    message=over.message)
 
 
-def queue_reader(session: ApiSession) -> Callable[[], QueueTree | None]:
-    """The Queues, listed once on first use; None when the caller may not list them or the list fails."""
-    read: list[QueueTree | None] = []
+class ListedOnce:
+    """The Queues, listed once on first use (a :class:`kai_fn.plan_inputs.QueueReader`); unreadable
+    (:class:`kai_fn.plan_inputs.Unread`) when the caller may not list them or the list fails: the check is not made."""
 
-    def queues() -> QueueTree | None:
-        if not read:
+    def __init__(self, session: ApiSession) -> None:
+        self.session = session
+        self._read: list[QueueTree | None] = []
+
+    def queues(self, fresh: bool = False) -> tuple[QueueTree, bool]:
+        if not self._read:
             try:
-                read.append(session.queues()[0])
+                self._read.append(self.session.queues()[0])
             except Transient:
-                read.append(None)
-        return read[0]
-    return queues
+                self._read.append(None)
+        if (tree := self._read[0]) is None:
+            raise plan_inputs.Unread("the Queues cannot be listed")
+        return tree, False

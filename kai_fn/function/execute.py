@@ -14,12 +14,12 @@ import jsonpatch
 
 from kai_fn.core import adopt, decide, objects
 from kai_fn.core.decide import Action, Ignore, LetGo, MakeGang, MarkTooLate, Refuse, SettleReservation, Skip, Wait
-from kai_fn.core.queue_check import check
 from kai_fn.core.reasons import Refusal
 from kai_fn.function import metrics, report, reserve
 from kai_fn.kube import GuardFailed, NotServed
 from kai_fn.function.cluster import CachedSession
 from kai_fn.function.report import Outcome, Result
+from kai_fn.plan_inputs import queue_check
 from kai_fn.settings import Settings
 from kai_fn.kube.events import event_body
 
@@ -192,13 +192,7 @@ class Execution:
     def queue_precheck(self, action: MakeGang) -> Outcome | None:
         """KAI's own limit checks with nothing allocated, just before a new gang would be made: a gang that can never
         fit is not released to wait forever. A refusal is always confirmed on a fresh list of the Queues."""
-        plan = action.plan
-        assert plan.queue is not None
-        tree, cached = self.session.queues()
-        refusal = check(tree, plan.queue, plan.gangs, plan.non_preemptible)
-        if refusal is not None and cached:
-            tree, _ = self.session.queues(fresh=True)
-            refusal = check(tree, plan.queue, plan.gangs, plan.non_preemptible)
+        _, refusal = queue_check(self.session, action.plan)
         if refusal is None:
             return None
         reason = report.GANG_EXCEEDS_QUEUE if refusal.kind == "over" else report.QUEUE_NOT_FOUND
