@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import replace
+from collections.abc import Callable
 from typing import Any
 
 from kai_fn.core import adopt, gang, keys, objects
 from kai_fn.core.plan import Plan
 from kai_fn.core.schedule_timeout import waiting
-from kai_fn.core.state import Entry, facts, gang_names, judged, named_at_admission, reserving
+from kai_fn.core.state import Entry, Phase, facts, gang_names, judged, named_at_admission, read, reserving
 from kai_fn.function import gang_plan, metrics, report, reserve
 from kai_fn.kube import Gone, Transient
 from kai_fn.function.cluster import CachedSession
@@ -86,7 +87,8 @@ def _report(event: PodGroupEvent, session: CachedSession, settings: Settings, po
             return handed
     if keys.GANG_BOUND_ANNOTATION in objects.notes(podgroup):
         recent.bound(objects.meta(podgroup).get("uid"))
-        return Outcome("skipped", "already bound", ns, owner["name"], owner.get("uid"), pg_name, bound=True)
+        return Outcome("skipped", "already bound", ns, owner["name"], owner.get("uid"), pg_name, bound=True,
+                       phase=Phase.BOUND)  # the mark is the model's bound (kai_fn/core/state.py)
     if event.type.endswith(".add") and not podgroup.get("status"):
         # Made a moment ago (by kai_fn, before it released the TrainJob): no pod of it can exist yet. The scheduler's
         # status writes that follow come as updates; the resync looks at every released gang in any case.
@@ -99,11 +101,14 @@ def _report(event: PodGroupEvent, session: CachedSession, settings: Settings, po
     jobset = jobset if jobset and objects.controlled_by(jobset, owner.get("uid")) else None
     made = made_gang(session, trainjob, jobset, podgroup)
     marks = facts(trainjob, jobset, made)
+    gangs = [g for g in (made, podgroup) if g is not None]
     if why := marks.settled(pg_name):
         if marks.bound is not None:
             recent.bound(objects.meta(podgroup).get("uid"))
-        return Outcome("skipped", why, ns, owner["name"], owner.get("uid"), pg_name)
-    outcome = report_on(session, settings, trainjob, podgroup, marks.podgroup or "")
+        return Outcome("skipped", why, ns, owner["name"], owner.get("uid"), pg_name,
+                       phase=read(trainjob, jobset, gangs, []).phase)
+    outcome = report_on(session, settings, trainjob, podgroup, marks.podgroup or "",
+                        lambda pods: read(trainjob, jobset, gangs, pods).phase)
     if outcome.bound:
         recent.bound(objects.meta(podgroup).get("uid"))
         return outcome
@@ -151,16 +156,25 @@ def owning_trainjob(podgroup: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def report_on(session: CachedSession, settings: Settings, trainjob: dict[str, Any], podgroup: dict[str, Any],
-              main_name: str) -> Outcome:
+              main_name: str, phase: Callable[[list[dict[str, Any]]], str | None] | None = None) -> Outcome:
     """Bound (:func:`kai_fn.core.state.judged`: the plan's minMember pods of the gang's own Jobs on nodes): GangBound
     once, then the mark on the main PodGroup. Nothing on a node and KAI gives reasons: GangUnschedulable. Another
     stage's PodGroup (initializers, MPI's launcher) gets reasons only: GangBound is the main gang's. ``podgroup`` is
-    as the API server returned it to kai_fn (a GET or the resync's LIST)."""
+    as the API server returned it to kai_fn (a GET or the resync's LIST). ``phase``: where the TrainJob stands
+    given its pods (:func:`kai_fn.core.state.read`), for the look's log line."""
+    pods = session.jobset_pods(trainjob["metadata"]["namespace"], trainjob["metadata"]["name"])
+    outcome = _reported(session, settings, trainjob, podgroup, main_name, pods)
+    if phase is None:
+        return outcome
+    return replace(outcome, phase=Phase.BOUND if outcome.bound else phase(pods))  # bound: the mark it just wrote
+
+
+def _reported(session: CachedSession, settings: Settings, trainjob: dict[str, Any], podgroup: dict[str, Any],
+              main_name: str, pods: list[dict[str, Any]]) -> Outcome:
     meta = trainjob["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta.get("uid")
     pg_name = podgroup["metadata"]["name"]
     main = main_name == pg_name
-    pods = session.jobset_pods(ns, name)
     planned = gang_plan.of(session, settings, trainjob)
     if planned is not None:
         warn_if_edited(session, trainjob, podgroup, planned)

@@ -491,9 +491,26 @@ def function_pass(api, name: str):
     return reconcile.pass_of(event, session, settings)
 
 
+def function_look(api, name: str):
+    """The function's look at the TrainJob's gang, as a PodGroup update of its main PodGroup brings it (its work's
+    log line), in this process."""
+    from kai_fn import settings as settings_mod
+    from kai_fn.function import gang_status
+    from kai_fn.function.cluster import CachedServer
+    from kai_fn.function.events import PodGroupEvent
+    settings = settings_mod.load()
+    session = CachedServer.from_settings(settings, api.kubeconfig).session()
+    uid = api.get(TRAINER, "TrainJob", NS, name)["metadata"]["uid"]
+    main = api.get(KAI_PG, "PodGroup", NS, f"pg-{name}-{uid}")
+    event = PodGroupEvent(id="table", type="dev.knative.apiserver.resource.update", namespace=NS,
+                          name=main["metadata"]["name"], uid=main["metadata"]["uid"], object=main)
+    return gang_status.look(event, session, settings)
+
+
 # The rows where a pass, having nothing to do, cannot tell the phase without reading more than it needs to act (the
 # gang decided on its JobSet, whose PodGroup it does not read; a released gang not marked bound, which only its pods
-# call bound): its log line then carries no phase, rather than a guess.
+# call bound): its log line then carries no phase, rather than a guess. The function's look at the gang (a PodGroup
+# event's work, which reads the pods) tells it.
 PASS_CANNOT_TELL = {"released, KAI silent", "released, KAI says why", "released, KAI says why on a stage's PodGroup",
                     "every pod on a node", "marked bound, pods gone since", "timed out, still waiting",
                     "timed out and suspended again", "gang made, left suspended for Kueue"}
@@ -502,12 +519,15 @@ PASS_CANNOT_TELL = {"released, KAI silent", "released, KAI says why", "released,
 @pytest.mark.parametrize("row", list(STATES))
 def test_the_function_status_and_explain_report_one_state_for_the_same_objects(api, function, capsys, row):
     """After a pass of the function on each row's objects, the phase its Outcome (and log line) carries is the state
-    ``status`` and ``explain`` read on the objects it left (kai_fn/core/state.py), wherever the pass can tell."""
+    ``status`` and ``explain`` read on the objects it left (kai_fn/core/state.py); where the pass cannot tell, the
+    function's look at the gang (a PodGroup event's work) tells it."""
     from tests.commands.test_explain import explain
     setup, _, _ = STATES[row]
     name = setup(api, function.url)
     said = function_pass(api, name)
+    looked = function_look(api, name) if row in PASS_CANNOT_TELL else None
     line = lines(api, capsys, "-n", NS)[name]
     _, out, _ = explain(api, f"{NS}/{name}", "-o", "json", capsys=capsys)
     assert json.loads(out)["reading"]["state"] == line["state"]
     assert said.phase == (None if row in PASS_CANNOT_TELL else line["state"]), said
+    assert looked is None or looked.phase == line["state"], looked
