@@ -15,6 +15,10 @@ from typing import Any
 
 from kai_fn.core.state import Entry
 from kai_fn.function.cluster import CachedSession
+from kai_fn.function.execute import Retry
+from kai_fn.function.inventory import creation_order
+from kai_fn.function.isolate import tally_of
+from kai_fn.kube import Transient
 from kai_fn.function.migration import jobset_hold, trainjob_gate
 from kai_fn.function.migration.jobset_hold import released, seen
 from kai_fn.function.migration.trainjob_gate import after_pass
@@ -32,8 +36,18 @@ def carry(session: CachedSession, settings: Settings, trainjob: dict[str, Any], 
 
 
 def resync(session: CachedSession, settings: Settings, entries: list[Entry]) -> str:
-    """The resync's share: what no other pass of it does, for each earlier version."""
-    return jobset_hold.resync(session, settings, entries) + trainjob_gate.resync(session, settings, entries)
+    """The resync's share without a work queue: :func:`due`'s TrainJobs, ``KAI_FN_RESYNC_LIMIT`` in turn, each
+    holding its TrainJob."""
+    found = due(session, settings, entries)
+    if not found:
+        return ""
+    tally: dict[str, int] = {}
+    for entry in session.server.take_turn("migration", found, settings.resync_limit, creation_order):
+        with session.server.locks.hold(entry.key):
+            result = tally_of("migration", session, entry.trainjob, lambda: migrate(session, settings, entry),
+                              retried=(Retry, Transient))
+        tally[result] = tally.get(result, 0) + 1
+    return f"; {len(found)} of earlier versions: " + ", ".join(f"{n} {r}" for r, n in sorted(tally.items()))
 
 
 def due(session: CachedSession, settings: Settings, entries: list[Entry]) -> list[Entry]:

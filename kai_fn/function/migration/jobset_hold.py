@@ -30,10 +30,7 @@ from kai_fn.core.patch import Op, jobset_patch, pointer
 from kai_fn.core.state import Entry
 from kai_fn.core.state import Facts as State
 from kai_fn.function.cluster import CachedSession
-from kai_fn.function.inventory import creation_order, owed as pass_owed
-from kai_fn.function.isolate import tally_of
-from kai_fn.function.execute import Retry
-from kai_fn.kube import Transient
+from kai_fn.function.inventory import owed as pass_owed
 from kai_fn.settings import Settings
 
 HELD_LABEL = "kai-fn/held"
@@ -89,19 +86,6 @@ def lifted(resume: bool) -> list[Op]:
     return ops + ([{"op": "replace", "path": "/spec/suspend", "value": False}] if resume else [])
 
 
-def resync(session: CachedSession, settings: Settings, entries: list[Entry]) -> str:
-    """The resync's share without a work queue: :func:`due`'s JobSets, each given a pass, in turns."""
-    found = due(settings, entries)
-    if not found:
-        return ""
-    tally: dict[str, int] = {}
-    for entry in session.server.take_turn("jobset-hold", found, settings.resync_limit, creation_order):
-        result = tally_of("migration", session, entry.trainjob, lambda: migrate(session, settings, entry),
-                          retried=(Retry, Transient))
-        tally[result] = tally.get(result, 0) + 1
-    return f"; {len(found)} held by 0.2.0: " + ", ".join(f"{n} {r}" for r, n in sorted(tally.items()))
-
-
 def due(settings: Settings, entries: list[Entry]) -> list[Entry]:
     """The owed JobSets no other pass of the resync takes (``pass_owed`` false: outside ``KAI_FN_NAMESPACES``, or
     its gang made before the JobSet existed)."""
@@ -109,8 +93,7 @@ def due(settings: Settings, entries: list[Entry]) -> list[Entry]:
 
 
 def migrate(session: CachedSession, settings: Settings, entry: Entry) -> str:
-    """One listed JobSet 0.2.0 holds: a pass on it, holding its TrainJob."""
+    """One listed JobSet 0.2.0 holds: a pass on it (the caller holds its TrainJob)."""
     from kai_fn.function.reconcile import Reconciler  # the pass calls this package: imported when run
 
-    with session.server.locks.hold(entry.key):
-        return Reconciler(session, settings, entry.trainjob, entry.jobset).run().result
+    return Reconciler(session, settings, entry.trainjob, entry.jobset).run().result

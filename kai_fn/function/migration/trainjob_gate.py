@@ -16,11 +16,9 @@ from kai_fn.core import keys, objects
 from kai_fn.core.decide import Action, LetGo, MakeGang, SettleReservation, Skip
 from kai_fn.core.patch import jobset_patch
 from kai_fn.core.state import Entry, podgroup_api
-from kai_fn.kube import Gone, GuardFailed, Transient
+from kai_fn.kube import Gone, GuardFailed
 from kai_fn.function.cluster import CachedSession
 from kai_fn.function.execute import Retry
-from kai_fn.function.inventory import creation_order
-from kai_fn.function.isolate import tally_of
 from kai_fn.function.migration import jobset_hold
 from kai_fn.function.report import Outcome
 from kai_fn.settings import Settings
@@ -115,20 +113,6 @@ def resume(session: CachedSession, trainjob: dict[str, Any], jobset: dict[str, A
     session.patch_trainjob(meta["namespace"], meta["name"], {
         "metadata": {"annotations": {AUTO_SUSPENDED_ANNOTATION: None}}, "spec": {"suspend": False}})
     session.server.recent.decided(meta.get("uid"), objects.meta(jobset).get("uid"))
-
-
-def resync(session: CachedSession, settings: Settings, entries: list[Entry]) -> str:
-    """The resync's share: the listed TrainJobs that carry a mark of the earlier gate, in turn. The pass does the
-    rest; here, what no pass does: a TrainJob outside KAI_FN_NAMESPACES, or whose JobSet is decided already."""
-    found = due(session, entries)
-    if not found:
-        return ""
-    tally: dict[str, int] = {}
-    for entry in session.server.take_turn("migration", found, settings.resync_limit, creation_order):
-        result = tally_of("migration", session, entry.trainjob, lambda: migrate(session, settings, entry),
-                          retried=(Retry, Transient))
-        tally[result] = tally.get(result, 0) + 1
-    return f"; {len(found)} of the earlier TrainJob gate: " + ", ".join(f"{n} {r}" for r, n in sorted(tally.items()))
 
 
 def due(session: CachedSession, entries: list[Entry]) -> list[Entry]:
