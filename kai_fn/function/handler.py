@@ -52,7 +52,7 @@ class App:
         if self.settings.background_workers:
             worker = keywork.Worker(self.server, self.settings, self.optin)
             self.work = WorkQueue(worker, self.settings.background_workers, on_drop=keywork.dropped,
-                                  merge=keywork.merge)
+                                  merge=keywork.merge, urgent=keywork.urgent)
             worker.queue = self.work
             metrics.WORK_QUEUE.set_function(self.work.depth)
             metrics.WORK_TIMERS.set_function(self.work.timers)

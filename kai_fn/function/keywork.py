@@ -56,6 +56,14 @@ def merge(older: Chores, newer: Chores) -> Chores:
                   newer.overdue or older.overdue, older.timer or newer.timer, newer.migrate or older.migrate)
 
 
+def urgent(chores: Chores) -> bool:
+    """A pass comes before looks in its namespace's lane: it may make a gang whose pods wait for their PodGroup, where
+    a look only reports (KAI writes a PodGroup's status about ten times while it binds, each a PodGroup event; served
+    in arrival order, those looks delayed the next TrainJobs' PodGroups by seconds in a burst: BENCHMARKS.md,
+    "Chain with one keyed queue")."""
+    return chores.trainjob is not None
+
+
 @dataclass(frozen=True)
 class Done:
     """How one part went, for its log line; ``due``: its gang waits, and its timeout is due then."""

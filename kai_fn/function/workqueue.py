@@ -63,50 +63,69 @@ def namespace_of(key: Hashable) -> Hashable:
 
 
 class _Lanes:
-    """The pending passes: one first-come-first-served lane per namespace, taken in turn. A mapping of key to item
-    for what the queue needs of it (``in``, get, set, ``len``, truth)."""
+    """The pending passes: one first-come-first-served lane per namespace, taken in turn, and in each lane the urgent
+    work (``urgent(payload)``) before the rest. A mapping of key to item for what the queue needs of it (``in``, get,
+    set, ``len``, truth)."""
 
-    def __init__(self, lane: Callable[[Hashable], Hashable]) -> None:
-        self.lane = lane
-        self._lanes: dict[Hashable, OrderedDict[Hashable, Item]] = {}
+    def __init__(self, lane: Callable[[Hashable], Hashable], urgent: Callable[[Any], bool]) -> None:
+        self.lane, self.urgent = lane, urgent
+        self._lanes: dict[Hashable, tuple[OrderedDict[Hashable, Item], OrderedDict[Hashable, Item]]] = {}
         self._turns: deque[Hashable] = deque()  # the lanes with work, the next to serve first
         self._size = 0
 
+    def _held(self, key: Hashable) -> OrderedDict[Hashable, Item] | None:
+        """The part of its lane (urgent or not) that holds ``key``, if any."""
+        return next((part for part in self._lanes.get(self.lane(key), ()) if key in part), None)
+
     def __contains__(self, key: Hashable) -> bool:
-        return key in self._lanes.get(self.lane(key), ())
+        return self._held(key) is not None
 
     def __len__(self) -> int:
         return self._size
 
     def __iter__(self) -> Iterator[Hashable]:
         for lane in self._turns:
-            yield from self._lanes[lane]
+            for part in self._lanes[lane]:
+                yield from part
 
     def __setitem__(self, key: Hashable, item: Item) -> None:
-        """A new key joins the end of its lane; a known one is replaced in its place."""
+        """A new key joins the end of its lane's part; a known one is replaced in its place, or moves to the end of
+        the urgent part once its work is urgent."""
         lane = self.lane(key)
         if lane not in self._lanes:
-            self._lanes[lane] = OrderedDict()
+            self._lanes[lane] = (OrderedDict(), OrderedDict())
             self._turns.append(lane)
-        if key not in self._lanes[lane]:
+        urgent, rest = self._lanes[lane]
+        if key in urgent:
+            urgent[key] = item
+        elif key in rest and self.urgent(item.payload):
+            del rest[key]
+            urgent[key] = item
+        elif key in rest:
+            rest[key] = item
+        else:
+            (urgent if self.urgent(item.payload) else rest)[key] = item
             self._size += 1
-        self._lanes[lane][key] = item
 
     def get(self, key: Hashable) -> Item:
-        return self._lanes[self.lane(key)][key]
+        part = self._held(key)
+        if part is None:
+            raise KeyError(key)
+        return part[key]
 
     def setdefault(self, key: Hashable, item: Item) -> Item:
         if key not in self:
             self[key] = item
-        return self._lanes[self.lane(key)][key]
+        return self.get(key)
 
     def pop_next(self) -> tuple[Hashable, Item]:
-        """The oldest pass of the lane whose turn it is; that lane then waits behind the others."""
+        """The oldest urgent pass of the lane whose turn it is, else its oldest; that lane then waits behind the
+        others."""
         lane = self._turns.popleft()
-        queue = self._lanes[lane]
-        key, item = queue.popitem(last=False)
+        urgent, rest = self._lanes[lane]
+        key, item = (urgent or rest).popitem(last=False)
         self._size -= 1
-        if queue:
+        if urgent or rest:
             self._turns.append(lane)
         else:
             del self._lanes[lane]
@@ -115,17 +134,17 @@ class _Lanes:
 
 class WorkQueue:
     """``work(item)`` runs on one of ``workers`` daemon threads, started with the first offer (after any fork).
-    ``merge(older, newer)``: one payload for two offers of a key. ``clock`` (monotonic seconds) says when a retry or
-    a timer is due; tests pass one they move."""
+    ``merge(older, newer)``: one payload for two offers of a key; ``urgent(payload)``: work served before the rest
+    of its lane. ``clock`` (monotonic seconds) says when a retry or a timer is due; tests pass one they move."""
 
     def __init__(self, work: Callable[[Item], None], workers: int, *, capacity: int = 10000, tries: int = 6,
                  first_delay: float = 0.5, on_drop: Callable[[Item, BaseException | None], None] | None = None,
                  clock: Callable[[], float] = time.monotonic, lane: Callable[[Hashable], Hashable] = namespace_of,
-                 merge: Callable[[Any, Any], Any] = newest) -> None:
+                 merge: Callable[[Any, Any], Any] = newest, urgent: Callable[[Any], bool] = lambda _: True) -> None:
         self.work, self.workers, self.capacity, self.tries = work, workers, capacity, tries
         self.first_delay, self.on_drop, self.clock, self.lane, self.merge = first_delay, on_drop, clock, lane, merge
         self._cond = threading.Condition()
-        self._pending = _Lanes(lane)
+        self._pending = _Lanes(lane, urgent)
         self._active: set[Hashable] = set()
         self._dirty: dict[Hashable, Item] = {}  # offered while active: queued again when that pass ends
         self._later: list[tuple[float, int, Item]] = []  # retries and timers, by when they are due

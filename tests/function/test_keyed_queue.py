@@ -132,6 +132,22 @@ def test_what_events_queue_for_one_trainjob_collapses_into_one_turn_that_does_al
     assert parts(turn) == ["trainjob", "timer", "look pg-a", "look pg-b"] and turn.trainjob is newer
 
 
+def test_a_trainjobs_pass_goes_before_the_looks_queued_in_its_namespace():
+    """A burst: KAI's status writes on the first gangs' PodGroups queue looks; the next TrainJob's pass, which makes
+    the PodGroup its pods wait for, is served first."""
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    queue = WorkQueue(recorder.work, 1, merge=keywork.merge, urgent=keywork.urgent)
+    queue.offer(("busy", "x"), keywork.Chores())
+    for i in range(3):
+        look = events.PodGroupEvent(f"p{i}", "update", NS, f"pg-{i}", f"u{i}", {})
+        assert queue.offer((NS, f"bound-{i}"), keywork.Chores(podgroups=(look,)))
+    assert queue.offer((NS, "next"), keywork.Chores(trainjob=events.TrainJobEvent("e", "add", "resource", NS, "next")))
+    gate.set()
+    until(queue.idle)
+    assert [k[1] for k, _, _ in recorder.seen[1:]] == ["next", "bound-0", "bound-1", "bound-2"]
+
+
 def test_a_podgroup_event_never_runs_beside_a_pass_of_its_trainjob(api, functions):
     """The pass holds on its Event (the PodGroup made already); the PodGroup's event is answered 202 at once, and its
     look reads the PodGroup only once the pass has ended. On main it ran in the request thread: its read beside the

@@ -178,3 +178,24 @@ def test_the_queue_serves_namespaces_in_turn_first_come_first_served_within_each
     gate.set()
     until(queue.idle)
     assert [key for key, _, _ in rec.seen[1:]] == served
+
+
+@pytest.mark.parametrize("offers, served", [
+    # (name, urgent?) offered in one namespace while the one worker is busy; a key's merged offers are urgent if either is
+    ([("a", False), ("b", False), ("c", True)], ["c", "a", "b"]),
+    ([("a", False), ("b", True), ("a", True)], ["b", "a"]),
+    ([("a", True), ("b", False), ("a", False)], ["a", "b"]),
+    ([("a", False), ("b", False)], ["a", "b"]),
+], ids=["a pass goes before looks queued earlier", "a look a pass joins moves behind the passes, before the looks",
+        "a pass a look joins keeps its place", "looks alone, in order"])
+def test_urgent_work_is_served_before_the_rest_of_its_lane(offers, served):
+    gate = threading.Event()
+    rec = Recorder(gate)
+    queue = WorkQueue(rec.work, workers=1, urgent=bool, merge=lambda older, newer: older or newer)
+    queue.offer("busy", True)  # holds the only worker while the others queue
+    until(lambda: rec.seen)
+    for name, urgent in offers:
+        assert queue.offer(("team-a", name), urgent)
+    gate.set()
+    until(queue.idle)
+    assert [key for (_, key), _, _ in rec.seen[1:]] == served
