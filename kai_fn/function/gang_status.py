@@ -21,7 +21,8 @@ from typing import Any
 from kai_fn.core import adopt, gang, keys, objects
 from kai_fn.core.plan import Plan
 from kai_fn.core.schedule_timeout import waiting
-from kai_fn.core.state import Entry, Phase, facts, gang_names, judged, named_at_admission, read, reserving
+from kai_fn.core.state import (Entry, Phase, facts, gang_names, judged, named_at_admission, own_jobset, read,
+                               reserving)
 from kai_fn.function import gang_plan, metrics, report, reserve
 from kai_fn.kube import Gone, Transient
 from kai_fn.function.cluster import CachedSession
@@ -98,7 +99,7 @@ def _report(event: PodGroupEvent, session: CachedSession, settings: Settings, po
     if trainjob is None or trainjob.get("metadata", {}).get("uid") != owner.get("uid"):
         return Outcome("ignored", "its TrainJob no longer exists", ns, owner["name"], owner.get("uid"), pg_name)
     jobset = session.jobset(ns, owner["name"])
-    jobset = jobset if jobset and objects.controlled_by(jobset, owner.get("uid")) else None
+    jobset = own_jobset(trainjob, jobset)
     made = made_gang(session, trainjob, jobset, podgroup)
     marks = facts(trainjob, jobset, made)
     gangs = [g for g in (made, podgroup) if g is not None]
@@ -125,8 +126,8 @@ def hand_over(session: CachedSession, podgroup: dict[str, Any], owner: dict[str,
     trainjob = session.trainjob(ns, name)
     if trainjob is None or objects.meta(trainjob).get("uid") != uid:
         return Outcome("ignored", "its TrainJob no longer exists", ns, name, uid, pg_name)
-    jobset = session.jobset(ns, name)
-    if jobset is None or not objects.controlled_by(jobset, uid):
+    jobset = own_jobset(trainjob, session.jobset(ns, name))
+    if jobset is None:
         return None
     marks = facts(trainjob, jobset, podgroup)
     if marks.podgroup != pg_name:

@@ -100,9 +100,8 @@ def enqueue(queue: WorkQueue, session: CachedSession, settings: Settings, entrie
     tally = {"queued": len(queued)} if queued else {}
     refused = [e for e in owed if e not in queued]
     summary = _passes(session, settings, refused, moment, tally)
-    released = [e for e in entries if e.podgroup is not None and e.marks.settled() is None
-                and settings.watches(e.key[0])]
-    looks = session.server.take_turn("sweep", released, settings.resync_limit, inventory.creation_order)
+    looks = session.server.take_turn("sweep", released(settings, entries), settings.resync_limit,
+                                     inventory.creation_order)
     migrating = session.server.take_turn("migration", migration.due(session, settings, entries), settings.resync_limit,
                                           inventory.creation_order)
     waits = timeouts.waits(session, settings, entries) if settings.flavor == "kai" else []
@@ -122,16 +121,21 @@ def inline(session: CachedSession, settings: Settings, entries: list[Entry], owe
     """Without workers, the resync's own work, each TrainJob holding its lock: ``KAI_FN_RESYNC_LIMIT`` passes owed,
     released gangs, overdue timeouts and TrainJobs of the earlier gate, each in turn."""
     summary = _passes(session, settings, owed, moment, {})
-    released = [e for e in entries if e.podgroup is not None and e.marks.settled() is None
-                and settings.watches(e.key[0])]
-    if released:
-        swept = gang_status.sweep(session, settings, released)
-        summary += f"; {len(released)} released gangs not yet bound: " + ", ".join(
+    gangs = released(settings, entries)
+    if gangs:
+        swept = gang_status.sweep(session, settings, gangs)
+        summary += f"; {len(gangs)} released gangs not yet bound: " + ", ".join(
             f"{n} {r}" for r, n in sorted(swept.items()))
     summary += migration.resync(session, settings, entries)
     if settings.flavor == "kai":
         summary += "; " + timeouts.check(session, settings, entries, moment)
     return summary
+
+
+def released(settings: Settings, entries: list[Entry]) -> list[Entry]:
+    """The listed gangs made and not known to be bound or timed out, in the namespaces kai_fn serves: each worth a
+    look, as binding changes no PodGroup."""
+    return [e for e in entries if e.podgroup is not None and e.marks.settled() is None and settings.watches(e.key[0])]
 
 
 def _passes(session: CachedSession, settings: Settings, owed: list[Entry], moment: datetime.datetime,

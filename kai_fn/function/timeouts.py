@@ -18,7 +18,7 @@ from typing import Any
 from kai_fn.core import gang, keys, objects
 from kai_fn.core.objects import stamp
 from kai_fn.core.schedule_timeout import Wait, main_stage_wait, waiting
-from kai_fn.core.state import Entry, facts, gang_name, join, judged, podgroup_api
+from kai_fn.core.state import Entry, facts, gang_name, join, judged, own_jobset, podgroup_api
 from kai_fn.function import gang_plan, metrics, report
 from kai_fn.kube import Gone, Stale, Transient
 from kai_fn.function.cluster import CachedSession
@@ -42,7 +42,7 @@ def check(session: CachedSession, settings: Settings, entries: list[Entry], now:
     for wait, entry in due[: settings.resync_limit]:
         with session.server.locks.hold(entry.key):
             _count(tally, tally_of("timeout", session, entry.trainjob,
-                                   lambda: time_out(session, settings, wait, entry, now)))
+                                   lambda: timed(session, settings, wait, entry, now)[0]))
     left = max(len(due) - settings.resync_limit, 0)
     summary = ", ".join(f"{n} {r}" for r, n in sorted(tally.items())) or "none"
     return f"timeouts: {summary}" + (f"; {left} left for the next run" if left else "")
@@ -59,8 +59,7 @@ def on_timer(session: CachedSession, settings: Settings, key: tuple[str, str], n
     if trainjob is None:
         return "the TrainJob no longer exists", None
     jobset = session.jobset(ns, name)
-    marks = facts(trainjob, jobset if jobset and objects.controlled_by(jobset, objects.meta(trainjob).get("uid"))
-                  else None)
+    marks = facts(trainjob, own_jobset(trainjob, jobset))
     podgroup = session.podgroup(podgroup_api(settings.flavor), ns, marks.podgroup or gang_name(trainjob, "kai"))
     (entry,) = join([trainjob], [jobset] if jobset else [], [podgroup] if podgroup else [])
     wait = waiting(entry.trainjob, entry.marks, entry.podgroup) if entry.podgroup is not None else None
@@ -69,10 +68,6 @@ def on_timer(session: CachedSession, settings: Settings, key: tuple[str, str], n
     if wait.deadline > now:
         return "waiting", wait.deadline
     return timed(session, settings, wait, entry, now)
-
-
-def time_out(session: CachedSession, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime) -> str:
-    return timed(session, settings, wait, entry, now)[0]
 
 
 def timed(session: CachedSession, settings: Settings, wait: Wait, entry: Entry, now: datetime.datetime
