@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kai_fn.core import keys
+from kai_fn.core.quantity import Quantity
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,33 @@ def unschedulable(podgroup: dict[str, Any]) -> tuple[Reason, ...]:
             found.append(Reason(str(condition.get("reason") or "Unschedulable"), sentences(condition.get("message"))))
     unique = dict.fromkeys(found)
     return tuple(unique)
+
+
+def nothing_to_tell(podgroup: dict[str, Any]) -> bool:
+    """KAI counted the gang's pods and placed none, and gives no reason: a look can report nothing. KAI's
+    podgroupcontroller writes ``resourcesStatus.requested`` for the gang's active pods and ``allocated`` for those
+    scheduled (KAI v0.17.0, ``pkg/podgroupcontroller/controllers/patcher``), so the write that allocates one is a
+    later event of its own. Only for a spec never edited (``generation`` 1: an edit is told, ``PodGroupEdited``) and
+    a PodGroup holding no places for a later wave (its hand-over comes as a pod joins, :func:`kai_fn.core.state.
+    reserving`'s mark). A body that says so may skip a look; it can never make a report."""
+    status = podgroup.get("status") or {}
+    if not isinstance(status, dict) or status.get("schedulingConditions"):
+        return False
+    meta = podgroup.get("metadata") or {}
+    if meta.get("generation") != 1 or keys.RESERVES_ANNOTATION in (meta.get("annotations") or {}):
+        return False
+    counted = status.get("resourcesStatus") or {}
+    return isinstance(counted, dict) and _some(counted.get("requested")) and not _some(counted.get("allocated"))
+
+
+def _some(resources: Any) -> bool:
+    """A resource list with a quantity above zero; one KAI could not have written counts as some."""
+    if not isinstance(resources, dict):
+        return resources is not None
+    try:
+        return any(Quantity.parse(v).value > 0 for v in resources.values())
+    except (TypeError, ValueError):
+        return True
 
 
 def sentences(message: Any) -> str:

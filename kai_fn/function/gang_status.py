@@ -44,7 +44,9 @@ def observe(event: PodGroupEvent, session: CachedSession, settings: Settings, op
 
 def precheck(event: PodGroupEvent, session: CachedSession, settings: Settings, optin: OptIn) -> Outcome | None:
     """The answer the event gives without a read of the PodGroup (the opted-in namespaces' LIST at most, cached), or
-    None when its gang is worth a look."""
+    None when its gang is worth a look. The body may skip a look (KAI has said nothing yet,
+    :func:`kai_fn.core.gang.nothing_to_tell`); it never makes a report: a later write of the PodGroup is an event
+    of its own, and the resync looks at every released gang."""
     hint = event.object
     ns, pg_name = event.namespace, event.name
     if not settings.watches(ns):
@@ -55,6 +57,13 @@ def precheck(event: PodGroupEvent, session: CachedSession, settings: Settings, o
         return Outcome("skipped", "already bound", ns, pg_name, event.uid, pg_name)
     if not optin.opted_in(session, ns):
         return Outcome("ignored", refusal(ns), ns, pg_name, event.uid)
+    if event.type.endswith(".add") and not hint.get("status"):
+        # Made a moment ago (by kai_fn's pass): no pod of it can exist yet. The scheduler's status writes that
+        # follow come as updates; the resync looks at every released gang in any case.
+        return Outcome("skipped", "just made: no status from the scheduler yet", ns, pg_name, event.uid, pg_name)
+    if settings.flavor == "kai" and gang.nothing_to_tell(hint):
+        return Outcome("skipped", "KAI placed none of its pods and gives no reason yet", ns, pg_name, event.uid,
+                       pg_name)
     return None
 
 
@@ -90,11 +99,6 @@ def _report(event: PodGroupEvent, session: CachedSession, settings: Settings, po
         recent.bound(objects.meta(podgroup).get("uid"))
         return Outcome("skipped", "already bound", ns, owner["name"], owner.get("uid"), pg_name, bound=True,
                        phase=Phase.BOUND)  # the mark is the model's bound (kai_fn/core/state.py)
-    if event.type.endswith(".add") and not podgroup.get("status"):
-        # Made a moment ago (by kai_fn, before it released the TrainJob): no pod of it can exist yet. The scheduler's
-        # status writes that follow come as updates; the resync looks at every released gang in any case.
-        return Outcome("skipped", "just made: no status from the scheduler yet", ns, owner["name"],
-                       owner.get("uid"), pg_name)
     trainjob = session.trainjob(ns, owner["name"])
     if trainjob is None or trainjob.get("metadata", {}).get("uid") != owner.get("uid"):
         return Outcome("ignored", "its TrainJob no longer exists", ns, owner["name"], owner.get("uid"), pg_name)

@@ -25,7 +25,10 @@ def test_a_gang_that_cannot_bind_times_out_and_is_suspended_and_its_pods_go(chai
                          deadline_s=90, explain=lambda: str(trainjob_events(chain, ns, "stuck")))
     assert "PodSchedulingErrors" in timed_out[0] or "Resources were found" in timed_out[0], timed_out
     assert trainjob(chain, ns, "stuck")["spec"]["suspend"] is True  # KAI_FN_ON_TIMEOUT=suspend: the one TrainJob write
-    assert keys.TIMED_OUT_ANNOTATION in podgroup_annotations(chain, ns, "stuck")
+    # The Warning comes before the mark that ends the wait (kai_fn/function/timeouts.py): the mark follows it.
+    wait_for("the timeout's mark on the PodGroup",
+             lambda: keys.TIMED_OUT_ANNOTATION in podgroup_annotations(chain, ns, "stuck"), deadline_s=30,
+             explain=lambda: str(podgroup_annotations(chain, ns, "stuck")))
     wait_for("its pods go away", lambda: pods(chain, ns, "stuck") == [], explain=seen)
 
     chain.trainjob(ns, "fits", num_nodes=1)

@@ -172,3 +172,32 @@ SENTENCES = {
 @pytest.mark.parametrize("message, text", SENTENCES.values(), ids=list(SENTENCES))
 def test_a_kai_message_becomes_one_line_of_sentences(message, text):
     assert gang.sentences(message) == text
+
+
+REQUESTED = {"cpu": "2", "nvidia.com/gpu": "2"}
+SAID_NOTHING = {"resourcesStatus": {"requested": REQUESTED}}
+NOTHING_TO_TELL = {
+    "KAI counted the pods and placed none, no reason": (SAID_NOTHING, {}, True),
+    "KAI's zero quantities count as nothing placed": (
+        {"resourcesStatus": {"requested": REQUESTED, "allocated": {"cpu": "0", "nvidia.com/gpu": "0m"}}}, {}, True),
+    "a pod placed: a look counts the gang": (
+        {"resourcesStatus": {"requested": REQUESTED, "allocated": {"nvidia.com/gpu": "1"}}}, {}, False),
+    "KAI's reasons: a look reports them": (
+        {"resourcesStatus": {"requested": REQUESTED}, "schedulingConditions": [{"reasons": [{"reason": "X"}]}]}, {},
+        False),
+    "no status at all (not KAI's, or not yet): looked at": ({}, {}, False),
+    "nothing requested yet: looked at": ({"resourcesStatus": {}}, {}, False),
+    "a spec edited since it was made: looked at (PodGroupEdited)": (SAID_NOTHING, {"generation": 2}, False),
+    "generation unknown: looked at": (SAID_NOTHING, {"generation": None}, False),
+    "places held for a later wave: looked at (its hand-over)": (
+        SAID_NOTHING, {"annotations": {"kai-fn/reserves": "launcher"}}, False),
+    "an allocation KAI could not have written: looked at": (
+        {"resourcesStatus": {"requested": REQUESTED, "allocated": {"cpu": "lots"}}}, {}, False),
+}
+
+
+@pytest.mark.parametrize("status, meta, quiet", NOTHING_TO_TELL.values(), ids=list(NOTHING_TO_TELL))
+def test_a_look_is_skipped_only_while_kai_has_placed_nothing_and_given_no_reason(status, meta, quiet):
+    pg = podgroup({"minMember": 2}, status=status)
+    pg["metadata"] |= {"generation": 1} | meta
+    assert gang.nothing_to_tell(pg) is quiet

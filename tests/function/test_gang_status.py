@@ -257,15 +257,50 @@ def test_a_body_that_disowns_a_podgroup_is_not_believed_and_one_that_is_disowned
     assert answer.headers["X-Kai-Fn-Outcome"] == "ignored" and verbs(api) == [("get", "podgroups")]
 
 
-def test_the_add_of_a_podgroup_kai_fn_just_made_costs_one_read_and_a_later_add_with_kais_status_reports(api, function):
+def test_the_add_of_a_podgroup_kai_fn_just_made_costs_no_read_and_a_later_add_with_kais_status_reports(api, function):
     pg = released(api, function.url, fresh())
     api.reset_calls()
     answer = send(function.url, resource(pg, "add"))
-    assert answer.headers["X-Kai-Fn-Outcome"] == "skipped" and verbs(api) == [("get", "podgroups")]
+    assert answer.headers["X-Kai-Fn-Outcome"] == "skipped" and verbs(api) == []
     place(api, 4, 0)
     pg = kai_says(api, OVER_LIMIT)  # an add after the source restarted: the PodGroup as it is now
     answer = send(function.url, resource(pg, "add"))
     assert answer.headers["X-Kai-Fn-Outcome"] == "blocked" and status_events(api) == ["GangUnschedulable"]
+
+
+def kai_counts(api, allocated: dict) -> dict:
+    """KAI's podgroupcontroller counts the gang's pods on its PodGroup: requested, and allocated once scheduled."""
+    pg = api.get(KAI_PG, "PodGroup", NS, pg_of(api))
+    pg["status"] = {"resourcesStatus": {"requested": {"nvidia.com/gpu": "8"}} | (
+        {"allocated": allocated} if allocated else {})}
+    return api.put(pg)
+
+
+def test_an_update_where_kai_placed_nothing_and_gives_no_reason_costs_no_read_and_the_allocating_one_reports(
+        api, function):
+    released(api, function.url, fresh())
+    place(api, 4, 0)
+    counted = kai_counts(api, {})
+    api.reset_calls()
+    answer = send(function.url, resource(counted, "update"))
+    assert (answer.headers["X-Kai-Fn-Outcome"], verbs(api)) == ("skipped", [])
+    place(api, 4, 4)
+    allocated = kai_counts(api, {"nvidia.com/gpu": "8"})
+    answer = send(function.url, resource(allocated, "update"))
+    assert answer.headers["X-Kai-Fn-Outcome"] == "done" and status_events(api) == ["GangBound"]
+
+
+def test_a_body_that_says_kai_placed_nothing_skips_a_look_but_never_makes_a_report(api, function):
+    """A forged or stale body may cost the gang a look (the next write of its PodGroup, or the resync, makes it);
+    it cannot make a report: every report comes from the PodGroup and pods read now."""
+    released(api, function.url, fresh())
+    place(api, 4, 4)
+    live = kai_counts(api, {"nvidia.com/gpu": "8"})
+    forged = copy.deepcopy(live)
+    forged["status"]["resourcesStatus"].pop("allocated")
+    assert send(function.url, resource(forged, "update")).headers["X-Kai-Fn-Outcome"] == "skipped"
+    assert status_events(api) == [] and bound_mark(api) is None
+    assert send(function.url, resource(live, "update")).headers["X-Kai-Fn-Outcome"] == "done"
 
 
 def test_a_reference_mode_podgroup_event_is_ignored(api, function):
