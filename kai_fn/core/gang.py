@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kai_fn.core import keys
+from kai_fn.core import keys, objects
 from kai_fn.core.quantity import Quantity
 
 
@@ -175,13 +175,12 @@ def nothing_to_tell(podgroup: dict[str, Any]) -> bool:
     podgroupcontroller writes ``resourcesStatus.requested`` for the gang's active pods and ``allocated`` for those
     scheduled (KAI v0.17.0, ``pkg/podgroupcontroller/controllers/patcher``), so the write that allocates one is a
     later event of its own. Only for a spec never edited (``generation`` 1: an edit is told, ``PodGroupEdited``) and
-    a PodGroup holding no places for a later wave (its hand-over comes as a pod joins, :func:`kai_fn.core.state.
-    reserving`'s mark). A body that says so may skip a look; it can never make a report."""
+    a PodGroup that never held places for a later wave (``kai-fn/reserves``: its hand-over comes as a pod joins).
+    A body that says so may skip a look; it can never make a report."""
     status = podgroup.get("status") or {}
     if not isinstance(status, dict) or status.get("schedulingConditions"):
         return False
-    meta = podgroup.get("metadata") or {}
-    if meta.get("generation") != 1 or keys.RESERVES_ANNOTATION in (meta.get("annotations") or {}):
+    if objects.meta(podgroup).get("generation") != 1 or keys.RESERVES_ANNOTATION in objects.notes(podgroup):
         return False
     counted = status.get("resourcesStatus") or {}
     return isinstance(counted, dict) and _some(counted.get("requested")) and not _some(counted.get("allocated"))
