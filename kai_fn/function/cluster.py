@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -49,6 +50,8 @@ class CachedServer(kube.ApiServer):
     recent: Recent = field(default_factory=Recent)  # what this process did lately (kai_fn.function.recent)
     backoff: Backoff = field(default_factory=Backoff)  # refused and failing TrainJobs (kai_fn.function.backoff)
     locks: KeyLocks = field(default_factory=KeyLocks)  # one worker at a time on a TrainJob (kai_fn.function.keylocks)
+    # The threads a pass's first reads run on beside it (kai_fn.function.first_reads): made only when first used.
+    readers: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(8, thread_name_prefix="kai-fn-read"))
 
     @classmethod
     def from_settings(cls, settings: Settings, kubeconfig: str | None = None, context: str | None = None) -> CachedServer:

@@ -26,6 +26,7 @@ from kai_fn.kube.errors import status_body
 from kai_fn.function.cluster import CachedSession
 from kai_fn.function.events import TrainJobEvent, Via
 from kai_fn.function.execute import Changed, Execution, NotYet, Retry
+from kai_fn.function.first_reads import UNREAD, FirstReads, first_reads
 from kai_fn.function.isolate import apart
 from kai_fn.function.optin import OptIn, refusal
 from kai_fn.function.report import Outcome
@@ -69,18 +70,21 @@ def reconcile(event: TrainJobEvent, session: CachedSession, settings: Settings, 
 
 
 def pass_of(event: TrainJobEvent, session: CachedSession, settings: Settings) -> Outcome:
-    """The pass, once :func:`answer_without_a_read` and :func:`not_opted_in` let the event through."""
-    obj = event.object if event.via is Via.RESYNC else None
-    if obj is None:
-        obj = session.trainjob(event.namespace, event.name)
-        if obj is None or (event.uid and obj.get("metadata", {}).get("uid") != event.uid):
-            return Outcome("ignored", "the TrainJob no longer exists", event.namespace, event.name, event.uid)
+    """The pass, once :func:`answer_without_a_read` and :func:`not_opted_in` let the event through. Its reads are
+    made under the TrainJob's key lock, the TrainJob and its JobSet at once (:mod:`kai_fn.function.first_reads`)."""
     failed = Outcome("error", "the pass failed unexpectedly (logged, Warning on the TrainJob)", event.namespace,
                      event.name, event.uid)
-    meta = obj.get("metadata") or {}
     with session.server.locks.hold((event.namespace, event.name)):
-        outcome = apart("pass", session, obj, Reconciler(session, settings, obj).run, failed,
-                        let_through=(Retry, Transient))
+        if event.via is Via.RESYNC and event.object is not None:
+            obj, reconciler = event.object, Reconciler(session, settings, event.object)
+        else:
+            read = first_reads(session, settings, event.namespace, event.name,
+                               event.object if event.via is Via.TRAINJOB else None)
+            if read.trainjob is None or (event.uid and read.trainjob.get("metadata", {}).get("uid") != event.uid):
+                return Outcome("ignored", "the TrainJob no longer exists", event.namespace, event.name, event.uid)
+            obj, reconciler = read.trainjob, Reconciler(session, settings, read.trainjob, read=read)
+        outcome = apart("pass", session, obj, reconciler.run, failed, let_through=(Retry, Transient))
+    meta = obj.get("metadata") or {}
     session.server.backoff.record((event.namespace, event.name, str(meta.get("uid") or "")), outcome.result,
                                    str(meta.get("resourceVersion") or ""))
     return outcome
@@ -94,9 +98,11 @@ class Reconciler(Execution):
     """One TrainJob's pass: the reads and the plan; :class:`Execution` carries out what is decided."""
 
     def __init__(self, session: CachedSession, settings: Settings, obj: dict[str, Any],
-                 jobset: dict[str, Any] | None = None, moment: datetime.datetime | None = None) -> None:
+                 jobset: dict[str, Any] | None = None, moment: datetime.datetime | None = None,
+                 read: FirstReads | None = None) -> None:
         super().__init__(session, settings, obj, jobset, moment or now())
         self.gone = False
+        self.first = read or UNREAD  # the JobSet read beside the TrainJob, taken by the first live_jobset
 
     def run(self) -> Outcome:
         """The pass, its Outcome carrying where the TrainJob stands after it, when the pass can tell
@@ -172,7 +178,8 @@ class Reconciler(Execution):
 
     def live_jobset(self) -> dict[str, Any] | None:
         """The TrainJob's JobSet, or None while Trainer has not made it."""
-        jobset = self.session.jobset(self.namespace, self.name)
+        first, self.first = self.first, UNREAD
+        jobset = first.jobset if first.jobset_read else self.session.jobset(self.namespace, self.name)
         if jobset is None or state.own_jobset(self.obj, jobset) is not None:
             return jobset
         fresh = self.session.trainjob(self.namespace, self.name)

@@ -107,8 +107,10 @@ def test_the_right_sender_is_served_from_the_trainjob_read_with_kai_fns_identity
     api.reset_calls()
     answer = send(secured.url, resource(tj), token=api.issue_token(*SOURCE, audiences=[AUDIENCE]))
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "done")
-    assert verbs(api) == [REVIEW, ("get", "trainjobs"), ("get", "jobsets"), ("get", "clustertrainingruntimes"),
-                          ("list", "queues"), ("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
+    calls = verbs(api)  # the reads are made at once (kai_fn/function/first_reads.py): in any order
+    assert calls[0] == REVIEW and sorted(calls[1:5]) == [
+        ("get", "clustertrainingruntimes"), ("get", "jobsets"), ("get", "trainjobs"), ("list", "queues")]
+    assert calls[5:] == [("create", "podgroups"), ("patch", "jobsets"), ("create", "events")]
     assert decided(api)
 
 
@@ -120,7 +122,8 @@ def test_the_right_sender_of_a_held_jobsets_event_is_served_after_one_read_of_it
     answer = send(secured.url, resource(api.get(JOBSET, "JobSet", NS, NAME)),
                   token=api.issue_token(*SOURCE, audiences=[AUDIENCE]))
     assert (answer.status, answer.headers["X-Kai-Fn-Outcome"]) == (200, "done")
-    assert verbs(api)[:3] == [REVIEW, ("get", "trainjobs"), ("get", "jobsets")]
+    calls = verbs(api)  # its TrainJob and itself, read at once
+    assert calls[0] == REVIEW and sorted(calls[1:3]) == [("get", "jobsets"), ("get", "trainjobs")]
     assert decided(api)
 
 

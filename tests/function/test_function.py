@@ -525,7 +525,7 @@ def test_a_redelivered_add_costs_another_process_reads_only_and_the_deciding_one
     api.reset_calls()
     answer = send(replica.url, resource(tj), token=token)  # the original add, redelivered
     assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "skipped")
-    assert [v for v in verbs(api) if v != ("create", "tokenreviews")] == calls
+    assert sorted(v for v in verbs(api) if v != ("create", "tokenreviews")) == sorted(calls)  # at once if authenticated
     api.reset_calls()
     answer = send(fn.url, resource(tj), token=token)
     assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "skipped")
