@@ -45,6 +45,7 @@ class TrainJobEvent:
     object: dict[str, Any] | None = None  # resource mode: the TrainJob as the watch saw it
     via: Via = Via.TRAINJOB  # JOBSET: brought by the held JobSet's event (resource mode, no TrainJob body)
     jobset_uid: str | None = None  # the JobSet's, when ``via`` is JOBSET
+    jobset: dict[str, Any] | None = None  # the JobSet as the watch saw it, when ``via`` is JOBSET
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def _jobset(ce_id: str, ce_type: str, mode: str, action: str, data: dict[str, An
     return TrainJobEvent(ce_id, ce_type, "resource", _name(meta, "namespace", "data.metadata"),
                          _name(owner, "name", "data.metadata.ownerReferences[]"),
                          _name(owner, "uid", "data.metadata.ownerReferences[]"), via=Via.JOBSET,
-                         jobset_uid=_name(meta, "uid", "data.metadata"))
+                         jobset_uid=_name(meta, "uid", "data.metadata"), jobset=data)
 
 
 def _metadata(data: dict[str, Any]) -> dict[str, Any]:

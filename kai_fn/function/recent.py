@@ -6,22 +6,42 @@ from before its release, and KAI's controllers update a bound gang's PodGroup ma
 reads (the JobSet and the TrainJob; the TrainJob), and every later event of the namespace waited for them.
 
 Remembered, per process and bounded (least recently used goes first): the TrainJobs whose JobSet it decided with
-nothing left for kai_fn to do (by the TrainJob's uid and the JobSet's), and the PodGroups whose gang it knows to be
-bound. Any later event of such a TrainJob asks for work that is done; a bound gang is never reported again.
-Forgetting (a restart, another replica, an old entry) only costs the reads again, never a wrong answer.
+nothing left for kai_fn to do (by the TrainJob's uid and the JobSet's), the PodGroups whose gang it knows to be
+bound, and the gangs it made before Trainer made their JobSets (the TrainJob read and the main PodGroup made), so that
+the JobSet's add is judged without reading them again (:mod:`kai_fn.function.jobset_seen`). Any later event of such a
+TrainJob asks for work that is done; a bound gang is never reported again. Forgetting (a restart, another replica, an
+old entry) only costs the reads again, never a wrong answer.
 """
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Any
+
+Made = tuple[dict[str, Any], dict[str, Any]]  # the TrainJob as the pass read it, its main PodGroup as made
 
 
 class Recent:
-    def __init__(self, size: int = 20000) -> None:
-        self._size = size
+    def __init__(self, size: int = 20000, early: int = 2000) -> None:
+        self._size, self._early_size = size, early
         self._lock = threading.Lock()
         self._decided: OrderedDict[str, None] = OrderedDict()  # TrainJob uids
         self._bound: OrderedDict[str, None] = OrderedDict()  # PodGroup uids
+        self._early: OrderedDict[str, Made] = OrderedDict()  # TrainJob uid -> its gang made before its JobSet
+
+    def made_early(self, uid: str | None, trainjob: dict[str, Any], podgroup: dict[str, Any]) -> None:
+        """A gang made from its TrainJob's event, before Trainer made the JobSet: the JobSet's add comes next."""
+        if uid:
+            with self._lock:
+                self._early[uid] = (trainjob, podgroup)
+                self._early.move_to_end(uid)
+                while len(self._early) > self._early_size:
+                    self._early.popitem(last=False)
+
+    def early(self, uid: str | None) -> Made | None:
+        """What :meth:`made_early` kept for the TrainJob, taken: one JobSet's add is judged from it, once."""
+        with self._lock:
+            return self._early.pop(uid or "", None)
 
     def decided(self, *uids: str | None) -> None:
         """The TrainJob's uid, and its JobSet's: a held JobSet Trainer makes again has a new one."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from kai_fn.core import decide, objects, state
 from kai_fn.core.decide import Action, Context, MakeGang
-from kai_fn.function import kai_cluster, migration, report
+from kai_fn.function import jobset_seen, kai_cluster, migration, report
 from kai_fn.kube import Gone, GuardFailed, Invalid, Transient
 from kai_fn.kube.errors import status_body
 from kai_fn.function.cluster import CachedSession
@@ -75,6 +75,9 @@ def pass_of(event: TrainJobEvent, session: CachedSession, settings: Settings) ->
     failed = Outcome("error", "the pass failed unexpectedly (logged, Warning on the TrainJob)", event.namespace,
                      event.name, event.uid)
     with session.server.locks.hold((event.namespace, event.name)):
+        seen = jobset_seen.answer(event, session, settings, lambda tj, js: context_of(settings, tj, js, now()))
+        if seen is not None:
+            return seen
         if event.via is Via.RESYNC and event.object is not None:
             obj, reconciler = event.object, Reconciler(session, settings, event.object)
         else:
@@ -92,6 +95,13 @@ def pass_of(event: TrainJobEvent, session: CachedSession, settings: Settings) ->
 
 def now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+def context_of(settings: Settings, trainjob: dict[str, Any], jobset: dict[str, Any] | None,
+               moment: datetime.datetime) -> Context:
+    """What the decision needs of the settings, for a TrainJob and its JobSet as read."""
+    return Context(trainjob, jobset, moment, watched=settings.watches(objects.meta(trainjob).get("namespace", "")),
+                   resume=settings.resume, precheck=settings.flavor == "kai" and settings.queue_check != "off")
 
 
 class Reconciler(Execution):
@@ -133,9 +143,7 @@ class Reconciler(Execution):
             return self.carry_out(decide.Wait(wait.token))
 
     def context(self) -> Context:
-        settings = self.settings
-        return Context(self.obj, self.jobset, self.now, watched=settings.watches(self.namespace),
-                     resume=settings.resume, precheck=settings.flavor == "kai" and settings.queue_check != "off")
+        return context_of(self.settings, self.obj, self.jobset, self.now)
 
     def decide_and_do(self) -> tuple[Action, Outcome]:
         """Decide, then carry it out; a gang's patch that found the JobSet changed is decided again on it, read

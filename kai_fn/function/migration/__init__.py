@@ -24,7 +24,12 @@ from kai_fn.function.migration.jobset_hold import released, seen
 from kai_fn.function.migration.trainjob_gate import after_pass
 from kai_fn.settings import Settings
 
-__all__ = ["after_pass", "carry", "due", "migrate", "released", "resync", "seen"]
+__all__ = ["after_pass", "carry", "due", "migrate", "released", "resync", "seen", "untouched"]
+
+
+def untouched(trainjob: dict[str, Any], jobset: dict[str, Any] | None) -> bool:
+    """Neither earlier version marked them: the pass would carry nothing and release nothing."""
+    return not trainjob_gate.concerns(trainjob) and not jobset_hold.marked(jobset)
 
 
 def carry(session: CachedSession, settings: Settings, trainjob: dict[str, Any], jobset: dict[str, Any] | None
