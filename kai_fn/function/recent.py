@@ -14,15 +14,18 @@ old entry) only costs the reads again, never a wrong answer.
 """
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from typing import Any
+
+EARLY_BYTES = 32 * 1024  # of JSON per gang made early: at most 1,000 kept, some 32 MB at worst (a TrainJob: 2-10 KB)
 
 Made = tuple[dict[str, Any], dict[str, Any]]  # the TrainJob as the pass read it, its main PodGroup as made
 
 
 class Recent:
-    def __init__(self, size: int = 20000, early: int = 2000) -> None:
+    def __init__(self, size: int = 20000, early: int = 1000) -> None:
         self._size, self._early_size = size, early
         self._lock = threading.Lock()
         self._decided: OrderedDict[str, None] = OrderedDict()  # TrainJob uids
@@ -30,10 +33,15 @@ class Recent:
         self._early: OrderedDict[str, Made] = OrderedDict()  # TrainJob uid -> its gang made before its JobSet
 
     def made_early(self, uid: str | None, trainjob: dict[str, Any], podgroup: dict[str, Any]) -> None:
-        """A gang made from its TrainJob's event, before Trainer made the JobSet: the JobSet's add comes next."""
-        if uid:
+        """A gang made from its TrainJob's event, before Trainer made the JobSet: the JobSet's add comes next. Kept
+        without the TrainJob's managedFields and status, and not at all when the rest is over :data:`EARLY_BYTES`
+        (a tenant's object is not the process's memory to fill: its JobSet's add is then read, as before)."""
+        kept = {**trainjob, "metadata": {k: v for k, v in (trainjob.get("metadata") or {}).items()
+                                         if k != "managedFields"}}
+        kept.pop("status", None)
+        if uid and len(json.dumps(kept)) + len(json.dumps(podgroup)) <= EARLY_BYTES:
             with self._lock:
-                self._early[uid] = (trainjob, podgroup)
+                self._early[uid] = (kept, podgroup)
                 self._early.move_to_end(uid)
                 while len(self._early) > self._early_size:
                     self._early.popitem(last=False)

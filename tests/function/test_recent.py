@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from kai_fn.function.recent import Recent
+from kai_fn.function.recent import EARLY_BYTES, Recent
 
 
 def test_a_decided_trainjob_is_remembered_by_uid_and_no_other_is():
@@ -89,3 +89,21 @@ def test_concurrent_use_from_many_threads_keeps_the_bound():
     remembered = [f"{w}-{i}" for w in range(8) for i in range(200) if recent.is_decided(f"{w}-{i}")]
     assert 0 < len(remembered) <= 50
     assert all(uid.endswith(("-199", "-198")) for uid in remembered)
+
+
+def test_a_gang_made_early_is_kept_without_managed_fields_or_status_and_taken_once():
+    recent = Recent()
+    trainjob = {"metadata": {"uid": "u1", "name": "a", "managedFields": [{"manager": "x"}]}, "spec": {"n": 1},
+                "status": {"conditions": []}}
+    recent.made_early("u1", trainjob, {"metadata": {"name": "pg-a-u1"}})
+    assert recent.early("u1") == ({"metadata": {"uid": "u1", "name": "a"}, "spec": {"n": 1}},
+                                  {"metadata": {"name": "pg-a-u1"}})
+    assert recent.early("u1") is None
+
+
+@pytest.mark.parametrize("spec_bytes, kept", [(1_000, True), (EARLY_BYTES, False)])
+def test_a_trainjob_over_the_early_bound_is_not_kept_and_the_memory_holds_at_most_its_size(spec_bytes, kept):
+    recent = Recent(early=2)
+    for uid in ("u1", "u2", "u3"):
+        recent.made_early(uid, {"metadata": {"uid": uid}, "spec": {"blob": "x" * spec_bytes}}, {"metadata": {}})
+    assert [recent.early(uid) is not None for uid in ("u1", "u2", "u3")] == [False, kept, kept]
