@@ -19,7 +19,7 @@ from typing import Any
 
 from kai_fn.core import decide, state
 from kai_fn.core.decide import Skip
-from kai_fn.function import kai_cluster, migration
+from kai_fn.function import kai_cluster
 from kai_fn.function.cluster import CachedSession
 from kai_fn.function.events import TrainJobEvent, Via
 from kai_fn.function.report import Outcome
@@ -27,9 +27,11 @@ from kai_fn.settings import Settings
 
 
 def answer(event: TrainJobEvent, session: CachedSession, settings: Settings,
-           context_of: Callable[[dict[str, Any], dict[str, Any]], decide.Context]) -> Outcome | None:
+           context_of: Callable[[dict[str, Any], dict[str, Any]], decide.Context],
+           untouched: Callable[[dict[str, Any], dict[str, Any]], bool]) -> Outcome | None:
     """``skipped`` for a named JobSet's add whose gang this process made before it, or None: the pass decides.
-    ``context_of``: the pass's own context of a TrainJob and its JobSet."""
+    ``context_of``: the pass's own context of a TrainJob and its JobSet; ``untouched``: neither carries an earlier
+    version's marks (:func:`kai_fn.function.migration.untouched`, which only the pass's module imports)."""
     if not settings.audience or event.via is not Via.JOBSET or event.jobset is None:
         return None
     made = session.server.recent.early(event.uid)
@@ -37,7 +39,7 @@ def answer(event: TrainJobEvent, session: CachedSession, settings: Settings,
         return None
     trainjob, podgroup = made
     jobset = event.jobset
-    if state.own_jobset(trainjob, jobset) is None or not migration.untouched(trainjob, jobset):
+    if state.own_jobset(trainjob, jobset) is None or not untouched(trainjob, jobset):
         return None
     facts, context = state.facts(trainjob, jobset, podgroup), context_of(trainjob, jobset)
     action = decide.before_plan(facts, context)

@@ -75,7 +75,8 @@ def pass_of(event: TrainJobEvent, session: CachedSession, settings: Settings) ->
     failed = Outcome("error", "the pass failed unexpectedly (logged, Warning on the TrainJob)", event.namespace,
                      event.name, event.uid)
     with session.server.locks.hold((event.namespace, event.name)):
-        seen = jobset_seen.answer(event, session, settings, lambda tj, js: context_of(settings, tj, js, now()))
+        seen = jobset_seen.answer(event, session, settings, lambda tj, js: context_of(settings, tj, js, now()),
+                                  migration.untouched)
         if seen is not None:
             return seen
         if event.via is Via.RESYNC and event.object is not None:
