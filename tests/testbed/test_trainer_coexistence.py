@@ -150,7 +150,11 @@ def test_a_running_jobset_never_held_keeps_its_spec_and_is_marked_too_late(testb
     assert "spec.replicatedJobs: Invalid value" in refused.stderr and "field is immutable" in refused.stderr, \
         refused.stderr
 
-    answer = send(function.url, resource(job), token=testbed.sa_token(NAMESPACE, SOURCE_SA, [AUDIENCE]))
+    token = testbed.sa_token(NAMESPACE, SOURCE_SA, [AUDIENCE])
+    for _ in range(3):  # a 503 is redelivered, as Knative's adapter does: JobSet's controller may write between the
+        answer = send(function.url, resource(job), token=token)  # pass's read and its guarded mark
+        if answer.status != 503:
+            break
     assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "skipped"), answer.body
 
     after = objs.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name)
