@@ -156,7 +156,8 @@ class Execution:
         self.main, self.made = action.plan.podgroup, True
         if action.remember:
             self.decided()
-        if self.jobset is None and action.plan.podgroup is not None:  # the JobSet's add comes next: kai_fn.function.jobset_seen
+        # The JobSet's add comes next; kai_fn.function.jobset_seen judges it from this, for authenticated senders only.
+        if self.jobset is None and self.settings.audience and action.plan.podgroup is not None:
             self.session.server.recent.made_early(self.uid, self.obj, action.plan.podgroup)
         message = report.gang_created(action.plan, self.created, action.waits)
         self.session.create_event(self.namespace, event_body(self.obj, report.GANG_CREATED, message,

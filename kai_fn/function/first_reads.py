@@ -14,7 +14,6 @@ event would buy several reads; there the pass reads the TrainJob, then what it n
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, wait
@@ -53,7 +52,7 @@ def first_reads(session: CachedSession, settings: Settings, namespace: str, name
     read would raise it."""
     server = session.server
     if not settings.audience:  # unauthenticated, anyone may send a body: one read, then the next, as it needs
-        return dataclasses.replace(UNREAD, trainjob=session.trainjob(namespace, name))
+        return FirstReads(session.trainjob(namespace, name), jobset_read=False)
     reads = [_Beside(server, lambda s: s.jobset(namespace, name))]
     if _cold(server, body):
         reads.append(_Beside(server, lambda s: _warm(s, settings, body)))

@@ -28,9 +28,10 @@ def seed_new(api) -> dict:
     return api.get(TRAINER, "TrainJob", NS, NAME)
 
 
-def seen_while_held(api, release: threading.Event, event, url, token) -> tuple[set[tuple[str, str]], object]:
+def seen_while_held(api, event, url, token) -> tuple[set[tuple[str, str]], object]:
     """What the pass asked for while its TrainJob GET was held (up to 10 s for the reads beside it), then its
     answer once let go."""
+    release = threading.Event()
     api.faults = lambda call: Fault(until=release) if (call.verb, call.resource) == HELD_READ else None
     answers: list[object] = []
     sender = threading.Thread(target=lambda: answers.append(send(url, event, token=token)))
@@ -54,8 +55,7 @@ def test_an_authenticated_pass_reads_its_jobset_and_cold_caches_while_its_trainj
     fn = functions(KAI_FN_AUDIENCE=AUDIENCE, KAI_FN_RUNTIME_CACHE_SECONDS="30")
     tj = seed_new(api)
     api.reset_calls()
-    seen, answer = seen_while_held(api, threading.Event(), resource(tj), fn.url,
-                                   api.issue_token(*SOURCE, audiences=[AUDIENCE]))
+    seen, answer = seen_while_held(api, resource(tj), fn.url, api.issue_token(*SOURCE, audiences=[AUDIENCE]))
     assert seen == BESIDE | {HELD_READ}  # all four asked for before the TrainJob's answer; no write yet
     assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "done")
     assert [p["metadata"]["name"] for p in api.list(KAI_PG, "PodGroup", NS)] == [
