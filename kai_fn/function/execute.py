@@ -132,13 +132,14 @@ class Execution:
 
     def too_late(self, ops: list[dict[str, Any]]) -> Outcome:
         """Its JobSet runs and was never named (no admission policy, or it matched too late). Marked on the JobSet,
-        so later events cost nothing."""
+        so later events cost nothing; :class:`Changed` when the mark's guards failed (JobSet's controller writes a
+        running JobSet's status), as for a gang's patch."""
         try:
             if ops:
                 self.session.patch_jobset(self.namespace, self.name, ops)
                 self.jobset = applied(self.jobset, ops)
         except GuardFailed:
-            raise Retry("the JobSet changed while it was marked") from None
+            raise Changed() from None
         self.decided()
         return self.warn(report.TOO_LATE, decide.TOO_LATE_MESSAGE, result="skipped")
 

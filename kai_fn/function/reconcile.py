@@ -147,8 +147,8 @@ class Reconciler(Execution):
         return context_of(self.settings, self.obj, self.jobset, self.now)
 
     def decide_and_do(self) -> tuple[Action, Outcome]:
-        """Decide, then carry it out; a gang's patch that found the JobSet changed is decided again on it, read
-        now, up to three times."""
+        """Decide, then carry it out; a guarded JobSet patch (a gang's, or the too-late mark) that found the JobSet
+        changed is decided again on it, read now, up to three times."""
         made = self.main = self.made_gang()
         facts = state.facts(self.obj, self.jobset, made)
         action = decide.before_plan(facts, self.context())
@@ -162,9 +162,9 @@ class Reconciler(Execution):
         for _ in range(_PATCH_ATTEMPTS):
             facts = state.facts(self.obj, self.jobset, made)
             action = migration.released(decide.with_plan(facts, self.context(), planned), facts, self.context())
-            if not isinstance(action, MakeGang):
-                return action, self.carry_out(action)
             try:
+                if not isinstance(action, MakeGang):
+                    return action, self.carry_out(action)
                 return action, self.make_gang(action)
             except Changed:
                 self.jobset = migration.seen(self.live_jobset())  # resumed, replaced or changed: decide again

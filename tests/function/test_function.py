@@ -378,6 +378,33 @@ def test_a_jobset_running_and_never_held_is_too_late_marked_on_the_jobset_and_le
     assert len(events_of(api, "TooLate")) == 1
 
 
+
+def test_a_running_jobset_whose_status_changes_under_the_too_late_mark_is_read_again_and_marked_in_one_delivery(
+        api, function):
+    """JobSet's controller writes a running JobSet's status between the pass's read and its guarded mark: the mark's
+    guard fails (422), and the pass decides again on the JobSet read now, as a gang's patch does, not a 503."""
+    tj = seed_llama(api, held=False)
+    js = llama_jobset(api)
+    js["spec"]["suspend"] = False
+    api.put(js)
+    written = []
+
+    def meanwhile(call):
+        if call.verb == "patch" and call.resource == "jobsets" and not written:
+            live = llama_jobset(api)
+            live["status"] = {"replicatedJobsStatus": [{"name": "node", "active": 1}]}
+            del live["metadata"]["resourceVersion"]
+            written.append(api.put(live))
+        return None
+
+    api.faults = meanwhile
+    answer = send(function.url, resource(tj))
+    assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "skipped")
+    assert [c.status for c in jobset_patches(api)] == [422, 200]
+    _, js, pgs = state(api)
+    assert pgs == [] and notes(js) == {"kai-fn/skipped": "running"} and js["status"]["replicatedJobsStatus"]
+    assert len(events_of(api, "TooLate")) == 1
+
 def test_missing_runtime_warns_once_answers_2xx_and_keeps_the_jobset_held(api, function):
     tj = seed_llama(api, runtime=False)
     for _ in range(2):
