@@ -1,7 +1,12 @@
 """The gang's status, told on the TrainJob: why it waits (``GangUnschedulable``), and when it is placed (``GangBound``).
 
 PodGroup update events are only a trigger: what is reported is read fresh with kai_fn's own identity, so duplicates,
-updates that arrive out of order and forged bodies cannot report a state that is not the PodGroup's now. A gang whose
+updates that arrive out of order and forged bodies cannot report a state that is not the PodGroup's now. One
+exception spares the reads where they would only find what this process saw moments ago (:func:`known`): from an
+authenticated sender, the body of the main PodGroup of a gang this process made and saw named stands for the
+PodGroup, and the TrainJob and JobSet are taken as its pass and the JobSet's add saw them; the pods are still listed
+now, and a body carrying KAI's reasons is read again, so such a look can tell ``GangBound``, never
+``GangUnschedulable``. A gang whose
 main PodGroup is marked ``kai-fn/bound`` is never reported on again (the mark is on kai_fn's own PodGroup, so it costs
 Trainer no reconcile);
 an unschedulable report needs the PodGroup, read now, to carry KAI's reasons and no pod of the gang to be on a node
@@ -21,8 +26,8 @@ from typing import Any
 from kai_fn.core import adopt, gang, keys, objects
 from kai_fn.core.plan import Plan
 from kai_fn.core.schedule_timeout import waiting
-from kai_fn.core.state import (Entry, Phase, facts, gang_names, judged, named_at_admission, own_jobset, read,
-                               reserving)
+from kai_fn.core.state import (Entry, Phase, facts, gang_name, gang_names, judged, named_at_admission, own_jobset,
+                               read, reserving)
 from kai_fn.function import gang_plan, metrics, report, reserve
 from kai_fn.kube import Gone, Transient
 from kai_fn.function.cluster import CachedSession
@@ -30,6 +35,7 @@ from kai_fn.function.events import PodGroupEvent
 from kai_fn.function.inventory import creation_order
 from kai_fn.function.isolate import tally_of
 from kai_fn.function.optin import OptIn, refusal
+from kai_fn.function.recent import Named
 from kai_fn.function.report import Outcome
 from kai_fn.settings import Settings
 from kai_fn.kube.events import event_body
@@ -75,47 +81,74 @@ def trainjob_key(event: PodGroupEvent) -> tuple[str, str] | None:
 
 
 def look(event: PodGroupEvent, session: CachedSession, settings: Settings) -> Outcome:
-    """The look at the gang, once :func:`precheck` let the event through: the PodGroup read now, its TrainJob held."""
+    """The look at the gang, once :func:`precheck` let the event through: the PodGroup read now (or as
+    :func:`known` lets the event stand for it), its TrainJob held."""
     ns, pg_name = event.namespace, event.name
-    podgroup = session.podgroup(event.object.get("apiVersion") or keys.KAI_PODGROUP_API, ns, pg_name)
+    seen = known(event, session, settings)
+    podgroup = event.object if seen is not None else session.podgroup(
+        event.object.get("apiVersion") or keys.KAI_PODGROUP_API, ns, pg_name)
     if podgroup is None:
         return Outcome("ignored", "the PodGroup no longer exists", ns, pg_name, event.uid)
     owner = owning_trainjob(podgroup)
     if objects.labels(podgroup).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY or owner is None:
         return Outcome("ignored", "not a PodGroup kai_fn made for a TrainJob", ns, pg_name, event.uid)
     with session.server.locks.hold((ns, owner["name"])):  # after any pass of its TrainJob under way
-        return _report(event, session, settings, podgroup, owner)
+        return _report(event, session, settings, podgroup, owner, seen)
+
+
+def known(event: PodGroupEvent, session: CachedSession, settings: Settings) -> Named | None:
+    """The TrainJob and JobSet this process keeps for the event's gang (:meth:`kai_fn.function.recent.Recent.named`:
+    its pass made the gang and the JobSet's add showed it as planned), when the event's body may stand for the
+    PodGroup read now: delivered by an authenticated sender (``KAI_FN_AUDIENCE``), whole (resource mode), the main
+    PodGroup kai_fn made for that very TrainJob (its uid), holding no places (a reservation's hand-over reads) and
+    giving no reasons (an unschedulable report needs the PodGroup read now). The look then lists the pods and reads
+    nothing else: three calls fewer (the PodGroup, the TrainJob, the JobSet). Otherwise None, and the look reads
+    them."""
+    if not settings.audience or event.mode != "resource":
+        return None
+    podgroup = event.object
+    owner = owning_trainjob(podgroup)
+    if (owner is None or objects.labels(podgroup).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY
+            or reserving(podgroup) or gang.unschedulable(podgroup)
+            or (seen := session.server.recent.known(owner.get("uid"))) is None):
+        return None
+    trainjob = seen[0]
+    if (objects.meta(trainjob).get("namespace"), objects.meta(trainjob).get("name")) != (event.namespace,
+                                                                                        owner.get("name")):
+        return None
+    return seen if event.name == gang_name(trainjob, settings.flavor) else None
 
 
 def _report(event: PodGroupEvent, session: CachedSession, settings: Settings, podgroup: dict[str, Any],
-            owner: dict[str, Any]) -> Outcome:
-    """The look at a gang whose PodGroup kai_fn made, holding its TrainJob (:mod:`kai_fn.function.keylocks`)."""
+            owner: dict[str, Any], seen: Named | None = None) -> Outcome:
+    """The look at a gang whose PodGroup kai_fn made, holding its TrainJob (:mod:`kai_fn.function.keylocks`);
+    ``seen``: its TrainJob and JobSet as :func:`known` keeps them, else read now."""
     ns, pg_name, recent = event.namespace, event.name, session.server.recent
+    pg_uid, tj_uid = objects.meta(podgroup).get("uid"), owner.get("uid")
     if reserving(podgroup):
         handed = hand_over(session, podgroup, owner)
         if handed is not None:
             return handed
     if keys.GANG_BOUND_ANNOTATION in objects.notes(podgroup):
-        recent.bound(objects.meta(podgroup).get("uid"))
+        recent.bound(pg_uid, tj_uid)
         return Outcome("skipped", "already bound", ns, owner["name"], owner.get("uid"), pg_name, bound=True,
                        phase=Phase.BOUND)  # the mark is the model's bound (kai_fn/core/state.py)
-    trainjob = session.trainjob(ns, owner["name"])
+    trainjob = seen[0] if seen is not None else session.trainjob(ns, owner["name"])
     if trainjob is None or trainjob.get("metadata", {}).get("uid") != owner.get("uid"):
         return Outcome("ignored", "its TrainJob no longer exists", ns, owner["name"], owner.get("uid"), pg_name)
-    jobset = session.jobset(ns, owner["name"])
-    jobset = own_jobset(trainjob, jobset)
+    jobset = own_jobset(trainjob, seen[1] if seen is not None else session.jobset(ns, owner["name"]))
     made = made_gang(session, trainjob, jobset, podgroup)
     marks = facts(trainjob, jobset, made)
     gangs = [g for g in (made, podgroup) if g is not None]
     if why := marks.settled(pg_name):
         if marks.bound is not None:
-            recent.bound(objects.meta(podgroup).get("uid"))
+            recent.bound(pg_uid, tj_uid)
         return Outcome("skipped", why, ns, owner["name"], owner.get("uid"), pg_name,
                        phase=read(trainjob, jobset, gangs, []).phase)
     outcome = report_on(session, settings, trainjob, podgroup, marks.podgroup or "",
                         lambda pods: read(trainjob, jobset, gangs, pods).phase)
     if outcome.bound:
-        recent.bound(objects.meta(podgroup).get("uid"))
+        recent.bound(pg_uid, tj_uid)
         return outcome
     wait = waiting(trainjob, marks, made if made is not None else podgroup) if settings.flavor == "kai" else None
     return outcome if wait is None else replace(outcome, due=wait.deadline)

@@ -11,6 +11,8 @@ JobSet unlike the plan among them, goes to the pass, which reads everything agai
 
 A body may skip a look, never make a write: a forged body can at most spare a JobSet the second look, which the
 resync gives every named JobSet whose gang is owed. Only an authenticated delivery (``KAI_FN_AUDIENCE``) is taken so.
+The TrainJob and the JobSet so judged are kept until the gang is bound (:meth:`kai_fn.function.recent.Recent.named`):
+the look at the gang (:mod:`kai_fn.function.gang_status`) then reads neither again.
 """
 from __future__ import annotations
 
@@ -47,5 +49,6 @@ def answer(event: TrainJobEvent, session: CachedSession, settings: Settings,
             facts, context, kai_cluster.planned(session, settings, trainjob)) is not None:
         return None
     session.server.recent.decided(event.uid, event.jobset_uid)
+    session.server.recent.named(event.uid, trainjob, jobset)  # the look at the gang reads neither again
     return Outcome("skipped", f"{action.why}: its JobSet's body is the plan's, as named at admission (no read)",
                    event.namespace, event.name, event.uid, action.podgroup)

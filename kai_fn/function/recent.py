@@ -7,10 +7,12 @@ reads (the JobSet and the TrainJob; the TrainJob), and every later event of the 
 
 Remembered, per process and bounded (least recently used goes first): the TrainJobs whose JobSet it decided with
 nothing left for kai_fn to do (by the TrainJob's uid and the JobSet's), the PodGroups whose gang it knows to be
-bound, and the gangs it made before Trainer made their JobSets (the TrainJob read and the main PodGroup made), so that
-the JobSet's add is judged without reading them again (:mod:`kai_fn.function.jobset_seen`). Any later event of such a
-TrainJob asks for work that is done; a bound gang is never reported again. Forgetting (a restart, another replica, an
-old entry) only costs the reads again, never a wrong answer.
+bound, the gangs it made before Trainer made their JobSets (the TrainJob read and the main PodGroup made), so that
+the JobSet's add is judged without reading them again (:mod:`kai_fn.function.jobset_seen`), and then, until the gang
+is bound, that TrainJob with the JobSet its add showed, so that the look at the gang reads neither again
+(:mod:`kai_fn.function.gang_status`). Any later event of such a TrainJob asks for work that is done; a bound gang is
+never reported again. Forgetting (a restart, another replica, an old entry) only costs the reads again, never a wrong
+answer.
 """
 from __future__ import annotations
 
@@ -22,6 +24,14 @@ from typing import Any
 EARLY_BYTES = 32 * 1024  # of JSON per gang made early: at most 1,000 kept, some 32 MB at worst (a TrainJob: 2-10 KB)
 
 Made = tuple[dict[str, Any], dict[str, Any]]  # the TrainJob as the pass read it, its main PodGroup as made
+Named = tuple[dict[str, Any], dict[str, Any]]  # that TrainJob, its JobSet as its add showed it (named at admission)
+
+
+def _kept(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without its managedFields and status: what the memory keeps of an object."""
+    kept = {**obj, "metadata": {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}}
+    kept.pop("status", None)
+    return kept
 
 
 class Recent:
@@ -31,25 +41,41 @@ class Recent:
         self._decided: OrderedDict[str, None] = OrderedDict()  # TrainJob uids
         self._bound: OrderedDict[str, None] = OrderedDict()  # PodGroup uids
         self._early: OrderedDict[str, Made] = OrderedDict()  # TrainJob uid -> its gang made before its JobSet
+        self._named: OrderedDict[str, Named] = OrderedDict()  # TrainJob uid -> it and its JobSet, until bound
 
     def made_early(self, uid: str | None, trainjob: dict[str, Any], podgroup: dict[str, Any]) -> None:
         """A gang made from its TrainJob's event, before Trainer made the JobSet: the JobSet's add comes next. Kept
         without the TrainJob's managedFields and status, and not at all when the rest is over :data:`EARLY_BYTES`
         (a tenant's object is not the process's memory to fill: its JobSet's add is then read, as before)."""
-        kept = {**trainjob, "metadata": {k: v for k, v in (trainjob.get("metadata") or {}).items()
-                                         if k != "managedFields"}}
-        kept.pop("status", None)
+        kept = _kept(trainjob)
         if uid and len(json.dumps(kept)) + len(json.dumps(podgroup)) <= EARLY_BYTES:
-            with self._lock:
-                self._early[uid] = (kept, podgroup)
-                self._early.move_to_end(uid)
-                while len(self._early) > self._early_size:
-                    self._early.popitem(last=False)
+            self._keep(self._early, uid, (kept, podgroup))
 
     def early(self, uid: str | None) -> Made | None:
         """What :meth:`made_early` kept for the TrainJob, taken: one JobSet's add is judged from it, once."""
         with self._lock:
             return self._early.pop(uid or "", None)
+
+    def named(self, uid: str | None, trainjob: dict[str, Any], jobset: dict[str, Any]) -> None:
+        """The JobSet's add of a gang made early showed it as planned (:mod:`kai_fn.function.jobset_seen`): the
+        TrainJob (as :meth:`made_early` kept it) and that JobSet, kept the same way and within the same bound, until
+        the gang is bound."""
+        kept = _kept(jobset)
+        if uid and len(json.dumps(trainjob)) + len(json.dumps(kept)) <= EARLY_BYTES:
+            self._keep(self._named, uid, (trainjob, kept))
+
+    def known(self, uid: str | None) -> Named | None:
+        """What :meth:`named` kept for the TrainJob, left in place: a look that finds the gang still waiting is
+        followed by others."""
+        with self._lock:
+            return self._named.get(uid or "")
+
+    def _keep(self, table: OrderedDict[str, Any], uid: str, value: Any) -> None:
+        with self._lock:
+            table[uid] = value
+            table.move_to_end(uid)
+            while len(table) > self._early_size:
+                table.popitem(last=False)
 
     def decided(self, *uids: str | None) -> None:
         """The TrainJob's uid, and its JobSet's: a held JobSet Trainer makes again has a new one."""
@@ -62,13 +88,19 @@ class Recent:
             return bool(uid) and uid in self._decided
 
     def forget(self, uid: str | None) -> None:
-        """Its TrainJob owes kai_fn work again (the schedule timeout suspended it)."""
+        """Its TrainJob owes kai_fn work again (the schedule timeout suspended it): what this process saw of it is
+        no longer where it stands."""
         with self._lock:
             self._decided.pop(uid or "", None)
+            self._named.pop(uid or "", None)
 
-    def bound(self, podgroup_uid: str | None) -> None:
+    def bound(self, podgroup_uid: str | None, trainjob_uid: str | None = None) -> None:
+        """The gang of that PodGroup is bound: never looked at again; its TrainJob's :meth:`named` entry is let go."""
         if podgroup_uid:
             self._put(self._bound, podgroup_uid, None)
+        if trainjob_uid:
+            with self._lock:
+                self._named.pop(trainjob_uid, None)
 
     def is_bound(self, podgroup_uid: str | None) -> bool:
         with self._lock:

@@ -107,3 +107,24 @@ def test_a_trainjob_over_the_early_bound_is_not_kept_and_the_memory_holds_at_mos
     for uid in ("u1", "u2", "u3"):
         recent.made_early(uid, {"metadata": {"uid": uid}, "spec": {"blob": "x" * spec_bytes}}, {"metadata": {}})
     assert [recent.early(uid) is not None for uid in ("u1", "u2", "u3")] == [False, kept, kept]
+
+
+def test_a_gang_seen_named_is_kept_without_its_jobset_s_managed_fields_or_status_until_bound():
+    recent = Recent()
+    trainjob = {"metadata": {"uid": "u1", "name": "a"}, "spec": {"n": 1}}
+    jobset = {"metadata": {"uid": "j1", "managedFields": [{"manager": "x"}]}, "spec": {"r": 2}, "status": {"s": 1}}
+    recent.named("u1", trainjob, jobset)
+    assert recent.known("u1") == recent.known("u1") == (trainjob, {"metadata": {"uid": "j1"}, "spec": {"r": 2}})
+    recent.bound("pg-uid", "u1")
+    assert recent.known("u1") is None and recent.is_bound("pg-uid")
+    recent.named("u1", trainjob, jobset)
+    recent.forget("u1")  # the schedule timeout suspended it
+    assert recent.known("u1") is None
+
+
+@pytest.mark.parametrize("spec_bytes, kept", [(1_000, True), (EARLY_BYTES, False)])
+def test_a_jobset_over_the_early_bound_is_not_kept_and_the_named_memory_holds_at_most_its_size(spec_bytes, kept):
+    recent = Recent(early=2)
+    for uid in ("u1", "u2", "u3"):
+        recent.named(uid, {"metadata": {"uid": uid}}, {"metadata": {}, "spec": {"blob": "x" * spec_bytes}})
+    assert [recent.known(uid) is not None for uid in ("u1", "u2", "u3")] == [False, kept, kept]
