@@ -49,7 +49,7 @@ class Recent:
         (a tenant's object is not the process's memory to fill: its JobSet's add is then read, as before)."""
         kept = _kept(trainjob)
         if uid and len(json.dumps(kept)) + len(json.dumps(podgroup)) <= EARLY_BYTES:
-            self._keep(self._early, uid, (kept, podgroup))
+            self._put(self._early, uid, (kept, podgroup), self._early_size)
 
     def early(self, uid: str | None) -> Made | None:
         """What :meth:`made_early` kept for the TrainJob, taken: one JobSet's add is judged from it, once."""
@@ -62,7 +62,7 @@ class Recent:
         the gang is bound."""
         kept = _kept(jobset)
         if uid and len(json.dumps(trainjob)) + len(json.dumps(kept)) <= EARLY_BYTES:
-            self._keep(self._named, uid, (trainjob, kept))
+            self._put(self._named, uid, (trainjob, kept), self._early_size)
 
     def known(self, uid: str | None) -> Named | None:
         """What :meth:`named` kept for the TrainJob, left in place: a look that finds the gang still waiting is
@@ -70,18 +70,11 @@ class Recent:
         with self._lock:
             return self._named.get(uid or "")
 
-    def _keep(self, table: OrderedDict[str, Any], uid: str, value: Any) -> None:
-        with self._lock:
-            table[uid] = value
-            table.move_to_end(uid)
-            while len(table) > self._early_size:
-                table.popitem(last=False)
-
     def decided(self, *uids: str | None) -> None:
         """The TrainJob's uid, and its JobSet's: a held JobSet Trainer makes again has a new one."""
         for uid in uids:
             if uid:
-                self._put(self._decided, uid, None)
+                self._put(self._decided, uid, None, self._size)
 
     def is_decided(self, uid: str | None) -> bool:
         with self._lock:
@@ -97,7 +90,7 @@ class Recent:
     def bound(self, podgroup_uid: str | None, trainjob_uid: str | None = None) -> None:
         """The gang of that PodGroup is bound: never looked at again; its TrainJob's :meth:`named` entry is let go."""
         if podgroup_uid:
-            self._put(self._bound, podgroup_uid, None)
+            self._put(self._bound, podgroup_uid, None, self._size)
         if trainjob_uid:
             with self._lock:
                 self._named.pop(trainjob_uid, None)
@@ -106,10 +99,11 @@ class Recent:
         with self._lock:
             return bool(podgroup_uid) and podgroup_uid in self._bound
 
-    def _put(self, table: OrderedDict[str, None], key: str, value: None) -> None:
+    def _put(self, table: OrderedDict[str, Any], key: str, value: Any, size: int) -> None:
+        """``key`` kept last, and the table cut to ``size`` from its least recently kept end."""
         with self._lock:
             table[key] = value
             table.move_to_end(key)
-            while len(table) > self._size:
+            while len(table) > size:
                 table.popitem(last=False)
 

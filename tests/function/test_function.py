@@ -387,23 +387,31 @@ def test_a_running_jobset_whose_status_changes_under_the_too_late_mark_is_read_a
     js = llama_jobset(api)
     js["spec"]["suspend"] = False
     api.put(js)
-    written = []
-
-    def meanwhile(call):
-        if call.verb == "patch" and call.resource == "jobsets" and not written:
-            live = llama_jobset(api)
-            live["status"] = {"replicatedJobsStatus": [{"name": "node", "active": 1}]}
-            del live["metadata"]["resourceVersion"]
-            written.append(api.put(live))
-        return None
-
-    api.faults = meanwhile
+    api.faults = written_before_its_first_patch(api, lambda live: live.update(
+        status={"replicatedJobsStatus": [{"name": "node", "active": 1}]}))
     answer = send(function.url, resource(tj))
     assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "skipped")
     assert [c.status for c in jobset_patches(api)] == [422, 200]
     _, js, pgs = state(api)
     assert pgs == [] and notes(js) == {"kai-fn/skipped": "running"} and js["status"]["replicatedJobsStatus"]
     assert len(events_of(api, "TooLate")) == 1
+
+
+def written_before_its_first_patch(api, change):
+    """Emulator faults under which another writer changes the JobSet (``change`` on its live copy; a new
+    resourceVersion, as any write gets) just before kai_fn's first JobSet patch arrives."""
+    written = []
+
+    def meanwhile(call):
+        if call.verb == "patch" and call.resource == "jobsets" and not written:
+            live = llama_jobset(api)
+            change(live)
+            del live["metadata"]["resourceVersion"]
+            written.append(api.put(live))
+        return None
+
+    return meanwhile
+
 
 def test_missing_runtime_warns_once_answers_2xx_and_keeps_the_jobset_held(api, function):
     tj = seed_llama(api, runtime=False)
@@ -620,17 +628,8 @@ def test_a_jobset_changed_under_the_patch_is_read_again_and_decided(api, functio
     """The patch is guarded by the resourceVersion read: another writer's change in between fails it (422), and the
     pass decides the JobSet as it now is."""
     tj = seed_llama(api)
-    changed = []
-
-    def meanwhile(call):
-        if call.verb == "patch" and call.resource == "jobsets" and not changed:
-            js = llama_jobset(api)
-            js["metadata"].setdefault("annotations", {})["someone/else"] = "was here"
-            del js["metadata"]["resourceVersion"]  # a new one, as any write gets
-            changed.append(api.put(js))
-        return None
-
-    api.faults = meanwhile
+    api.faults = written_before_its_first_patch(
+        api, lambda live: live["metadata"].setdefault("annotations", {}).update({"someone/else": "was here"}))
     answer = send(function.url, resource(tj))
     assert (answer.status, answer.headers.get("X-Kai-Fn-Outcome")) == (200, "done")
     assert [c.status for c in jobset_patches(api)] == [422, 200]
