@@ -108,8 +108,7 @@ def known(event: PodGroupEvent, session: CachedSession, settings: Settings) -> N
         return None
     podgroup = event.object
     owner = owning_trainjob(podgroup)
-    if (owner is None or objects.labels(podgroup).get(keys.MANAGED_BY_LABEL) != keys.MANAGED_BY
-            or reserving(podgroup) or gang.unschedulable(podgroup)
+    if (owner is None or reserving(podgroup) or gang.unschedulable(podgroup)  # kai_fn's label: checked by precheck
             or (seen := session.server.recent.known(owner.get("uid"))) is None):
         return None
     trainjob = seen[0]
