@@ -34,6 +34,29 @@ def names_written(made: dict[str, Any]) -> dict[str, str | None]:
         keys.KAI_POD_GROUP_ANNOTATION) for rj in made["spec"]["replicatedJobs"]}
 
 
+def pods_skipping(made: dict[str, Any]) -> dict[str, bool]:
+    """Whether each pod template tells KAI's podgrouper to skip its pods."""
+    return {rj["name"]: ((rj["template"]["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(
+        keys.KAI_SKIP_PODGROUPER) == "true" for rj in made["spec"]["replicatedJobs"]}
+
+
+# A JSON Patch telling the podgrouper to skip the first job's pods: a change of its pod template.
+SKIP_THE_FIRST_POD = [{"op": "add", "value": "true", "path": "/spec/replicatedJobs/0/template/spec/template/metadata/"
+                       "annotations/" + keys.KAI_SKIP_PODGROUPER.replace("/", "~1")}]
+
+
+def named_before_pods_skipped(sent: dict[str, Any]) -> dict[str, Any]:
+    """``sent`` as an earlier policy named it at its CREATE: labelled, the podgrouper told to skip the JobSet, every
+    pod template naming its PodGroup, and no pod template telling the podgrouper to skip its pods."""
+    out = copy.deepcopy(sent)
+    out["metadata"]["labels"] = {NAMED: "true"}
+    out["metadata"]["annotations"] = {keys.KAI_SKIP_PODGROUPER: "true"}
+    for rj in out["spec"]["replicatedJobs"]:
+        rj["template"]["spec"]["template"].setdefault("metadata", {})["annotations"] = {
+            keys.KAI_POD_GROUP_ANNOTATION: names_planned(sent)[rj["name"]]}
+    return out
+
+
 def names_planned(sent: dict[str, Any], ml_policy: dict[str, Any] | None = None) -> dict[str, str]:
     """What kai_fn's planner names, for the TrainJob that owns ``sent`` on a runtime whose template it is."""
     ref = sent["metadata"]["ownerReferences"][0]
@@ -73,9 +96,11 @@ def check(sent: dict[str, Any], made: dict[str, Any], named: bool, ml_policy: di
     if named:
         assert names_written(made) == names_planned(sent, ml_policy)
         assert labels.get(NAMED) == "true" and notes.get(keys.KAI_SKIP_PODGROUPER) == "true"
+        assert set(pods_skipping(made).values()) == {True}
         assert segment_marks_written(made) == (segments or {})
     else:
         assert set(names_written(made).values()) == {None}
+        assert set(pods_skipping(made).values()) == {False}
         assert NAMED not in labels and keys.KAI_SKIP_PODGROUPER not in notes
     assert made["spec"].get("suspend") is not True
 

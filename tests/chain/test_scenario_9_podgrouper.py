@@ -1,6 +1,6 @@
 """Scenario 9, beside KAI's podgrouper: every TrainJob on KAI ends with one PodGroup, whoever made it.
 
-- in a namespace kai_fn takes (``kai-fn.io/enabled``): kai_fn's PodGroup; its JobSet carries
+- in a namespace kai_fn takes (``kai-fn.io/enabled``): kai_fn's PodGroup; its JobSet and each pod carry
   ``kai.scheduler/skip-podgrouper``, so the podgrouper makes none and leaves the pods' ``pod-group-name`` alone;
 - in one it does not: the podgrouper groups the TrainJob as KAI does, ``pg-<name>-<uid>`` of its top owner, which
   for a TrainJob is its JobSet (the uid is the JobSet's), and the gang binds. Both bind on the same kind of pool."""
@@ -13,6 +13,7 @@ from tests.chain.conftest import REPORT, wait_for
 from tests.chain.gangs import bound, group_of, pods, table
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
+SKIP = "kai.scheduler/skip-podgrouper"
 
 
 @pytest.mark.parametrize("enabled, maker", [(True, "kai-fn"), (False, "kai's podgrouper")],
@@ -38,8 +39,9 @@ def test_each_trainjob_gets_one_podgroup_and_binds(chain, pool, namespaces, enab
         "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", "tj")
     owner = job if enabled else jobset
     assert group["metadata"]["name"] == f"pg-tj-{owner['metadata']['uid']}"
-    skip = (jobset["metadata"].get("annotations") or {}).get("kai.scheduler/skip-podgrouper")
+    skip = (jobset["metadata"].get("annotations") or {}).get(SKIP)
     assert (skip == "true") is enabled
+    assert {(p.metadata.annotations or {}).get(SKIP) == "true" for p in trainers} == {enabled}
     spec = group["spec"]
     REPORT.append(f"podgrouper: {maker}'s PodGroup: minMember {spec.get('minMember')}, minSubGroup "
                   f"{spec.get('minSubGroup')}, subGroups {[g['name'] for g in spec.get('subGroups') or []]}")

@@ -56,7 +56,7 @@ def test_policy_names_the_gang_never_suspends_and_writes_the_label_the_jobset_so
     objs = render(BASE)
     expression = one(objs, "MutatingAdmissionPolicy", POLICY)["spec"]["mutations"][0]["jsonPatch"]["expression"]
     assert expression.count(f'"{keys.NAMED_LABEL}"') == 2  # with and without a labels map
-    assert expression.count(f'"{keys.KAI_SKIP_PODGROUPER}"') == 2
+    assert expression.count(f'"{keys.KAI_SKIP_PODGROUPER}"') == 3  # on the JobSet (with and without a map), its pods
     assert expression.count(f"\"{keys.KAI_POD_GROUP_ANNOTATION}\"") == 2  # a missing metadata, or annotations map
     assert "suspend" not in expression and HELD_LABEL not in expression
     source = one(objs, "ApiServerSource", "kai-fn-jobsets")

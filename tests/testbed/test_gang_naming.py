@@ -20,8 +20,11 @@ from kubernetes.client.rest import ApiException
 from kai_fn.local import runtimes, shapes
 from kai_fn.local.process import REPO
 from kai_fn.local.chain import wait_for_policy
-from tests.gang_naming_table import JOBSETS, NAMED, TABLE, check, jobset, names_planned, names_written
-from tests.testbed.kai_fn_install import apply, create_trainjob, enabled_namespace, trainjob
+from tests.gang_naming_table import (
+    JOBSETS, NAMED, SKIP_THE_FIRST_POD, TABLE, check, jobset, named_before_pods_skipped, names_planned, names_written,
+    pods_skipping,
+)
+from tests.testbed.kai_fn_install import ENABLED, apply, create_trainjob, enabled_namespace, trainjob
 
 if TYPE_CHECKING:
     from tests.testbed.conftest import LiveCluster
@@ -159,6 +162,7 @@ def test_trainers_re_applies_never_drop_the_names(testbed: LiveCluster, naming: 
     first = _trainer_apply(testbed, naming, sent)
     again = _trainer_apply(testbed, naming, sent)
     assert names_written(first) == names_written(again) == names_planned(sent)
+    assert set(pods_skipping(again).values()) == {True}
     assert again["metadata"]["generation"] == first["metadata"]["generation"]  # the apply changed no spec
     assert again["metadata"]["labels"][NAMED] == "true"
     client.CustomObjectsApi(testbed.api).delete_namespaced_custom_object(*JOBSETS, naming, "jobsets",
@@ -177,3 +181,25 @@ def test_a_write_that_drops_a_name_of_a_suspended_jobset_gets_it_back(testbed: L
     after = objs.patch_namespaced_custom_object(*JOBSETS, naming, "jobsets", "dropped", [{"op": "remove", "path": path}],
                                                 _content_type="application/json-patch+json")
     assert names_written(after) == names_planned(sent)
+
+
+def test_a_running_jobset_named_before_its_pods_were_told_to_skip_keeps_its_pod_templates(testbed: LiveCluster,
+                                                                                         naming: str):
+    """After an upgrade, the policy's UPDATE of a JobSet an earlier policy named adds no mark to its pod templates:
+    JobSet's webhook refuses a running JobSet's pod template changed, and Trainer's re-apply would fail with it."""
+    namespace = enabled_namespace(testbed, "naming-upgrade", labels=None)  # opts in once its JobSet runs
+    owner = create_trainjob(testbed, namespace, trainjob("upgraded", "torch-distributed"))
+    sent = named_before_pods_skipped(jobset([shapes.node()], owner="upgraded", uid=owner["metadata"]["uid"]))
+    objs = client.CustomObjectsApi(testbed.api)
+    objs.create_namespaced_custom_object(*JOBSETS, namespace, "jobsets", copy.deepcopy(sent))
+    client.CoreV1Api(testbed.api).patch_namespace(namespace, {"metadata": {"labels": ENABLED}})
+    wait_for_policy(testbed.api, namespace, "kai-scheduler")
+    after = objs.patch_namespaced_custom_object(*JOBSETS, namespace, "jobsets", "upgraded",
+                                                {"metadata": {"labels": {"touched": "yes"}}})
+    assert after["metadata"]["labels"] == {NAMED: "true", "touched": "yes"}
+    assert names_written(after) == names_written(sent) and set(pods_skipping(after).values()) == {False}
+    with pytest.raises(ApiException, match=r"vjobset\.kb\.io\W{0,2} denied the request") as refused:
+        objs.patch_namespaced_custom_object(*JOBSETS, namespace, "jobsets", "upgraded", SKIP_THE_FIRST_POD,
+                                            _content_type="application/json-patch+json")
+    assert refused.value.status == 422 and "immutable" in refused.value.body  # JobSet's webhook
+    client.CoreV1Api(testbed.api).delete_namespace(namespace)

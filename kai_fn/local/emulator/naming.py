@@ -84,9 +84,19 @@ def segment_marks(jobset: dict[str, Any]) -> dict[str, tuple[dict[str, str], dic
     return out
 
 
-def named(jobset: dict[str, Any]) -> dict[str, Any]:
-    """The JobSet as the policy's mutation leaves it: labelled, KAI's podgrouper told to skip it, every pod template
-    naming its PodGroup. A JobSet the planner cannot read is left as it is (the real API server refuses it first)."""
+def _skips_pods(old: dict[str, Any] | None) -> bool:
+    """The policy's ``skipPods``: at CREATE, or on UPDATE when a pod template already told the podgrouper to skip."""
+    if old is None:
+        return True
+    return any(keys.KAI_SKIP_PODGROUPER in (((((rj.get("template") or {}).get("spec") or {}).get("template") or {})
+                                              .get("metadata") or {}).get("annotations") or {})
+               for rj in (old.get("spec") or {}).get("replicatedJobs") or [])
+
+
+def named(jobset: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JobSet as the policy's mutation leaves it: labelled, KAI's podgrouper told to skip it and (from its CREATE)
+    each pod, every pod template naming its PodGroup. A JobSet the planner cannot read is left as it is (the real API
+    server refuses it first)."""
     try:
         names, marks = podgroup_names(jobset), segment_marks(jobset)
     except InputError:
@@ -95,12 +105,13 @@ def named(jobset: dict[str, Any]) -> dict[str, Any]:
     meta = out.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), keys.NAMED_LABEL: "true"}
     meta["annotations"] = {**(meta.get("annotations") or {}), keys.KAI_SKIP_PODGROUPER: "true"}
+    skip = {keys.KAI_SKIP_PODGROUPER: "true"} if _skips_pods(old) else {}
     for rj in out["spec"]["replicatedJobs"]:
         pod = rj["template"]["spec"]["template"]
         pod_meta = pod.setdefault("metadata", {})
         labels, notes = marks.get(rj["name"], ({}, {}))
         pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}),
-                                   keys.KAI_POD_GROUP_ANNOTATION: names[rj["name"]], **notes}
+                                   keys.KAI_POD_GROUP_ANNOTATION: names[rj["name"]], **notes, **skip}
         if labels:
             pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **labels}
     return out

@@ -325,7 +325,7 @@ class Server(kmock.KubernetesEmulator):
             return obj
         space = self.current(KINDS["v1", "Namespace"], None, namespace or "") or {}
         labels = (space.get("metadata") or {}).get("labels") or {}
-        return naming.named(obj) if naming.applies(obj, labels, old) else obj
+        return naming.named(obj, old) if naming.applies(obj, labels, old) else obj
 
     def _admit_update(self, info: KindInfo, route: Route, old: dict[str, Any], new: dict[str, Any]) -> None:
         """The candidate's metadata, schema and (for a JobSet) JobSet's webhook checked; a spec change counted in a
@@ -341,8 +341,10 @@ class Server(kmock.KubernetesEmulator):
         check_schema(self.validate, info, new, old)
         if (info.group, info.kind) == ("jobset.x-k8s.io", "JobSet") and route.subresource is None:
             problems = jobset_problems(old, new)
-            if problems:
-                raise ApiError(403, 'admission webhook "vjobset.kb.io" denied the request: ' + ", ".join(problems))
+            if problems:  # 422, as the real webhook's Invalid error reaches the client
+                refused = invalid(info, name, problems)
+                refused.message = 'admission webhook "vjobset.kb.io" denied the request: ' + refused.message
+                raise refused
 
     def _delete(self, info: KindInfo, namespace: str | None, name: str, options: Any, dry_run: bool) -> dict[str, Any]:
         preconditions = (options or {}).get("preconditions") or {} if isinstance(options, dict) else {}
