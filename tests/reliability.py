@@ -177,12 +177,13 @@ def diff(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[tu
 
 
 def kai_fn_jobset_key(path: tuple[Any, ...]) -> bool:
-    """Keys kai_fn may add to a JobSet: the skip annotation and, on pod templates, the gang's labels/annotation."""
+    """Keys kai_fn may add to a JobSet: the skip annotation and, on pod templates, the gang's labels and annotations."""
     if path == ("metadata", "annotations", SKIP):
         return True
     return (len(path) == 9 and path[:2] == ("spec", "replicatedJobs")
             and path[3:7] == ("template", "spec", "template", "metadata")
-            and (path[7], path[8]) in {("annotations", POD_GROUP), ("labels", QUEUE), ("labels", SUBGROUP)})
+            and (path[7], path[8]) in {("annotations", POD_GROUP), ("annotations", SKIP), ("labels", QUEUE),
+                                       ("labels", SUBGROUP)})
 
 
 def pod_templates(jobset: dict[str, Any]) -> list[dict[str, Any]]:

@@ -236,12 +236,14 @@ def _kai_problems(job: TrainJob, waves: tuple[Stage, ...], names: dict[int, str]
 
 def _kai_templates(waves: tuple[Stage, ...], names: dict[int, str], queue: str, main: Stage | None,
                    segs: segments.Segments | None) -> tuple[PodTemplateChange, ...]:
-    """Each pod template's queue label and PodGroup annotation, with the main wave's segment labels."""
+    """Each pod template's queue label, PodGroup annotation and KAI's podgrouper told to skip its pods (on the pod,
+    it stops before reading the pod's owners, as the admission policy writes it), with the main wave's segment
+    labels."""
     extra = segments.template_changes(main, segs) if main and segs else {}
     return tuple(
         PodTemplateChange(ps.name, labels={keys.KAI_QUEUE_LABEL: queue, **extra.get(ps.name, ({}, {}))[0]},
                           annotations={keys.KAI_POD_GROUP_ANNOTATION: names[stage.wave],
-                                       **extra.get(ps.name, ({}, {}))[1]})
+                                       keys.KAI_SKIP_PODGROUPER: "true", **extra.get(ps.name, ({}, {}))[1]})
         for stage in waves for ps in stage.pod_sets
     )
 

@@ -86,7 +86,7 @@ def test_flat_kai_podgroup_is_named_owned_labelled_and_fits_the_crd():
     assert result.layout == "flat"
     assert result.jobset_annotations == {"kai.scheduler/skip-podgrouper": "true"}
     (change,) = result.pod_templates
-    assert change.annotations == {"pod-group-name": f"pg-job-{UID}"}
+    assert change.annotations == {"pod-group-name": f"pg-job-{UID}", "kai.scheduler/skip-podgrouper": "true"}
     assert change.labels == {"kai.scheduler/queue": "rt-queue"}
 
 

@@ -82,7 +82,7 @@ def test_the_placeholder_is_the_launchers_size_in_the_nodes_gang(rt, num_nodes, 
                                                    "blockOwnerDeletion": True}]
     assert result.podgroup["metadata"]["annotations"]["kai-fn/reserves"] == "launcher=1" == result.reserves
     launcher_template = next(c for c in result.pod_templates if c.replicated_job == "launcher")
-    assert launcher_template.annotations == {"pod-group-name": f"pg-job-{UID}"}
+    assert launcher_template.annotations == {"pod-group-name": f"pg-job-{UID}", "kai.scheduler/skip-podgrouper": "true"}
     crds.validate(result.podgroup)
 
 

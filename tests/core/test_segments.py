@@ -89,8 +89,8 @@ def test_the_segmented_template_carries_what_the_pod_policy_reads_and_other_leav
     result = make(MPI_APART, 8)
     templates = {t.replicated_job: t for t in result.pod_templates}
     assert templates["node"].labels == {keys.KAI_QUEUE_LABEL: "rt-queue", keys.SEGMENT_SIZE_LABEL: "4"}
-    assert templates["node"].annotations == {keys.KAI_POD_GROUP_ANNOTATION: PG, keys.SEGMENT_PARENT_ANNOTATION: "node",
-                                             keys.SEGMENT_JOB_PODS_ANNOTATION: "8"}
+    assert templates["node"].annotations == {keys.KAI_POD_GROUP_ANNOTATION: PG, keys.KAI_SKIP_PODGROUPER: "true",
+                                             keys.SEGMENT_PARENT_ANNOTATION: "node", keys.SEGMENT_JOB_PODS_ANNOTATION: "8"}
     assert templates["launcher"].labels == {keys.KAI_QUEUE_LABEL: "rt-queue", keys.KAI_SUBGROUP_LABEL: "launcher"}
     (placeholder,) = result.placeholders
     assert placeholder["metadata"]["labels"][keys.KAI_SUBGROUP_LABEL] == "launcher"

@@ -605,7 +605,8 @@ def test_twenty_concurrent_deliveries_of_both_triggers_make_one_podgroup_and_one
         t.join(30)
     assert answers == [200] * 20
     _, js, _ = assert_done(api)
-    assert pod_meta(js) == [{"labels": {"kai.scheduler/queue": "team-a"}, "annotations": {"pod-group-name": PG}}]
+    assert pod_meta(js) == [{"labels": {"kai.scheduler/queue": "team-a"},
+                             "annotations": {"pod-group-name": PG, "kai.scheduler/skip-podgrouper": "true"}}]
     assert sum(1 for c in api.calls if c.verb == "create" and c.resource == "podgroups" and c.status == 201) == 1
     assert sum(1 for c in jobset_patches(api) if c.status == 200) == 1
     assert len(events_of(api, "GangCreated")) == 1
