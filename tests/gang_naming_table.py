@@ -8,6 +8,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+from kubernetes.client.rest import ApiException
+
 from kai_fn.core import keys
 from kai_fn.core.models import Runtime, TrainJob, parse
 from kai_fn.core.plan import kai_podgroup_name
@@ -29,15 +32,19 @@ def jobset(jobs: list[dict[str, Any]], owner: str = "tj", uid: str | None = None
             "spec": {"replicatedJobs": copy.deepcopy(jobs)}}
 
 
+def _pod_annotations(made: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each replicatedJob's pod template annotations, by the job's name."""
+    return {rj["name"]: (rj["template"]["spec"]["template"].get("metadata") or {}).get("annotations") or {}
+            for rj in made["spec"]["replicatedJobs"]}
+
+
 def names_written(made: dict[str, Any]) -> dict[str, str | None]:
-    return {rj["name"]: ((rj["template"]["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(
-        keys.KAI_POD_GROUP_ANNOTATION) for rj in made["spec"]["replicatedJobs"]}
+    return {name: notes.get(keys.KAI_POD_GROUP_ANNOTATION) for name, notes in _pod_annotations(made).items()}
 
 
 def pods_skipping(made: dict[str, Any]) -> dict[str, bool]:
     """Whether each pod template tells KAI's podgrouper to skip its pods."""
-    return {rj["name"]: ((rj["template"]["spec"]["template"].get("metadata") or {}).get("annotations") or {}).get(
-        keys.KAI_SKIP_PODGROUPER) == "true" for rj in made["spec"]["replicatedJobs"]}
+    return {name: notes.get(keys.KAI_SKIP_PODGROUPER) == "true" for name, notes in _pod_annotations(made).items()}
 
 
 # A JSON Patch telling the podgrouper to skip the first job's pods: a change of its pod template.
@@ -48,13 +55,28 @@ SKIP_THE_FIRST_POD = [{"op": "add", "value": "true", "path": "/spec/replicatedJo
 def named_before_pods_skipped(sent: dict[str, Any]) -> dict[str, Any]:
     """``sent`` as an earlier policy named it at its CREATE: labelled, the podgrouper told to skip the JobSet, every
     pod template naming its PodGroup, and no pod template telling the podgrouper to skip its pods."""
-    out = copy.deepcopy(sent)
+    out, names = copy.deepcopy(sent), names_planned(sent)
     out["metadata"]["labels"] = {NAMED: "true"}
     out["metadata"]["annotations"] = {keys.KAI_SKIP_PODGROUPER: "true"}
     for rj in out["spec"]["replicatedJobs"]:
         rj["template"]["spec"]["template"].setdefault("metadata", {})["annotations"] = {
-            keys.KAI_POD_GROUP_ANNOTATION: names_planned(sent)[rj["name"]]}
+            keys.KAI_POD_GROUP_ANNOTATION: names[rj["name"]]}
     return out
+
+
+def check_kept_when_updated(objs: Any, namespace: str, sent: dict[str, Any]) -> None:
+    """``sent``, made as :func:`named_before_pods_skipped` left it and running in ``namespace`` once that opted in:
+    an UPDATE is admitted and leaves its pod templates as they were, as it must, since JobSet's webhook refuses the
+    mark added to them (``objs``: a CustomObjectsApi)."""
+    name = sent["metadata"]["name"]
+    after = objs.patch_namespaced_custom_object(*JOBSETS, namespace, "jobsets", name,
+                                                {"metadata": {"labels": {"touched": "yes"}}})
+    assert after["metadata"]["labels"] == {NAMED: "true", "touched": "yes"}
+    assert names_written(after) == names_written(sent) and set(pods_skipping(after).values()) == {False}
+    with pytest.raises(ApiException, match=r"vjobset\.kb\.io\W{0,2} denied the request") as refused:
+        objs.patch_namespaced_custom_object(*JOBSETS, namespace, "jobsets", name, SKIP_THE_FIRST_POD,
+                                            _content_type="application/json-patch+json")
+    assert refused.value.status == 422 and "immutable" in refused.value.body  # JobSet's webhook
 
 
 def names_planned(sent: dict[str, Any], ml_policy: dict[str, Any] | None = None) -> dict[str, str]:

@@ -7,12 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes.client import CoreV1Api, CustomObjectsApi, V1Namespace, V1ObjectMeta
-from kubernetes.client.rest import ApiException
 
 from kai_fn.local import shapes
 from kai_fn.local.emulator import Emulator
 from tests.gang_naming_table import (
-    JOBSETS, NAMED, SKIP_THE_FIRST_POD, TABLE, check, jobset, named_before_pods_skipped, names_written, pods_skipping,
+    JOBSETS, TABLE, check, check_kept_when_updated, jobset, named_before_pods_skipped, names_written,
 )
 
 ENABLED, OFF = "naming-on", "naming-off"
@@ -54,11 +53,4 @@ def test_a_running_jobset_named_before_its_pods_were_told_to_skip_keeps_its_pod_
     sent = named_before_pods_skipped(jobset([shapes.node()], owner="upgraded"))
     objs.create_namespaced_custom_object(*JOBSETS, "naming-upgrade", "jobsets", copy.deepcopy(sent))
     core.patch_namespace("naming-upgrade", {"metadata": {"labels": {"kai-fn.io/enabled": "true"}}})
-    after = objs.patch_namespaced_custom_object(*JOBSETS, "naming-upgrade", "jobsets", "upgraded",
-                                                {"metadata": {"labels": {"touched": "yes"}}})
-    assert after["metadata"]["labels"] == {NAMED: "true", "touched": "yes"}
-    assert names_written(after) == names_written(sent) and set(pods_skipping(after).values()) == {False}
-    with pytest.raises(ApiException, match=r"vjobset\.kb\.io\W{0,2} denied the request") as refused:
-        objs.patch_namespaced_custom_object(*JOBSETS, "naming-upgrade", "jobsets", "upgraded", SKIP_THE_FIRST_POD,
-                                            _content_type="application/json-patch+json")
-    assert refused.value.status == 422 and "immutable" in refused.value.body  # JobSet's webhook
+    check_kept_when_updated(objs, "naming-upgrade", sent)

@@ -21,8 +21,8 @@ from kai_fn.local import runtimes, shapes
 from kai_fn.local.process import REPO
 from kai_fn.local.chain import wait_for_policy
 from tests.gang_naming_table import (
-    JOBSETS, NAMED, SKIP_THE_FIRST_POD, TABLE, check, jobset, named_before_pods_skipped, names_planned, names_written,
-    pods_skipping,
+    JOBSETS, NAMED, TABLE, check, check_kept_when_updated, jobset, named_before_pods_skipped, names_planned,
+    names_written, pods_skipping,
 )
 from tests.testbed.kai_fn_install import ENABLED, apply, create_trainjob, enabled_namespace, trainjob
 
@@ -194,12 +194,5 @@ def test_a_running_jobset_named_before_its_pods_were_told_to_skip_keeps_its_pod_
     objs.create_namespaced_custom_object(*JOBSETS, namespace, "jobsets", copy.deepcopy(sent))
     client.CoreV1Api(testbed.api).patch_namespace(namespace, {"metadata": {"labels": ENABLED}})
     wait_for_policy(testbed.api, namespace, "kai-scheduler")
-    after = objs.patch_namespaced_custom_object(*JOBSETS, namespace, "jobsets", "upgraded",
-                                                {"metadata": {"labels": {"touched": "yes"}}})
-    assert after["metadata"]["labels"] == {NAMED: "true", "touched": "yes"}
-    assert names_written(after) == names_written(sent) and set(pods_skipping(after).values()) == {False}
-    with pytest.raises(ApiException, match=r"vjobset\.kb\.io\W{0,2} denied the request") as refused:
-        objs.patch_namespaced_custom_object(*JOBSETS, namespace, "jobsets", "upgraded", SKIP_THE_FIRST_POD,
-                                            _content_type="application/json-patch+json")
-    assert refused.value.status == 422 and "immutable" in refused.value.body  # JobSet's webhook
+    check_kept_when_updated(objs, namespace, sent)
     client.CoreV1Api(testbed.api).delete_namespace(namespace)

@@ -55,14 +55,16 @@ def not_found(info: KindInfo, name: str) -> ApiError:
                     details={"name": name, "group": info.group, "kind": info.plural})
 
 
-def invalid(info: KindInfo, name: str, problems: list[str]) -> ApiError:
-    """422 in the API server's own shape: ``Kind.group "name" is invalid: [field: message, ...]``."""
+def invalid(info: KindInfo, name: str, problems: list[str], denied_by: str = "") -> ApiError:
+    """422 in the API server's own shape: ``Kind.group "name" is invalid: [field: message, ...]``; ``denied_by`` a
+    validating webhook, its name first, as the API server relays the webhook's Invalid error."""
     listed = problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]"
     causes = []
     for problem in problems:
         field, _, message = problem.partition(": ")
         causes.append({"reason": "FieldValueInvalid", "message": message or problem, "field": field})
-    return ApiError(422, f'{info.qualified_kind} "{name}" is invalid: {listed}',
+    by = f'admission webhook "{denied_by}" denied the request: ' if denied_by else ""
+    return ApiError(422, f'{by}{info.qualified_kind} "{name}" is invalid: {listed}',
                     details={"name": name, "group": info.group, "kind": info.kind, "causes": causes})
 
 

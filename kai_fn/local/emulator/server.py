@@ -341,10 +341,8 @@ class Server(kmock.KubernetesEmulator):
         check_schema(self.validate, info, new, old)
         if (info.group, info.kind) == ("jobset.x-k8s.io", "JobSet") and route.subresource is None:
             problems = jobset_problems(old, new)
-            if problems:  # 422, as the real webhook's Invalid error reaches the client
-                refused = invalid(info, name, problems)
-                refused.message = 'admission webhook "vjobset.kb.io" denied the request: ' + refused.message
-                raise refused
+            if problems:
+                raise invalid(info, name, problems, denied_by="vjobset.kb.io")
 
     def _delete(self, info: KindInfo, namespace: str | None, name: str, options: Any, dry_run: bool) -> dict[str, Any]:
         preconditions = (options or {}).get("preconditions") or {} if isinstance(options, dict) else {}
