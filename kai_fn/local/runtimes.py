@@ -8,6 +8,7 @@ pool (scenarios run side by side). :func:`volumes` reserves a PersistentVolume f
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -38,10 +39,14 @@ POLL_S = 0.5
 
 
 def module_dir() -> Path:
-    """Trainer's module in the Go module cache, at the version testbed/launcher pins."""
-    found = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", MODULE], cwd=REPO / "testbed" / "launcher",
-                           capture_output=True, text=True, check=True).stdout.strip()
-    return Path(found)
+    """Trainer's module in the Go module cache, at the version testbed/launcher pins; fetched when the cache lacks it
+    (``go list -m`` answers an empty directory then: a test collected before the testbed's first build saw none)."""
+    found = subprocess.run(["go", "mod", "download", "-json", MODULE], cwd=REPO / "testbed" / "launcher",
+                           capture_output=True, text=True, check=True).stdout
+    directory = json.loads(found).get("Dir")
+    if not directory:
+        raise RuntimeError(f"go mod download {MODULE} gave no directory: {found[:300]}")
+    return Path(directory)
 
 
 def official() -> dict[str, dict[str, Any]]:
