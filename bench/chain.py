@@ -11,6 +11,9 @@ chain testbed, in one run.
   The events reach the function through Knative Serving's queue-proxy, as in a Knative Service's pod.
 - **kai-fn-direct**: the same, with the adapters delivering straight to the function (no queue-proxy): the hop's
   cost is kai-fn's time minus this one's, in the same run (kai_fn and its sources restarted between the two).
+- **trainjobs-only**: kai-fn with the TrainJob source alone (and the resync's PingSource): the JobSet and PodGroup
+  sources stopped, so no second chance and no ``GangBound`` but the resync's. What their deliveries cost the burst
+  (not run unless asked).
 - **named-only**: the admission policies alone in an enabled namespace, the function and its sources stopped
   (kai_fn.local.chain.admission_only): each JobSet is named at its create and nothing makes a PodGroup, so no pod
   binds; the burst ends once every pod exists. What naming costs Trainer's JobSet create, apart from the function's
@@ -45,16 +48,18 @@ import psutil
 from kubernetes import client
 
 from bench import audit
-from kai_fn.local.chain import POOL_LABEL, TRAINER, Testbed, admission_only, kubectl_of, sample
+from kai_fn.local.chain import POOL_LABEL, TRAINER, Chain, Testbed, admission_only, kubectl_of, sample
 from kai_fn.local.podwatch import PodWatch
 from kai_fn.local.realchain import ChainError, chain_cluster, kai_fn_running, submit, trainjob
 
-PATHS = ("podgrouper", "kai-fn", "kai-fn-direct", "named-only")
+PATHS = ("podgrouper", "kai-fn", "kai-fn-direct", "trainjobs-only", "named-only")
 DEFAULT_PATHS = PATHS[:3]
-# What runs of kai_fn for each path: the function behind queue-proxy, straight, or the admission policies alone; the
-# podgrouper's path runs beside any of them.
+# What runs of kai_fn for each path: the function behind queue-proxy, straight, fed by the TrainJob source alone, or
+# the admission policies alone; the podgrouper's path runs beside any of them.
 API_CALLS = "API calls"  # function_work's key for the API calls kai_fn made, not milliseconds
-MODES = {"kai-fn": "queue-proxy", "kai-fn-direct": "direct", "named-only": "admission"}
+MODES = {"kai-fn": "queue-proxy", "kai-fn-direct": "direct", "trainjobs-only": "trainjobs-only",
+         "named-only": "admission"}
+TRAINJOB_SOURCE = ("kai-fn-trainjobs",)  # knative/base/apiserversource.yaml's name
 RUNTIME = "bench-gang"
 POOL = "bench"
 GPUS_PER_NODE = 8
@@ -352,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench chain", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="20,100", help="TrainJobs per burst, comma-separated (default 20,100)")
     p.add_argument("--paths", default=",".join(DEFAULT_PATHS),
-                   help=f"which paths, in the order they run (default {','.join(DEFAULT_PATHS)}; also named-only)")
+                   help=f"which paths, in the order they run (default {','.join(DEFAULT_PATHS)}; also "
+                        "trainjobs-only, named-only)")
     p.add_argument("--pods", type=int, default=2, help="pods (nodes) per TrainJob, 1 GPU each")
     p.add_argument("--deadline", type=float, default=0, help="seconds a burst may take (default 60 + 2 per TrainJob)")
     p.add_argument("--quiet-load", type=float, default=1.5,
@@ -378,9 +384,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise ChainError(f"no audit log at {audit_log}: a testbed started without it is running there; "
                                  "./run.sh cluster down first")
             switch, bed = ExitStack(), Testbed(cluster.kubeconfig, cluster.api, kubectl_of(cluster.kubeconfig))
-            mode = "direct" if "kai-fn-direct" in paths and "kai-fn" not in paths else "queue-proxy"
-            chain = switch.enter_context(kai_fn_running(cluster, ping_seconds=60, production=True,
-                                                        queue_proxy=mode == "queue-proxy"))
+            mode = next((MODES[p] for p in paths if MODES.get(p) not in (None, "admission")), "queue-proxy")
+
+            def kai_fn(mode: str) -> contextlib.AbstractContextManager[Chain]:
+                return kai_fn_running(cluster, ping_seconds=60, production=True, queue_proxy=mode != "direct",
+                                      sources=TRAINJOB_SOURCE if mode == "trainjobs-only" else None)
+
+            chain = switch.enter_context(kai_fn(mode))
             with switch:
                 objs = client.CustomObjectsApi(bed.api)
                 objs.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime())
@@ -398,8 +408,7 @@ def main(argv: list[str] | None = None) -> int:
                                     print(f"bench chain: kai_fn restarted: {mode}", flush=True)
                                     switch.close()
                                     switch.enter_context(admission_only(cluster.kubeconfig) if mode == "admission"
-                                                         else kai_fn_running(cluster, ping_seconds=60, production=True,
-                                                                             queue_proxy=mode == "queue-proxy"))
+                                                         else kai_fn(mode))
                                 settle(args.quiet_load, args.quiet_wait)
                                 ns = spaces[(run, size, path)]
                                 print(f"bench chain: run {run + 1}: {path}: {size} TrainJobs in {ns} "

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,7 +318,8 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
             ping_seconds: float = 30.0, policy: bool = True, log_dir: str | Path | None = None,
             settings: dict[str, str] | None = None, token_seconds: int = 6 * 3600,
             production: bool = False,
-            queue_proxy: bool = QUEUE_PROXY, replicas: int = 1) -> Iterator[Chain]:
+            queue_proxy: bool = QUEUE_PROXY, replicas: int = 1,
+            sources: Collection[str] | None = None) -> Iterator[Chain]:
     """The chain around a running ``cluster up --chain`` testbed (see the module docstring).
 
     ``flavor``: ``kai`` or ``scheduler-plugins`` (Coscheduling). ``audience``: None delivers without tokens.
@@ -327,6 +328,8 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
     ``ping_seconds``: the resync PingSource runs ``@every <ping_seconds>s``.
     ``queue_proxy``: deliver through Knative Serving's queue-proxy (``KAI_FN_CHAIN_QUEUE_PROXY=0``: straight to the
     function). ``replicas``: as many functions, each with its queue-proxy, behind a round-robin spreader.
+    ``sources``: the ApiServerSources to run, by name (default: every one the manifests declare; the PingSource
+    always runs), so that a benchmark can weigh what the others' deliveries cost.
     """
     kubeconfig = Path(kubeconfig)
     logs = Path(log_dir) if log_dir else kubeconfig.parent
@@ -343,10 +346,12 @@ def running(kubeconfig: str | Path, *, flavor: str = "kai", audience: str | None
             (logs / "function.log").open("ab"))))
         chain = Chain(kubeconfig, api, kubectl, function, log_dir=logs, flavor=flavor)
         _front(stack, chain, objs, env, queue_proxy=queue_proxy, replicas=replicas)
-        sources = knative_event_sources(api, objs, chain.sink, logs, audience is not None, ping_seconds)
-        for source in sources:
+        kept = [o for o in objs if o["kind"] != "ApiServerSource" or sources is None
+                or o["metadata"]["name"] in sources]
+        feeds = knative_event_sources(api, kept, chain.sink, logs, audience is not None, ping_seconds)
+        for source in feeds:
             stack.enter_context(source)  # each source's __enter__ starts it and returns it
-        chain.sources = sources
+        chain.sources = feeds
         yield chain
 
 

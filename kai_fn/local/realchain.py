@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,10 +93,11 @@ def submit(api: client.ApiClient, ns: str, body: dict[str, Any], attempts: int =
 
 @contextmanager
 def kai_fn_running(cluster: ChainHandle, log_dir: Path | None = None, ping_seconds: float = 10.0,
-                   production: bool = False, queue_proxy: bool | None = None) -> Iterator[Chain]:
+                   production: bool = False, queue_proxy: bool | None = None,
+                   sources: Collection[str] | None = None) -> Iterator[Chain]:
     """kai_fn on the chain (kai_fn.local.chain.running): function, sources, admission policy; stopped at the end.
-    ``production``: the Service's settings as they are (see :func:`running`); ``queue_proxy``: as there (None: its
-    default)."""
+    ``production``: the Service's settings as they are (see :func:`running`); ``queue_proxy`` and ``sources``: as
+    there (None: their defaults)."""
     with running(cluster.kubeconfig, ping_seconds=ping_seconds, log_dir=log_dir, production=production,
-                 queue_proxy=QUEUE_PROXY if queue_proxy is None else queue_proxy) as chain:
+                 queue_proxy=QUEUE_PROXY if queue_proxy is None else queue_proxy, sources=sources) as chain:
         yield chain
