@@ -13,7 +13,8 @@ chain testbed, in one run.
   cost is kai-fn's time minus this one's, in the same run (kai_fn and its sources restarted between the two).
 - **trainjobs-only**: kai-fn with the TrainJob source alone (and the resync's PingSource): the JobSet and PodGroup
   sources stopped, so no second chance and no ``GangBound`` but the resync's. What their deliveries cost the burst
-  (not run unless asked).
+  (not run unless asked); **no-podgroup-source**: the same with the JobSet source running, so only the PodGroup
+  source's share is left out.
 - **named-only**: the admission policies alone in an enabled namespace, the function and its sources stopped
   (kai_fn.local.chain.admission_only): each JobSet is named at its create and nothing makes a PodGroup, so no pod
   binds; the burst ends once every pod exists. What naming costs Trainer's JobSet create, apart from the function's
@@ -52,14 +53,15 @@ from kai_fn.local.chain import POOL_LABEL, TRAINER, Chain, Testbed, admission_on
 from kai_fn.local.podwatch import PodWatch
 from kai_fn.local.realchain import ChainError, chain_cluster, kai_fn_running, submit, trainjob
 
-PATHS = ("podgrouper", "kai-fn", "kai-fn-direct", "trainjobs-only", "named-only")
+PATHS = ("podgrouper", "kai-fn", "kai-fn-direct", "trainjobs-only", "no-podgroup-source", "named-only")
 DEFAULT_PATHS = PATHS[:3]
 # What runs of kai_fn for each path: the function behind queue-proxy, straight, fed by the TrainJob source alone, or
 # the admission policies alone; the podgrouper's path runs beside any of them.
 API_CALLS = "API calls"  # function_work's key for the API calls kai_fn made, not milliseconds
 MODES = {"kai-fn": "queue-proxy", "kai-fn-direct": "direct", "trainjobs-only": "trainjobs-only",
-         "named-only": "admission"}
-TRAINJOB_SOURCE = ("kai-fn-trainjobs",)  # knative/base/apiserversource.yaml's name
+         "no-podgroup-source": "no-podgroup-source", "named-only": "admission"}
+# The ApiServerSources each mode runs, by knative/base's names (None: all of them).
+SOURCES = {"trainjobs-only": ("kai-fn-trainjobs",), "no-podgroup-source": ("kai-fn-trainjobs", "kai-fn-jobsets")}
 RUNTIME = "bench-gang"
 POOL = "bench"
 GPUS_PER_NODE = 8
@@ -358,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="20,100", help="TrainJobs per burst, comma-separated (default 20,100)")
     p.add_argument("--paths", default=",".join(DEFAULT_PATHS),
                    help=f"which paths, in the order they run (default {','.join(DEFAULT_PATHS)}; also "
-                        "trainjobs-only, named-only)")
+                        "trainjobs-only, no-podgroup-source, named-only)")
     p.add_argument("--pods", type=int, default=2, help="pods (nodes) per TrainJob, 1 GPU each")
     p.add_argument("--deadline", type=float, default=0, help="seconds a burst may take (default 60 + 2 per TrainJob)")
     p.add_argument("--quiet-load", type=float, default=1.5,
@@ -388,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
 
             def kai_fn(mode: str) -> contextlib.AbstractContextManager[Chain]:
                 return kai_fn_running(cluster, ping_seconds=60, production=True, queue_proxy=mode != "direct",
-                                      sources=TRAINJOB_SOURCE if mode == "trainjobs-only" else None)
+                                      sources=SOURCES.get(mode))
 
             chain = switch.enter_context(kai_fn(mode))
             with switch:
