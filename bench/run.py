@@ -29,8 +29,9 @@ from bench.memory import RssSampler
 from bench.startup import BARE, cold_starts, import_times
 from kai_fn.core import keys
 from kai_fn.core.models import Runtime, TrainJob, parse
-from kai_fn.core.patch import jobset_patch
 from kai_fn.core.plan import plan
+from kai_fn.core.reasons import GANG_CREATED
+from kai_fn.kube.events import event_body
 from kai_fn.local.emulator import Emulator
 from kai_fn.local.process import REPO, FunctionProcess
 
@@ -174,17 +175,14 @@ class Bench:
         return out
 
     def bare_write_jobs(self, count: int) -> list[dict[str, Any]]:
-        """Fresh TrainJobs and JobSets, with the very bodies kai_fn would send (its planner and patcher)."""
+        """Fresh TrainJobs and JobSets, with the very bodies kai_fn would send (its planner and its Event)."""
         prefix = self.prefix("bare")
         out = []
         for stored in workload.seed_new(self.api, prefix, count):
-            name = stored["metadata"]["name"]
             result = plan(parse(TrainJob, stored), self.kai_runtime)
-            jobset = self.api.get(keys.JOBSET_API, keys.JOBSET_KIND, workload.NAMESPACE, name)
-            out.append({"namespace": workload.NAMESPACE, "name": name, "podgroup": result.podgroup,
-                        "ops": jobset_patch(result, jobset),
-                        "merge": {"metadata": {"annotations": {keys.MARKER_PODGROUP: result.podgroup_name}},
-                                  "spec": {"suspend": False}}})
+            out.append({"namespace": workload.NAMESPACE, "name": stored["metadata"]["name"],
+                        "podgroup": result.podgroup,
+                        "event": event_body(stored, GANG_CREATED, f"PodGroup {result.podgroup_name} created", False)})
         return out
 
     # -- the whole run -------------------------------------------------------------------------------
