@@ -55,8 +55,8 @@ from kai_fn.local.realchain import ChainError, chain_cluster, kai_fn_running, su
 
 PATHS = ("podgrouper", "kai-fn", "kai-fn-direct", "trainjobs-only", "no-podgroup-source", "named-only")
 DEFAULT_PATHS = PATHS[:3]
-# What runs of kai_fn for each path: the function behind queue-proxy, straight, fed by the TrainJob source alone, or
-# the admission policies alone; the podgrouper's path runs beside any of them.
+# What runs of kai_fn for each path: the function behind queue-proxy, straight, fed by fewer of its sources (SOURCES),
+# or the admission policies alone; the podgrouper's path runs beside any of them.
 API_CALLS = "API calls"  # function_work's key for the API calls kai_fn made, not milliseconds
 MODES = {"kai-fn": "queue-proxy", "kai-fn-direct": "direct", "trainjobs-only": "trainjobs-only",
          "no-podgroup-source": "no-podgroup-source", "named-only": "admission"}
