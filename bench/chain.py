@@ -14,7 +14,7 @@ chain testbed, in one run.
 - **trainjobs-only**: kai-fn with the TrainJob source alone (and the resync's PingSource): the JobSet and PodGroup
   sources stopped, so no second chance and no ``GangBound`` but the resync's. What their deliveries cost the burst
   (not run unless asked); **no-podgroup-source**: the same with the JobSet source running, so only the PodGroup
-  source's share is left out.
+  source's share is left out; **no-jobset-source**: with the PodGroup source running, so only the JobSet source's.
 - **named-only**: the admission policies alone in an enabled namespace, the function and its sources stopped
   (kai_fn.local.chain.admission_only): each JobSet is named at its create and nothing makes a PodGroup, so no pod
   binds; the burst ends once every pod exists. What naming costs Trainer's JobSet create, apart from the function's
@@ -53,15 +53,18 @@ from kai_fn.local.chain import POOL_LABEL, TRAINER, Chain, Testbed, admission_on
 from kai_fn.local.podwatch import PodWatch
 from kai_fn.local.realchain import ChainError, chain_cluster, kai_fn_running, submit, trainjob
 
-PATHS = ("podgrouper", "kai-fn", "kai-fn-direct", "trainjobs-only", "no-podgroup-source", "named-only")
+PATHS = ("podgrouper", "kai-fn", "kai-fn-direct", "trainjobs-only", "no-podgroup-source", "no-jobset-source",
+         "named-only")
 DEFAULT_PATHS = PATHS[:3]
 # What runs of kai_fn for each path: the function behind queue-proxy, straight, fed by fewer of its sources (SOURCES),
 # or the admission policies alone; the podgrouper's path runs beside any of them.
 API_CALLS = "API calls"  # function_work's key for the API calls kai_fn made, not milliseconds
 MODES = {"kai-fn": "queue-proxy", "kai-fn-direct": "direct", "trainjobs-only": "trainjobs-only",
-         "no-podgroup-source": "no-podgroup-source", "named-only": "admission"}
+         "no-podgroup-source": "no-podgroup-source", "no-jobset-source": "no-jobset-source",
+         "named-only": "admission"}
 # The ApiServerSources each mode runs, by knative/base's names (None: all of them).
-SOURCES = {"trainjobs-only": ("kai-fn-trainjobs",), "no-podgroup-source": ("kai-fn-trainjobs", "kai-fn-jobsets")}
+SOURCES = {"trainjobs-only": ("kai-fn-trainjobs",), "no-podgroup-source": ("kai-fn-trainjobs", "kai-fn-jobsets"),
+           "no-jobset-source": ("kai-fn-trainjobs", "kai-fn-podgroups")}
 RUNTIME = "bench-gang"
 POOL = "bench"
 GPUS_PER_NODE = 8
@@ -360,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="20,100", help="TrainJobs per burst, comma-separated (default 20,100)")
     p.add_argument("--paths", default=",".join(DEFAULT_PATHS),
                    help=f"which paths, in the order they run (default {','.join(DEFAULT_PATHS)}; also "
-                        "trainjobs-only, no-podgroup-source, named-only)")
+                        "trainjobs-only, no-podgroup-source, no-jobset-source, named-only)")
     p.add_argument("--pods", type=int, default=2, help="pods (nodes) per TrainJob, 1 GPU each")
     p.add_argument("--deadline", type=float, default=0, help="seconds a burst may take (default 60 + 2 per TrainJob)")
     p.add_argument("--quiet-load", type=float, default=1.5,
