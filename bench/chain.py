@@ -261,6 +261,35 @@ def summary(runs: list[dict[tuple[int, str], Burst]]) -> str:
     return "\n".join(lines)
 
 
+def bounds(results: dict[tuple[int, str], Burst], sizes: list[int], ran: list[str]) -> list[str]:
+    """What bounds each path's p95: when Trainer, JobSet and the Job controller had made a TrainJob's last pod (the
+    same code in every path), and KAI's lag from there to its last pod bound. ``with the podgrouper's pods``: the
+    p95 ratio this path's lag would give on the podgrouper's pods, i.e. were its pods made no later than there."""
+    lines = ["What bounds the p95: a TrainJob's last pod created (p95 s), then its lag to its last pod bound (per "
+             "TrainJob, p50 / p95 s):", "",
+             "| TrainJobs | path | last pod created p95 s | lag to bound p50 / p95 s | p95 ratio | "
+             "with the podgrouper's pods |", "|---|---|---|---|---|---|"]
+    for size in sizes:
+        anchor = results.get((size, "podgrouper"))
+        for path in ran:
+            if (b := results.get((size, path))) is None:
+                continue
+            made = b.stage("pods created")
+            lag = [m.at["last pod bound"] - m.at["pods created"] for m in b.marks.values()
+                   if "last pod bound" in m.at and "pods created" in m.at]
+            if not made or not lag:
+                continue
+            cells = [f"{nearest_rank(made, 95):.2f}", f"{nearest_rank(lag, 50):.2f} / {nearest_rank(lag, 95):.2f}"]
+            if anchor is None or path == "podgrouper" or not anchor.latencies():
+                cells += ["1 (anchor)" if path == "podgrouper" else "–", "–"]
+            else:
+                p95 = nearest_rank(anchor.latencies(), 95)
+                floor = nearest_rank(anchor.stage("pods created"), 95) + nearest_rank(lag, 95)
+                cells += [f"{nearest_rank(b.latencies(), 95) / p95:.2f}", f"{floor / p95:.2f}"]
+            lines.append(f"| {size} | {path} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elapsed: float, commit: str,
            run: str = "one run") -> str:
     sizes = sorted({size for size, _ in results})
@@ -304,6 +333,7 @@ def report(results: dict[tuple[int, str], Burst], args: argparse.Namespace, elap
     for stage in audit.STAGES:
         lines.append(f"| {stage} | " + " | ".join(stage_cell(results[(s, p)], stage) if (s, p) in results else "–"
                                                  for s in sizes for p in ran) + " |")
+    lines += ["", *bounds(results, sizes, ran)]
     lines += ["", "PodGroup written before the TrainJob's first pod was created (issue 37's target: 95 %):", ""]
     for size in sizes:
         for path in ran:
