@@ -59,12 +59,11 @@ DEFAULT_PATHS = PATHS[:3]
 # What runs of kai_fn for each path: the function behind queue-proxy, straight, fed by fewer of its sources (SOURCES),
 # or the admission policies alone; the podgrouper's path runs beside any of them.
 API_CALLS = "API calls"  # function_work's key for the API calls kai_fn made, not milliseconds
-MODES = {"kai-fn": "queue-proxy", "kai-fn-direct": "direct", "trainjobs-only": "trainjobs-only",
-         "no-podgroup-source": "no-podgroup-source", "no-jobset-source": "no-jobset-source",
-         "named-only": "admission"}
-# The ApiServerSources each mode runs, by knative/base's names (None: all of them).
+# The ApiServerSources each fewer-sources path runs, by knative/base's names (a mode of its own; others run all).
 SOURCES = {"trainjobs-only": ("kai-fn-trainjobs",), "no-podgroup-source": ("kai-fn-trainjobs", "kai-fn-jobsets"),
            "no-jobset-source": ("kai-fn-trainjobs", "kai-fn-podgroups")}
+MODES = {"kai-fn": "queue-proxy", "kai-fn-direct": "direct", **{path: path for path in SOURCES},
+         "named-only": "admission"}
 RUNTIME = "bench-gang"
 POOL = "bench"
 GPUS_PER_NODE = 8

@@ -272,9 +272,9 @@ def overhead(results: dict[str, Any]) -> list[dict[str, Any]]:
         for run, base, oos in zip(results["scenarios"][scenario], results["bare_api"][mix],
                                   results["scenarios"]["out_of_scope"]):
             api_rate = run["events_per_s"] * (run["api_calls_per_event"] or 0)
-            # no ratio where the function made no call (a stale duplicate, answered from its memory); the server's CPU
-            # per API call: what an event costs beyond an out-of-scope one (HTTP in, CloudEvent
-            # and TrainJob parsing, planning, the log line), spread over its API calls
+            # the server's CPU per API call: what an event costs beyond an out-of-scope one (HTTP in, CloudEvent and
+            # TrainJob parsing, planning, the log line), spread over its API calls; no ratio where the function made
+            # no call (a stale duplicate, answered from its memory)
             extra = (run["server_cpu_ms_per_event"] or 0) - (oos["server_cpu_ms_per_event"] or 0)
             rows.append({"scenario": scenario, "mix": mix, "concurrency": run["concurrency"],
                          "function_api_calls_per_s": round(api_rate, 1), "bare_api_calls_per_s": base["calls_per_s"],
