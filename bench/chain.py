@@ -56,10 +56,10 @@ from kai_fn.local.realchain import ChainError, chain_cluster, kai_fn_running, su
 PATHS = ("podgrouper", "kai-fn", "kai-fn-direct", "trainjobs-only", "no-podgroup-source", "no-jobset-source",
          "named-only")
 DEFAULT_PATHS = PATHS[:3]
-# What runs of kai_fn for each path: the function behind queue-proxy, straight, fed by fewer of its sources (SOURCES),
-# or the admission policies alone; the podgrouper's path runs beside any of them.
 API_CALLS = "API calls"  # function_work's key for the API calls kai_fn made, not milliseconds
-# The ApiServerSources each fewer-sources path runs, by knative/base's names (a mode of its own; others run all).
+# What runs of kai_fn for each path: the function behind queue-proxy, straight, fed by fewer of its sources (SOURCES),
+# or the admission policies alone; the podgrouper's path runs beside any of them. SOURCES: the ApiServerSources each
+# fewer-sources path runs, by knative/base's names (a mode of its own; every other mode runs them all).
 SOURCES = {"trainjobs-only": ("kai-fn-trainjobs",), "no-podgroup-source": ("kai-fn-trainjobs", "kai-fn-jobsets"),
            "no-jobset-source": ("kai-fn-trainjobs", "kai-fn-podgroups")}
 MODES = {"kai-fn": "queue-proxy", "kai-fn-direct": "direct", **{path: path for path in SOURCES},
