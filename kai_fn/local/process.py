@@ -4,11 +4,13 @@ Used by the demo, the tests and the benchmarks, so all of them exercise the same
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +20,7 @@ from typing import IO, Self
 import psutil
 
 REPO = Path(__file__).resolve().parents[2]
+ADDRESS_IN_USE = f"[Errno {errno.EADDRINUSE}]"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -55,15 +58,20 @@ class FunctionProcess(Started):
 
     def __init__(self, env: dict[str, str], *, log: IO[bytes] | int | None = subprocess.DEVNULL,
                  source: Path = REPO / "main.py", target: str = "handle", threads: int = 8) -> None:
-        self.port = free_port()
         self.env = {**os.environ, "KAI_FN_THREADS": str(threads), "PYTHONUNBUFFERED": "1", **env}
-        if self.env.get("KAI_FN_METRICS_PORT", "0") != "0":  # each pod has its own; processes here share one host
-            self.env["KAI_FN_METRICS_PORT"] = str(free_port())
+        self._choose_ports()
         self.source, self.target = source, target
         self.log = log
+        self._output: IO[bytes] | None = None
         self.serves_kai_fn = source == REPO / "main.py" and target == "handle"
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
+        self._said_from = 0
+
+    def _choose_ports(self) -> None:
+        self.port = free_port()
+        if self.env.get("KAI_FN_METRICS_PORT", "0") != "0":  # each pod has its own; processes here share one host
+            self.env["KAI_FN_METRICS_PORT"] = str(free_port())
 
     @property
     def url(self) -> str:
@@ -82,23 +90,32 @@ class FunctionProcess(Started):
     def start(self, ready_timeout: float = 60.0) -> Self:
         """Until it answers its readiness probe and, serving kai_fn, its catch-up pass has ended: what that pass
         queued is then in ``kai_fn_work_queue``, and what a caller seeds after this is not seen by it. A port another
-        process took between :func:`free_port` and the bind is given up for a new one."""
+        process took between :func:`free_port` and the bind is given up for a new one: the server then either exits
+        saying its address is in use, or the probe is answered by a process that is not it."""
         for _ in range(3):
             if self._started(ready_timeout):
                 return self
             self.stop()
-            self.port = free_port()
+            self._choose_ports()
         raise RuntimeError("the function's port was taken by another process three times")
 
     def _started(self, ready_timeout: float) -> bool:
-        """True once ready; False when the port answers for another process."""
+        """True once ready; False when another process has the port."""
         self.started_at = time.perf_counter()
-        self.proc = subprocess.Popen(self.command, env=self.env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        if self.log == subprocess.DEVNULL and self._output is None:
+            # Kept though the caller wants no log: why a process exited before it answered is read from it.
+            self._output = tempfile.TemporaryFile()  # noqa: SIM115 - the process's life long; stop() closes it
+        self._said_from = self._output_size()
+        self.proc = subprocess.Popen(self.command, env=self.env, cwd=REPO, stdout=self._output or self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the function exited with {self.proc.returncode} before it answered")
+                said = self.output()
+                if ADDRESS_IN_USE in said:
+                    return False
+                raise RuntimeError(f"the function exited with {self.proc.returncode} before it answered"
+                                   + (f"; it said:\n{said[-2000:]}" if said else ""))
             # One request at a time, each closed before the next: a probe needs no more (a server that closed
             # connections on its main loop, gunicorn's gthread worker, stalled on two at once: 0a723c8).
             try:
@@ -113,6 +130,24 @@ class FunctionProcess(Started):
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"the function did not answer on {self.url} within {ready_timeout}s")
+
+    def output(self) -> str:
+        """What the last process started printed, when it is kept: with no log asked for, or a log at a path."""
+        if self._output is not None:
+            self._output.seek(self._said_from)
+            return self._output.read().decode(errors="replace")
+        path = self._log_path()
+        return path.read_bytes()[self._said_from:].decode(errors="replace") if path else ""
+
+    def _output_size(self) -> int:
+        if self._output is not None:
+            return self._output.seek(0, os.SEEK_END)
+        path = self._log_path()
+        return path.stat().st_size if path else 0
+
+    def _log_path(self) -> Path | None:
+        name = getattr(self.log, "name", None)
+        return Path(name) if isinstance(name, str) and os.path.isfile(name) else None
 
     def listening(self) -> bool:
         """Whether this process (or a child of it) listens on the port, not another that bound it."""
@@ -135,6 +170,9 @@ class FunctionProcess(Started):
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             end(self.proc, 10)
+        if self._output is not None:
+            self._output.close()
+            self._output = None
 
     def kill(self) -> None:
         """SIGKILL the server and its workers at once, as a pod dies."""

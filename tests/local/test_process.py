@@ -3,6 +3,7 @@ given between choosing it and binding it (tests run side by side start functions
 from __future__ import annotations
 
 import http.server
+import socket
 import threading
 from collections.abc import Iterator
 
@@ -30,13 +31,30 @@ def squatter() -> Iterator[int]:
     server.server_close()
 
 
-def test_a_port_taken_before_the_bind_is_given_up_for_another_and_the_function_answers_there(api, squatter):
+@pytest.fixture
+def silent_squatter() -> Iterator[int]:
+    """Another process's socket listening on a port and never answering: the function's bind fails and it exits."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+@pytest.mark.parametrize("taker", ["squatter", "silent_squatter"])
+def test_a_port_taken_before_the_bind_is_given_up_for_another_and_the_function_answers_there(api, taker, request):
+    taken = request.getfixturevalue(taker)
     fn = FunctionProcess({"KUBECONFIG": api.kubeconfig, "KAI_FN_BACKGROUND_WORKERS": "0"})
-    fn.port = squatter
+    fn.port = taken
     with fn:
-        assert fn.port != squatter
+        assert fn.port != taken
         assert fn.listening()
         assert fn.caught_up()
+
+
+def test_a_function_that_exits_before_it_answers_is_reported_with_what_it_said(tmp_path):
+    fn = FunctionProcess({"KUBECONFIG": str(tmp_path / "missing")})
+    with pytest.raises(RuntimeError, match="(?s)exited with 1 before it answered; it said:.*no Kubernetes API"):
+        fn.start(ready_timeout=60)
 
 
 def test_a_started_function_listens_on_its_own_port(api):
