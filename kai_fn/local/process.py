@@ -4,7 +4,6 @@ Used by the demo, the tests and the benchmarks, so all of them exercise the same
 """
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import socket
@@ -20,7 +19,6 @@ from typing import IO, Self
 import psutil
 
 REPO = Path(__file__).resolve().parents[2]
-ADDRESS_IN_USE = f"[Errno {errno.EADDRINUSE}]"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -35,6 +33,56 @@ def serve_command(port: int, source: Path = REPO / "main.py", target: str = "han
     """The container's command (knative/base/service.yaml), on loopback."""
     return [sys.executable, "-m", "kai_fn.function.serve", "--source", str(source), "--target", target,
             "--host", "127.0.0.1", "--port", str(port)]
+
+
+class Output:
+    """Where a started process writes (``log``), and what it wrote since it was last started. Kept even when the
+    caller wants no log: why a process exited before it was ready is read from it."""
+
+    def __init__(self, log: IO[bytes] | int | None) -> None:
+        self.log = log
+        self._kept: IO[bytes] | None = None
+        self._from = 0
+
+    def restart(self) -> IO[bytes] | int | None:
+        """What to give ``Popen`` as stdout, for a start whose output begins now."""
+        if self.log == subprocess.DEVNULL and self._kept is None:
+            self._kept = tempfile.TemporaryFile()  # noqa: SIM115 - kept while the process runs; close() closes it
+        self._from = self._size()
+        return self._kept or self.log
+
+    def text(self) -> str:
+        """Since the last start; ``""`` when the log cannot be read back (a caller's pipe, or no path)."""
+        if self._kept is not None:
+            self._kept.seek(self._from)
+            return self._kept.read().decode(errors="replace")
+        path = self._path()
+        return path.read_bytes()[self._from:].decode(errors="replace") if path else ""
+
+    def address_in_use(self) -> bool:
+        """Whether it could not bind a port: another process took it after :func:`free_port` chose it (Python's
+        ``[Errno 98] Address already in use``, Go's ``bind: address already in use``)."""
+        return "address already in use" in self.text().lower()
+
+    def quoted(self, chars: int = 2000) -> str:
+        """Its last words, for an error message."""
+        said = self.text()
+        return f"; it said:\n{said[-chars:]}" if said else ""
+
+    def close(self) -> None:
+        if self._kept is not None:
+            self._kept.close()
+            self._kept = None
+
+    def _size(self) -> int:
+        if self._kept is not None:
+            return self._kept.seek(0, os.SEEK_END)
+        path = self._path()
+        return path.stat().st_size if path else 0
+
+    def _path(self) -> Path | None:
+        name = getattr(self.log, "name", None)
+        return Path(name) if isinstance(name, str) and os.path.isfile(name) else None
 
 
 class Started:
@@ -62,11 +110,10 @@ class FunctionProcess(Started):
         self._choose_ports()
         self.source, self.target = source, target
         self.log = log
-        self._output: IO[bytes] | None = None
+        self.output = Output(log)
         self.serves_kai_fn = source == REPO / "main.py" and target == "handle"
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
-        self._said_from = 0
 
     def _choose_ports(self) -> None:
         self.port = free_port()
@@ -102,20 +149,15 @@ class FunctionProcess(Started):
     def _started(self, ready_timeout: float) -> bool:
         """True once ready; False when another process has the port."""
         self.started_at = time.perf_counter()
-        if self.log == subprocess.DEVNULL and self._output is None:
-            # Kept though the caller wants no log: why a process exited before it answered is read from it.
-            self._output = tempfile.TemporaryFile()  # noqa: SIM115 - the process's life long; stop() closes it
-        self._said_from = self._output_size()
-        self.proc = subprocess.Popen(self.command, env=self.env, cwd=REPO, stdout=self._output or self.log,
+        self.proc = subprocess.Popen(self.command, env=self.env, cwd=REPO, stdout=self.output.restart(),
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                said = self.output()
-                if ADDRESS_IN_USE in said:
+                if self.output.address_in_use():
                     return False
                 raise RuntimeError(f"the function exited with {self.proc.returncode} before it answered"
-                                   + (f"; it said:\n{said[-2000:]}" if said else ""))
+                                   + self.output.quoted())
             # One request at a time, each closed before the next: a probe needs no more (a server that closed
             # connections on its main loop, gunicorn's gthread worker, stalled on two at once: 0a723c8).
             try:
@@ -131,33 +173,9 @@ class FunctionProcess(Started):
         self.stop()
         raise RuntimeError(f"the function did not answer on {self.url} within {ready_timeout}s")
 
-    def output(self) -> str:
-        """What the last process started printed, when it is kept: with no log asked for, or a log at a path."""
-        if self._output is not None:
-            self._output.seek(self._said_from)
-            return self._output.read().decode(errors="replace")
-        path = self._log_path()
-        return path.read_bytes()[self._said_from:].decode(errors="replace") if path else ""
-
-    def _output_size(self) -> int:
-        if self._output is not None:
-            return self._output.seek(0, os.SEEK_END)
-        path = self._log_path()
-        return path.stat().st_size if path else 0
-
-    def _log_path(self) -> Path | None:
-        name = getattr(self.log, "name", None)
-        return Path(name) if isinstance(name, str) and os.path.isfile(name) else None
-
     def listening(self) -> bool:
         """Whether this process (or a child of it) listens on the port, not another that bound it."""
-        try:
-            main = psutil.Process(self.proc.pid if self.proc else -1)
-            group = [main, *main.children(recursive=True)]
-            return any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port
-                       for p in group for c in p.net_connections("tcp"))
-        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-            return False
+        return listens(self.proc, {self.port})
 
     def caught_up(self) -> bool:
         """Whether ``kai_fn_catch_up_total`` counts the catch-up's end (``off`` without a work queue)."""
@@ -170,13 +188,22 @@ class FunctionProcess(Started):
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             end(self.proc, 10)
-        if self._output is not None:
-            self._output.close()
-            self._output = None
+        self.output.close()
 
     def kill(self) -> None:
         """SIGKILL the server and its workers at once, as a pod dies."""
         end(self.proc)
+
+
+def listens(proc: subprocess.Popen[bytes] | None, ports: set[int]) -> bool:
+    """Whether ``proc`` (or a child of it) listens on every one of ``ports``, not another process that bound one."""
+    try:
+        main = psutil.Process(proc.pid if proc else -1)
+        group = [main, *main.children(recursive=True)]
+        bound = {c.laddr.port for p in group for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return False
+    return ports <= bound
 
 
 def built(component: str) -> Path:

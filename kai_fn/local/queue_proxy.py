@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Self
 
-from kai_fn.local.process import FunctionProcess, built, end, free_port
+from kai_fn.local.process import FunctionProcess, Output, built, end, free_port, listens
 
 BINARY = "queue"
 REVISION = "kai-fn-00001"
@@ -113,10 +113,18 @@ class QueueProxy:
     def __init__(self, settings: ServiceSettings, user_port: int, *, log: IO[bytes] | int | None = subprocess.DEVNULL,
                  port: int | None = None, pod: str = f"{REVISION}-deployment-0", exe: Path | None = None) -> None:
         self.settings, self.user_port, self.log, self.exe, self.pod = settings, user_port, log, exe, pod
-        self.port, self.admin_port, self.metrics_port = port or free_port(""), free_port(""), free_port("")
-        self.request_metrics_port = free_port("")
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.fixed_port = port
+        self._choose_ports()
+        self.output = Output(log)
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def _choose_ports(self) -> None:
+        self.port, self.admin_port, self.metrics_port = self.fixed_port or free_port(""), free_port(""), free_port("")
+        self.request_metrics_port = free_port("")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def env(self) -> dict[str, str]:
@@ -125,16 +133,32 @@ class QueueProxy:
 
     def start(self, ready_timeout: float = 60.0) -> Self:
         """Starts it and waits until the kubelet would see it ready: its readiness probe (a GET on the serving port
-        with ``K-Network-Probe: queue``, which probes the function with the Service's readinessProbe) answers 200."""
+        with ``K-Network-Probe: queue``, which probes the function with the Service's readinessProbe) answers 200.
+        Ports another process took between :func:`free_port` and the bind are given up for new ones."""
         self.exe = self.exe or serving_dir() / BINARY
+        for _ in range(3):
+            if self._started(ready_timeout):
+                return self
+            self._choose_ports()
+        raise RuntimeError("queue-proxy's ports were taken by other processes three times")
+
+    def _started(self, ready_timeout: float) -> bool:
+        """True once ready; False when another process had one of its ports: it exited, or (the request metrics'
+        port, which OpenTelemetry's exporter binds apart) it runs without listening there."""
         self.proc = subprocess.Popen([str(self.exe)], env={"PATH": os.environ.get("PATH", ""), **self.env},
-                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+                                     stdout=self.output.restart(), stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"queue-proxy exited with {self.proc.returncode} before it was ready")
+                if self.output.address_in_use():
+                    return False
+                raise RuntimeError(f"queue-proxy exited with {self.proc.returncode} before it was ready"
+                                   + self.output.quoted())
             if self.ready():
-                return self
+                if listens(self.proc, {self.port, self.admin_port, self.metrics_port, self.request_metrics_port}):
+                    return True
+                self.kill()
+                return False
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"queue-proxy on {self.url} not ready within {ready_timeout:.0f}s")
@@ -185,9 +209,11 @@ class QueueProxy:
         """SIGTERM and wait for it to exit (its drain takes 30 s after the last request), SIGKILL after ``timeout``."""
         self.terminate()
         end(self.proc, timeout)
+        self.output.close()
 
     def kill(self) -> None:
         end(self.proc)
+        self.output.close()
 
     def __enter__(self) -> Self:
         return self.start()
