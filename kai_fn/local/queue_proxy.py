@@ -143,8 +143,9 @@ class QueueProxy:
         raise RuntimeError("queue-proxy's ports were taken by other processes three times")
 
     def _started(self, ready_timeout: float) -> bool:
-        """True once ready; False when another process had one of its ports: it exited, or (the request metrics'
-        port, which OpenTelemetry's exporter binds apart) it runs without listening there."""
+        """True once ready and listening on all its ports; False when another process had one of them. On the
+        request metrics' port that does not stop it: knative.dev/pkg's Prometheus exporter binds on a goroutine of
+        its own and only prints the error."""
         self.proc = subprocess.Popen([str(self.exe)], env={"PATH": os.environ.get("PATH", ""), **self.env},
                                      stdout=self.output.restart(), stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + ready_timeout
@@ -157,8 +158,9 @@ class QueueProxy:
             if self.ready():
                 if listens(self.proc, {self.port, self.admin_port, self.metrics_port, self.request_metrics_port}):
                     return True
-                self.kill()
-                return False
+                if self.output.address_in_use():
+                    self.kill()
+                    return False
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"queue-proxy on {self.url} not ready within {ready_timeout:.0f}s")
