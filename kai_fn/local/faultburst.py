@@ -29,6 +29,7 @@ from kai_fn.local import faults, k8s
 from kai_fn.local.chain import TRAINER, Chain
 from kai_fn.local.objwatch import BIND_REQUESTS, KAI_PODGROUPS, ObjectWatch
 from kai_fn.local.podwatch import PodSeen, PodWatch
+from kai_fn.local.process import read_from
 from kai_fn.local.realchain import submit, trainjob
 
 QUEUE_API = ("scheduling.run.ai", "v2", "queues")
@@ -296,7 +297,7 @@ def run(chain: Chain, burst: Burst, namespaces: list[str], pool: str,
     finally:
         objs.delete_cluster_custom_object(*QUEUE_API, small)
     record.log = _json_lines(function_log, offsets[function_log])
-    record.dropped = {s: _read_from(p, offsets[p]).count("failed to send") for s, p in zip(ADAPTERS, adapters)}
+    record.dropped = {s: read_from(p, offsets[p]).count("failed to send") for s, p in zip(ADAPTERS, adapters)}
     return record
 
 
@@ -386,17 +387,9 @@ def _read_end(record: Record, objs: client.CustomObjectsApi, core: client.CoreV1
     return not record.unsettled()
 
 
-def _read_from(path: Path, offset: int) -> str:
-    if not path.exists():
-        return ""
-    with path.open("rb") as f:
-        f.seek(offset)
-        return f.read().decode(errors="replace")
-
-
 def _json_lines(path: Path, offset: int) -> list[dict[str, Any]]:
     out = []
-    for line in _read_from(path, offset).splitlines():
+    for line in read_from(path, offset).splitlines():
         if line.startswith("{"):
             try:
                 out.append(json.loads(line))

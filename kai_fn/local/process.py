@@ -35,6 +35,15 @@ def serve_command(port: int, source: Path = REPO / "main.py", target: str = "han
             "--host", "127.0.0.1", "--port", str(port)]
 
 
+def read_from(path: Path, offset: int) -> str:
+    """A log's text from byte ``offset`` on (what a process wrote since then); ``""`` for a log not made yet."""
+    if not path.exists():
+        return ""
+    with path.open("rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
 class Output:
     """Where a started process writes (``log``), and what it wrote since it was last started. Kept even when the
     caller wants no log: why a process exited before it was ready is read from it."""
@@ -57,7 +66,7 @@ class Output:
             self._kept.seek(self._from)
             return self._kept.read().decode(errors="replace")
         path = self._path()
-        return path.read_bytes()[self._from:].decode(errors="replace") if path else ""
+        return read_from(path, self._from) if path else ""
 
     def address_in_use(self) -> bool:
         """Whether it could not bind a port: another process took it after :func:`free_port` chose it (Python's

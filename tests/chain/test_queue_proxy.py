@@ -30,6 +30,7 @@ from kai_fn.local.adapter import RealApiServerSource
 from kai_fn.local.chain import Chain
 from kai_fn.local.faultburst import Burst, Record, body
 from kai_fn.local.ping import RealPingSource
+from kai_fn.local.process import read_from
 from kai_fn.local.queue_proxy import ScaleDown, request_lines, scale_down
 from kai_fn.local.realchain import submit, trainjob
 from tests.chain.conftest import REPORT, wait_for
@@ -53,16 +54,10 @@ def _log(chain: Chain, name: str) -> Path:
     return (chain.log_dir or chain.kubeconfig.parent) / name
 
 
-def _from(path: Path, offset: int) -> str:
-    with path.open("rb") as f:
-        f.seek(offset)
-        return f.read().decode(errors="replace")
-
-
 def _dropped(adapters: list[Path], offsets: dict[Path, int], nss: list[str]) -> dict[str, int]:
     """Events of ``nss`` each adapter gave up on since ``offsets`` (an earlier test's namespace being deleted can
     have its own: kai_fn answers 503 when it cannot post an Event there)."""
-    return {p.name: sum(1 for line in _from(p, offsets[p]).splitlines() if "failed to send" in line
+    return {p.name: sum(1 for line in read_from(p, offsets[p]).splitlines() if "failed to send" in line
                         and any(f"/namespaces/{ns}/" in line for ns in nss)) for p in adapters}
 
 
@@ -97,7 +92,7 @@ def test_every_delivery_goes_through_queue_proxy(chain: Chain, pool, namespaces)
     def counted() -> bool:
         """Its request log and its metrics, read apart, can be a request apart: read both until they agree."""
         proxied.append(_served(qp.request_metrics()) - _served(before))
-        lines = [line["httpRequest"] for line in request_lines(_from(log, offset))]
+        lines = [line["httpRequest"] for line in request_lines(read_from(log, offset))]
         posts.clear()
         posts.update(r["status"] for r in lines if r["requestMethod"] == "POST" and r["userAgent"].startswith("Go-http"))
         return bool(posts) and proxied[-1] >= sum(posts.values())
@@ -216,7 +211,7 @@ def test_an_overload_is_queued_by_queue_proxy_and_nothing_is_dropped(chain: Chai
         time.sleep(2)  # the updates that follow
         stop.set()
         sampler.join()
-        statuses = Counter(r["httpRequest"]["status"] for r in request_lines(_from(log, offsets[log]))
+        statuses = Counter(r["httpRequest"]["status"] for r in request_lines(read_from(log, offsets[log]))
                            if r["httpRequest"]["requestMethod"] == "POST")
         dropped = _dropped(adapters, offsets, nss)
         REPORT.append(f"queue-proxy overload: {len(nss)} namespaces x 2 TrainJobs at once (containerConcurrency {cc}): "
