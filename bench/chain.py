@@ -221,9 +221,13 @@ def settle(quiet: float, wait: float) -> None:
         time.sleep(5)
 
 
+def spread(values: list[float]) -> str:
+    """``p50 / p95`` of ``values``, or ``–`` for none."""
+    return f"{nearest_rank(values, 50):.2f} / {nearest_rank(values, 95):.2f}" if values else "–"
+
+
 def stage_cell(b: Burst, name: str) -> str:
-    got = b.stage(name)
-    return f"{nearest_rank(got, 50):.2f} / {nearest_rank(got, 95):.2f}" if got else "–"
+    return spread(b.stage(name))
 
 
 def order(paths: list[str], run: int) -> list[str]:
@@ -278,7 +282,7 @@ def bounds(results: dict[tuple[int, str], Burst], sizes: list[int], ran: list[st
                    if "last pod bound" in m.at and "pods created" in m.at]
             if not made or not lag:
                 continue
-            cells = [f"{nearest_rank(made, 95):.2f}", f"{nearest_rank(lag, 50):.2f} / {nearest_rank(lag, 95):.2f}"]
+            cells = [f"{nearest_rank(made, 95):.2f}", spread(lag)]
             if anchor is None or path == "podgrouper" or not anchor.latencies():
                 cells += ["1 (anchor)" if path == "podgrouper" else "–", "–"]
             else:
